@@ -1,0 +1,53 @@
+"""tfplace: set, see and test TensorFlow device placement.
+
+Example:
+    >>> import tensorflow as tf, tfplace
+    >>> config = tfplace.configure(soft_placement=True)
+    >>> with tfplace.capture_placement() as log:
+    ...     y = tf.matmul(tf.ones((2, 3)), tf.ones((3, 2)))
+    >>> log.assert_placed("MatMul", "CPU:0")
+"""
+
+from tfplace.configure import Config, configure
+from tfplace.devices import (
+    Device,
+    cpu,
+    device,
+    devices_of,
+    gpu,
+    num_gpus,
+    parse_device,
+    to_device,
+    try_all_gpus,
+    try_gpu,
+)
+from tfplace.errors import (
+    ConfigurationError,
+    DeviceNotFoundError,
+    DeviceSpecError,
+    Error,
+    RuntimeInitializedError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Config",
+    "configure",
+    "Device",
+    "cpu",
+    "gpu",
+    "num_gpus",
+    "try_gpu",
+    "try_all_gpus",
+    "device",
+    "parse_device",
+    "to_device",
+    "devices_of",
+    "Error",
+    "ConfigurationError",
+    "RuntimeInitializedError",
+    "DeviceNotFoundError",
+    "DeviceSpecError",
+    "__version__",
+]

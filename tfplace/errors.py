@@ -1,0 +1,37 @@
+"""The tfplace error hierarchy: one base class, one subclass per kind of failure.
+
+Every message says what was received, what is allowed and where the value came
+from (an argument, an absl flag or an environment variable).
+
+Example:
+    >>> import tfplace
+    >>> try:
+    ...     tfplace.configure(memory_fraction=1.5)
+    ... except tfplace.ConfigurationError as err:
+    ...     print(err)
+    memory_fraction=1.5 (from argument memory_fraction) is not allowed: expected a number in (0, 1]
+"""
+
+from __future__ import annotations
+
+__all__ = ["Error", "ConfigurationError", "RuntimeInitializedError", "DeviceNotFoundError", "DeviceSpecError"]
+
+
+class Error(Exception):
+    """Base class of every error raised by tfplace."""
+
+
+class ConfigurationError(Error, ValueError):
+    """An invalid or conflicting setting given to `configure()` (or its flags/env)."""
+
+
+class RuntimeInitializedError(Error, RuntimeError):
+    """A setting fixed at runtime start was asked for after the runtime started."""
+
+
+class DeviceNotFoundError(Error, ValueError):
+    """A device was asked for that does not exist in this process."""
+
+
+class DeviceSpecError(Error, ValueError):
+    """A device spec that is not written in any accepted form."""
