@@ -8,6 +8,7 @@ Example:
     >>> log.assert_placed("MatMul", "CPU:0")
 """
 
+from tfplace.capture import capture_placement
 from tfplace.configure import Config, configure
 from tfplace.devices import (
     Device,
@@ -21,6 +22,8 @@ from tfplace.devices import (
     try_all_gpus,
     try_gpu,
 )
+from tfplace.parsing import CopyRecord, PlacementRecord, parse_placement
+from tfplace.placement_log import PlacementLog
 from tfplace.errors import (
     ConfigurationError,
     DeviceNotFoundError,
@@ -44,6 +47,11 @@ __all__ = [
     "parse_device",
     "to_device",
     "devices_of",
+    "capture_placement",
+    "PlacementLog",
+    "PlacementRecord",
+    "CopyRecord",
+    "parse_placement",
     "Error",
     "ConfigurationError",
     "RuntimeInitializedError",

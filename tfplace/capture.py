@@ -1,0 +1,205 @@
+"""`capture_placement()`: what TensorFlow prints about placement, captured as data.
+
+TensorFlow prints placement from C++ straight to file descriptors 1 and 2, past
+Python's `sys.stdout`. For the block, both descriptors are pointed at unlinked
+spool files (a writer can never block on them, whatever the volume) and
+placement logging is turned on; when the block ends the previous descriptors
+and logging setting come back, the spool is parsed in chunks, and every byte
+that is not a placement line is written back to the stream it came from, in
+order. Where `sys.stdout`/`sys.stderr` are not the descriptors themselves
+(Jupyter, pytest's `--capture=sys`), they are captured at the Python level too.
+
+Output of other threads during the block is captured with it and written back
+at its end (delayed, never lost); their placement lines, indistinguishable at
+the descriptor level, are attributed to the block. Captures nest (the outer log
+also sees the inner block's records); captures in different threads take turns.
+
+Example:
+    >>> import tensorflow as tf, tfplace
+    >>> with tfplace.capture_placement() as log:
+    ...     c = tf.matmul(tf.ones((2, 3)), tf.ones((3, 2)))
+    >>> log.devices_for("MatMul")
+    ('/device:CPU:0',)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import io
+import os
+import sys
+import tempfile
+import threading
+import warnings
+from typing import IO, Iterator
+
+import tensorflow as tf
+from tensorflow.python.eager import context
+
+from tfplace import tfstate
+from tfplace.placement_log import PlacementLog
+
+__all__ = ["capture_placement", "eager_lines_visible"]
+
+_CHUNK = 1 << 22
+_lock = threading.RLock()
+_depth = 0
+_libc = ctypes.CDLL(None)
+
+
+def _flush_all() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    _libc.fflush(None)  # C stdio buffers: the placer's printf lines sit there
+
+
+def _is_fd(stream: object, fd: int) -> bool:
+    try:
+        return stream.fileno() == fd  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return False
+
+
+class _Redirect:
+    """Points one file descriptor at an unlinked spool file until `restore()`."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.spool: IO[bytes] = tempfile.TemporaryFile()
+        self.saved = os.dup(fd)
+        os.dup2(self.spool.fileno(), fd)
+
+    def restore(self) -> None:
+        os.dup2(self.saved, self.fd)
+        os.close(self.saved)
+
+    def chunks(self) -> Iterator[str]:
+        """The spooled text, in pieces that end at a line break where possible."""
+        self.spool.seek(0)
+        carry = b""
+        while True:
+            block = self.spool.read(_CHUNK)
+            if not block:
+                break
+            block = carry + block
+            cut = block.rfind(b"\n") + 1
+            if cut == 0:
+                carry = block
+                continue
+            carry = block[cut:]
+            yield block[:cut].decode("utf-8", "surrogateescape")
+        if carry:
+            yield carry.decode("utf-8", "surrogateescape")
+        self.spool.close()
+
+
+def _write_fd(fd: int, text: str) -> None:
+    data = text.encode("utf-8", "surrogateescape")
+    while data:
+        data = data[os.write(fd, data):]
+
+
+@functools.lru_cache(maxsize=1)
+def eager_lines_visible() -> bool:
+    """Whether TensorFlow's eager "Executing op" lines reach fd 2 in this process.
+
+    They do not when `TF_CPP_MIN_LOG_LEVEL` >= 1 was set when TensorFlow was
+    imported. Answered once by running one op with logging on (this starts the
+    runtime), then cached.
+    """
+    _flush_all()
+    probe = _Redirect(2)
+    quiet = _Redirect(1)
+    previous = context.context().log_device_placement
+    try:
+        tf.debugging.set_log_device_placement(True)
+        tf.identity(tf.zeros(()))
+    finally:
+        tf.debugging.set_log_device_placement(previous)
+        _flush_all()
+        quiet.restore()
+        probe.restore()
+    seen = "".join(probe.chunks())
+    for _ in quiet.chunks():
+        pass
+    return "Executing op Identity" in seen
+
+
+@contextlib.contextmanager
+def capture_placement(*, passthrough: bool = True) -> Iterator[PlacementLog]:
+    """Captures the placement events of the block as a `PlacementLog`.
+
+    Turns placement logging on for the block and restores the previous setting
+    after, even when the block raises. The log is filled when the block ends.
+
+    >>> import tensorflow as tf, tfplace
+    >>> with tfplace.capture_placement() as log:
+    ...     x = tf.ones(3) + 1
+    >>> log.assert_placed("AddV2", "CPU:0")
+
+    Args:
+      passthrough: write every captured byte that is not a placement line back
+        to the stream it came from (False drops it).
+
+    Yields:
+      The `PlacementLog`, empty until the block ends.
+    """
+    global _depth
+    log = PlacementLog()
+    with _lock:
+        outer = _depth > 0
+        _flush_all()
+        previous = context.context().log_device_placement
+        redirects = [_Redirect(1), _Redirect(2)]
+        python_streams = {
+            name: getattr(sys, name) for name, fd in (("stdout", 1), ("stderr", 2))
+            if not _is_fd(getattr(sys, name), fd)
+        }
+        buffers = {name: io.StringIO() for name in python_streams}
+        for name, buffer in buffers.items():
+            setattr(sys, name, buffer)
+        _depth += 1
+        try:
+            tf.debugging.set_log_device_placement(True)
+            yield log
+        finally:
+            _depth -= 1
+            tf.debugging.set_log_device_placement(previous)
+            _flush_all()
+            for name, stream in python_streams.items():
+                setattr(sys, name, stream)
+            for redirect in reversed(redirects):
+                redirect.restore()
+            for redirect in reversed(redirects):  # fd 2 first: see PlacementLog.extend
+                for text in redirect.chunks():
+                    rest = log.extend(text)
+                    if outer:
+                        _write_fd(redirect.fd, text)
+                    elif passthrough and rest:
+                        _write_fd(redirect.fd, rest)
+            for name, buffer in buffers.items():
+                text = buffer.getvalue()
+                rest = log.extend(text)
+                out = text if outer else rest if passthrough else ""
+                if out:
+                    python_streams[name].write(out)
+                    python_streams[name].flush()
+    _check_complete(log)
+
+
+def _check_complete(log: PlacementLog) -> None:
+    if any(r.kind == "execute" for r in log.records) or not tfstate.runtime_started():
+        return
+    if not eager_lines_visible():
+        log.complete = False
+        warnings.warn(
+            "tfplace: TensorFlow's eager 'Executing op' lines are hidden in this process because "
+            f"TF_CPP_MIN_LOG_LEVEL={os.environ.get('TF_CPP_MIN_LOG_LEVEL', '?')} was set when TensorFlow "
+            "was imported; the log holds only graph placer lines. Unset it (or set 0) before importing "
+            "TensorFlow for a complete log.",
+            RuntimeWarning,
+            stacklevel=3,
+        )

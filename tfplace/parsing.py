@@ -1,0 +1,180 @@
+"""Parsing of TensorFlow's placement output into records.
+
+TensorFlow reports placement as text: eager lines `Executing op MatMul in device
+D` (C++ `LOG(INFO)`, fd 2), graph placer lines `name: (Op): D` (printed twice:
+`printf` to fd 1 and `LOG(INFO)` to fd 2) and, under the "warn" device
+policy, `before computing Op input #i was expected to be on D1 but is actually
+on D0 ...` copy warnings. `parse_placement()` finds them anywhere in a text,
+also where two streams spliced lines together, keeps each placer event once,
+and returns the rest of the text untouched.
+
+Example:
+    >>> from tfplace.parsing import parse_placement
+    >>> parsed = parse_placement(
+    ...     "hello\\nI0000 00:00:1.5  7 execute.cc:1775] Executing op MatMul in device "
+    ...     "/job:localhost/replica:0/task:0/device:CPU:0\\n")
+    >>> parsed.records[0].op, parsed.records[0].device, parsed.other
+    ('MatMul', '/device:CPU:0', 'hello\\n')
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import NamedTuple, Optional
+
+from tfplace.devices import parse_device
+
+__all__ = ["PlacementRecord", "CopyRecord", "Parsed", "parse_placement", "canonical"]
+
+_DEVICE = r"/job:\w+/replica:\d+/task:\d+/device:[A-Za-z_]+:\d+"
+_EXECUTE = r"Executing op (\S+) in device (" + _DEVICE + ")"
+_COPY = (
+    r"before computing (\S+) input #(\d+) was expected to be on (" + _DEVICE + ")"
+    r" but is actually on (" + _DEVICE + r") \(operation running on " + _DEVICE + r"\)\."
+    r" This triggers a copy which can be a performance bottleneck\."
+)
+_PLACE = r"([\w.\-/>]+): \((\w+)\): (" + _DEVICE + ")"
+_NO_GROUPS = re.compile(r"(?<!\\)\((?!\?)")
+# One placement statement, with its log prefix (group 1) and its newline.
+_LINE = re.compile(
+    r"([IWEF]\d{4} [\d:.]+ +\d+ [\w.]+:\d+\] )?("
+    + "|".join(_NO_GROUPS.sub("(?:", part) for part in (_EXECUTE, _COPY, _PLACE))
+    + r")\n?"
+)
+_EXECUTE_RE, _COPY_RE, _PLACE_RE = (re.compile(p) for p in (_EXECUTE, _COPY, _PLACE))
+_LEVELS = frozenset("IWEF")
+
+
+class PlacementRecord(NamedTuple):
+    """One placement event.
+
+    Attributes:
+      op: the op type, e.g. "MatMul" (for an eager function call, the function).
+      name: the node name for placer events, "" for eager ones.
+      device: the canonical device name, e.g. "/device:CPU:0".
+      kind: "execute" (eager "Executing op" line) or "place" (graph placer line).
+      line: the text TensorFlow printed, without its log prefix.
+    """
+
+    op: str
+    name: str
+    device: str
+    kind: str
+    line: str
+
+
+class CopyRecord(NamedTuple):
+    """An implicit cross-device copy reported under `device_policy="warn"`."""
+
+    op: str
+    input_index: int
+    source: str
+    target: str
+    line: str
+
+
+class Parsed(NamedTuple):
+    """What `parse_placement()` found: records, copies and the remaining text."""
+
+    records: list
+    copies: list
+    other: str
+
+
+_canonical: dict[str, str] = {}
+_bodies: dict[str, object] = {}
+
+
+def canonical(name: str) -> str:
+    """The canonical form of a device name written any accepted way (cached)."""
+    found = _canonical.get(name)
+    if found is None:
+        found = _canonical[name] = parse_device(name).name
+    return found
+
+
+def _read_body(body: str) -> object:
+    """The record (or copy) of one placement statement without its prefix."""
+    match = _EXECUTE_RE.fullmatch(body)
+    if match:
+        return PlacementRecord(match[1], "", canonical(match[2]), "execute", body)
+    match = _COPY_RE.fullmatch(body)
+    if match:
+        return CopyRecord(match[1], int(match[2]), canonical(match[4]), canonical(match[3]), body)
+    match = _PLACE_RE.fullmatch(body)
+    return PlacementRecord(match[2], match[1], canonical(match[3]), "place", body)
+
+
+_MARKERS = ("Executing op ", "): /job:", "before computing ")
+
+
+def _split_line(line: str) -> tuple[list, str]:
+    """The statements in a line that may hold several (spliced), and the rest of it."""
+    found = [(prefix, _read_body(body)) for prefix, body in _LINE.findall(line)]
+    return found, _LINE.sub("", line)
+
+
+def parse_placement(text: str, unmatched: Optional[Counter] = None) -> Parsed:
+    """Finds the placement events in `text` (one stream, or streams merged).
+
+    Placer lines printed both bare (fd 1) and with a log prefix (fd 2) are
+    kept once: the prefixed copies, plus any bare line they do not account for
+    (all of them when the log level hid fd 2's lines).
+
+    Args:
+      text: the output to parse.
+      unmatched: prefixed placer records not yet matched by a bare one, carried
+        from call to call (updated in place) when one log is parsed in pieces;
+        parse fd 2's pieces before fd 1's.
+
+    Returns:
+      `Parsed(records, copies, other)`: records in text order, copies, and
+      every byte that is not part of a placement line, in order.
+    """
+    records: list = []
+    copies: list = []
+    other: list[str] = []
+    bare: list[int] = []
+    logged = Counter() if unmatched is None else unmatched
+    bodies = _bodies
+    if len(bodies) > 100_000:
+        bodies.clear()
+    lines = text.split("\n")
+    last = len(lines) - 1
+    for number, line in enumerate(lines):
+        body, prefix = line, ""
+        if line[:1] in _LEVELS and line[1:5].isdigit():
+            cut = line.find("] ")
+            if cut > 0:
+                body, prefix = line[cut + 2 :], line[: cut + 2]
+        record = bodies.get(body)
+        if record is not None:
+            found = ((prefix, record),)
+        elif any(marker in line for marker in _MARKERS):
+            found, rest = _split_line(line)
+            if len(found) == 1 and not rest:
+                bodies[body] = found[0][1]
+            elif rest:
+                other.append(rest if number == last else rest + "\n")
+        else:
+            other.append(line if number == last else line + "\n")
+            continue
+        for prefix, record in found:
+            if type(record) is CopyRecord:
+                copies.append(record)
+                continue
+            if record.kind == "place":
+                if prefix:
+                    logged[record] += 1
+                else:
+                    bare.append(len(records))
+            records.append(record)
+    if bare and logged:
+        drop = set()
+        for position in bare:
+            if logged[records[position]] > 0:
+                logged[records[position]] -= 1
+                drop.add(position)
+        records = [r for i, r in enumerate(records) if i not in drop]
+    return Parsed(records, copies, "".join(other))
