@@ -70,30 +70,32 @@ class _Redirect:
         self.fd = fd
         self.spool: IO[bytes] = tempfile.TemporaryFile()
         self.saved = os.dup(fd)
+        self.read_at = 0
+        self.carry = b""
         os.dup2(self.spool.fileno(), fd)
 
     def restore(self) -> None:
         os.dup2(self.saved, self.fd)
         os.close(self.saved)
 
-    def chunks(self) -> Iterator[str]:
-        """The spooled text, in pieces that end at a line break where possible."""
-        self.spool.seek(0)
-        carry = b""
+    def new_text(self, final: bool) -> Iterator[str]:
+        """Text spooled since the last call, in pieces ending at line breaks.
+
+        Reads with `pread`, which leaves the writers' file offset alone. A
+        partial last line waits for the next call, unless `final`.
+        """
         while True:
-            block = self.spool.read(_CHUNK)
-            if not block:
+            block = os.pread(self.spool.fileno(), _CHUNK, self.read_at)
+            self.read_at += len(block)
+            data = self.carry + block
+            cut = len(data) if final and len(block) < _CHUNK else data.rfind(b"\n") + 1
+            self.carry = data[cut:]
+            if cut:
+                yield data[:cut].decode("utf-8", "surrogateescape")
+            if len(block) < _CHUNK:
                 break
-            block = carry + block
-            cut = block.rfind(b"\n") + 1
-            if cut == 0:
-                carry = block
-                continue
-            carry = block[cut:]
-            yield block[:cut].decode("utf-8", "surrogateescape")
-        if carry:
-            yield carry.decode("utf-8", "surrogateescape")
-        self.spool.close()
+        if final:
+            self.spool.close()
 
 
 def _write_fd(fd: int, text: str) -> None:
@@ -110,22 +112,69 @@ def eager_lines_visible() -> bool:
     imported. Answered once by running one op with logging on (this starts the
     runtime), then cached.
     """
-    _flush_all()
-    probe = _Redirect(2)
-    quiet = _Redirect(1)
-    previous = context.context().log_device_placement
-    try:
-        tf.debugging.set_log_device_placement(True)
-        tf.identity(tf.zeros(()))
-    finally:
-        tf.debugging.set_log_device_placement(previous)
+    with _lock:
         _flush_all()
-        quiet.restore()
-        probe.restore()
-    seen = "".join(probe.chunks())
-    for _ in quiet.chunks():
-        pass
-    return "Executing op Identity" in seen
+        redirects = [_Redirect(1), _Redirect(2)]
+        previous = context.context().log_device_placement
+        try:
+            tf.debugging.set_log_device_placement(True)
+            tf.identity(tf.zeros(()))
+        finally:
+            tf.debugging.set_log_device_placement(previous)
+            _flush_all()
+            for redirect in reversed(redirects):
+                redirect.restore()
+        return "Executing op Identity" in "".join(redirects[1].new_text(final=True))
+
+
+class _Capture:
+    """One open capture: its redirects, its Python-level buffers and its log."""
+
+    def __init__(self, passthrough: bool, outer: bool) -> None:
+        self.passthrough = passthrough
+        self.outer = outer
+        _flush_all()
+        self.redirects = [_Redirect(1), _Redirect(2)]
+        self.python_streams = {
+            name: getattr(sys, name) for name, fd in (("stdout", 1), ("stderr", 2))
+            if not _is_fd(getattr(sys, name), fd)
+        }
+        self.buffers = {name: io.StringIO() for name in self.python_streams}
+        self.buffer_read = dict.fromkeys(self.buffers, 0)
+        for name, buffer in self.buffers.items():
+            setattr(sys, name, buffer)
+        self.log = PlacementLog(pull=self.pull)
+
+    def _route(self, text: str) -> str:
+        """Adds the placement events of `text` to the log; returns what to write back."""
+        rest = self.log.extend(text)
+        return text if self.outer else rest if self.passthrough else ""
+
+    def pull(self, final: bool = False) -> None:
+        """Parses what was written since the last pull and writes back the rest."""
+        _flush_all()
+        for redirect in reversed(self.redirects):  # fd 2 first: see PlacementLog.extend
+            for text in redirect.new_text(final):
+                out = self._route(text)
+                if out:
+                    _write_fd(redirect.saved if not final else redirect.fd, out)
+        for name, buffer in self.buffers.items():
+            text = buffer.getvalue()[self.buffer_read[name]:]
+            self.buffer_read[name] += len(text)
+            out = self._route(text)
+            if out:
+                self.python_streams[name].write(out)
+                self.python_streams[name].flush()
+
+    def close(self) -> None:
+        """Restores the streams, then parses and writes back everything left."""
+        _flush_all()
+        for name, stream in self.python_streams.items():
+            setattr(sys, name, stream)
+        for redirect in reversed(self.redirects):
+            redirect.restore()
+        self.pull(final=True)
+        self.log.stop_pulling()
 
 
 @contextlib.contextmanager
@@ -133,7 +182,8 @@ def capture_placement(*, passthrough: bool = True) -> Iterator[PlacementLog]:
     """Captures the placement events of the block as a `PlacementLog`.
 
     Turns placement logging on for the block and restores the previous setting
-    after, even when the block raises. The log is filled when the block ends.
+    after, even when the block raises. The log can be queried inside the block
+    (it reads what was printed so far) and is final when the block ends.
 
     >>> import tensorflow as tf, tfplace
     >>> with tfplace.capture_placement() as log:
@@ -145,49 +195,21 @@ def capture_placement(*, passthrough: bool = True) -> Iterator[PlacementLog]:
         to the stream it came from (False drops it).
 
     Yields:
-      The `PlacementLog`, empty until the block ends.
+      The `PlacementLog`.
     """
     global _depth
-    log = PlacementLog()
     with _lock:
-        outer = _depth > 0
-        _flush_all()
+        capture = _Capture(passthrough, outer=_depth > 0)
         previous = context.context().log_device_placement
-        redirects = [_Redirect(1), _Redirect(2)]
-        python_streams = {
-            name: getattr(sys, name) for name, fd in (("stdout", 1), ("stderr", 2))
-            if not _is_fd(getattr(sys, name), fd)
-        }
-        buffers = {name: io.StringIO() for name in python_streams}
-        for name, buffer in buffers.items():
-            setattr(sys, name, buffer)
         _depth += 1
         try:
             tf.debugging.set_log_device_placement(True)
-            yield log
+            yield capture.log
         finally:
             _depth -= 1
             tf.debugging.set_log_device_placement(previous)
-            _flush_all()
-            for name, stream in python_streams.items():
-                setattr(sys, name, stream)
-            for redirect in reversed(redirects):
-                redirect.restore()
-            for redirect in reversed(redirects):  # fd 2 first: see PlacementLog.extend
-                for text in redirect.chunks():
-                    rest = log.extend(text)
-                    if outer:
-                        _write_fd(redirect.fd, text)
-                    elif passthrough and rest:
-                        _write_fd(redirect.fd, rest)
-            for name, buffer in buffers.items():
-                text = buffer.getvalue()
-                rest = log.extend(text)
-                out = text if outer else rest if passthrough else ""
-                if out:
-                    python_streams[name].write(out)
-                    python_streams[name].flush()
-    _check_complete(log)
+            capture.close()
+    _check_complete(capture.log)
 
 
 def _check_complete(log: PlacementLog) -> None:

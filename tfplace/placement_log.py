@@ -12,7 +12,7 @@ Example:
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from tfplace.devices import parse_device
 from tfplace.parsing import CopyRecord, PlacementRecord, parse_placement
@@ -23,21 +23,42 @@ _TABLE_ROWS = 20
 
 
 class PlacementLog:
-    """The placement events of a block, filled when the block ends.
+    """The placement events of a block.
 
     Attributes:
       records: `PlacementRecord`s (op, name, device, kind, line) in order.
       copies: `CopyRecord`s (op, input_index, source, target, line) of implicit
         cross-device copies, reported under `device_policy="warn"`.
+      Both are read live while the capture is open (so a test can assert
+      inside the block) and final once it ends.
       complete: False when TensorFlow's C++ log level hid the eager lines,
         so that only graph placer lines could be recorded.
     """
 
-    def __init__(self) -> None:
-        self.records: list[PlacementRecord] = []
-        self.copies: list[CopyRecord] = []
+    def __init__(self, pull: Optional[Callable[[], None]] = None) -> None:
+        self._records: list[PlacementRecord] = []
+        self._copies: list[CopyRecord] = []
         self.complete = True
         self._unmatched: Counter = Counter()
+        self._pull = pull
+
+    def stop_pulling(self) -> None:
+        """Ends live updates: called by the capture when its block ends."""
+        self._pull = None
+
+    @property
+    def records(self) -> list[PlacementRecord]:
+        """The placement records so far (read live while the capture is open)."""
+        if self._pull is not None:
+            self._pull()
+        return self._records
+
+    @property
+    def copies(self) -> list[CopyRecord]:
+        """The implicit-copy records so far (read live while the capture is open)."""
+        if self._pull is not None:
+            self._pull()
+        return self._copies
 
     @classmethod
     def from_text(cls, text: str) -> "PlacementLog":
@@ -53,8 +74,8 @@ class PlacementLog:
         come before fd 1's.
         """
         parsed = parse_placement(text, self._unmatched)
-        self.records.extend(parsed.records)
-        self.copies.extend(parsed.copies)
+        self._records.extend(parsed.records)
+        self._copies.extend(parsed.copies)
         return parsed.other
 
     def _select(self, op: Optional[str] = None, device: Optional[str] = None) -> Iterable[PlacementRecord]:
@@ -85,7 +106,8 @@ class PlacementLog:
 
     def table(self, op: Optional[str] = None) -> str:
         """A short table of what was placed where (the rows for `op` first)."""
-        counts = Counter((r.op, r.device, r.kind) for r in self.records)
+        records = self.records
+        counts = Counter((r.op, r.device, r.kind) for r in records)
         rows = sorted(counts.items(), key=lambda item: (item[0][0] != op, item[0]))
         if not rows:
             return "  (no placement events were recorded)" + ("" if self.complete else self._incomplete_note())
