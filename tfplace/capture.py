@@ -41,7 +41,7 @@ from tensorflow.python.eager import context
 from tfplace import tfstate
 from tfplace.placement_log import PlacementLog
 
-__all__ = ["capture_placement", "eager_lines_visible"]
+__all__ = ["capture_placement", "arm", "logging_state"]
 
 _CHUNK = 1 << 22
 _lock = threading.RLock()
@@ -105,26 +105,47 @@ def _write_fd(fd: int, text: str) -> None:
 
 
 @functools.lru_cache(maxsize=1)
-def eager_lines_visible() -> bool:
-    """Whether TensorFlow's eager "Executing op" lines reach fd 2 in this process.
+def logging_state() -> str:
+    """How TensorFlow logs placement in this started runtime, probed once.
 
-    They do not when `TF_CPP_MIN_LOG_LEVEL` >= 1 was set when TensorFlow was
-    imported. Answered once by running one op with logging on (this starts the
-    runtime), then cached.
+    TensorFlow 2.21 fixes placement logging when its runtime starts: turning
+    it on later has no effect. Runs one small function with logging asked
+    for, captures fds 1 and 2, and returns
+
+    * "complete": eager "Executing op" lines and placer lines both appear;
+    * "placer-only": only placer lines (fd 1) appear, because
+      `TF_CPP_MIN_LOG_LEVEL` >= 1 was set when TensorFlow was imported;
+    * "off": nothing appears, because placement logging was off when the
+      runtime started.
+
+    Call only after the runtime has started (see `tfstate.runtime_started`).
     """
     with _lock:
         _flush_all()
         redirects = [_Redirect(1), _Redirect(2)]
-        previous = context.context().log_device_placement
         try:
-            tf.debugging.set_log_device_placement(True)
-            tf.identity(tf.zeros(()))
+            tf.function(lambda: tf.identity(tf.zeros(())) + 1.0)()
         finally:
-            tf.debugging.set_log_device_placement(previous)
             _flush_all()
             for redirect in reversed(redirects):
                 redirect.restore()
-        return "Executing op Identity" in "".join(redirects[1].new_text(final=True))
+        out, err = ("".join(r.new_text(final=True)) for r in redirects)
+    if "Executing op" in err:
+        return "complete"
+    return "placer-only" if "(Identity)" in out else "off"
+
+
+def arm() -> bool:
+    """Turns placement logging on so that later captures see it; True if it is on.
+
+    Before the runtime starts this always works (and logging then stays on
+    for the process: TensorFlow 2.21 cannot turn it off after start); after,
+    it only reports whether logging was on at start.
+    """
+    if not tfstate.runtime_started():
+        tf.debugging.set_log_device_placement(True)
+        return True
+    return logging_state() != "off"
 
 
 class _Capture:
@@ -181,8 +202,13 @@ class _Capture:
 def capture_placement(*, passthrough: bool = True) -> Iterator[PlacementLog]:
     """Captures the placement events of the block as a `PlacementLog`.
 
-    Turns placement logging on for the block and restores the previous setting
-    after, even when the block raises. The log can be queried inside the block
+    Turns placement logging on for the block when the runtime has not started
+    yet, and restores the previous setting after, even when the block raises.
+    TensorFlow 2.21 fixes placement logging when its runtime starts: a block
+    that starts the runtime leaves logging on for the process (lines outside
+    captures then reach the terminal), and a capture opened after start sees
+    placement only if logging was on at start (otherwise the log is marked
+    incomplete, with a warning). The log can be queried inside the block
     (it reads what was printed so far) and is final when the block ends.
 
     >>> import tensorflow as tf, tfplace
@@ -200,14 +226,17 @@ def capture_placement(*, passthrough: bool = True) -> Iterator[PlacementLog]:
     global _depth
     with _lock:
         capture = _Capture(passthrough, outer=_depth > 0)
+        started = tfstate.runtime_started()
         previous = context.context().log_device_placement
         _depth += 1
         try:
-            tf.debugging.set_log_device_placement(True)
+            if not started:
+                tf.debugging.set_log_device_placement(True)
             yield capture.log
         finally:
             _depth -= 1
-            tf.debugging.set_log_device_placement(previous)
+            if not tfstate.runtime_started():
+                tf.debugging.set_log_device_placement(previous)
             capture.close()
     _check_complete(capture.log)
 
@@ -215,13 +244,17 @@ def capture_placement(*, passthrough: bool = True) -> Iterator[PlacementLog]:
 def _check_complete(log: PlacementLog) -> None:
     if any(r.kind == "execute" for r in log.records) or not tfstate.runtime_started():
         return
-    if not eager_lines_visible():
-        log.complete = False
-        warnings.warn(
-            "tfplace: TensorFlow's eager 'Executing op' lines are hidden in this process because "
-            f"TF_CPP_MIN_LOG_LEVEL={os.environ.get('TF_CPP_MIN_LOG_LEVEL', '?')} was set when TensorFlow "
-            "was imported; the log holds only graph placer lines. Unset it (or set 0) before importing "
-            "TensorFlow for a complete log.",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+    state = logging_state()
+    if state == "complete":
+        return
+    if state == "placer-only":
+        why = (f"TF_CPP_MIN_LOG_LEVEL={os.environ.get('TF_CPP_MIN_LOG_LEVEL', '?')} was set when TensorFlow "
+               "was imported, so its eager 'Executing op' lines are hidden; the log holds only graph placer "
+               "lines. Unset it (or set 0) before importing TensorFlow for a complete log.")
+    else:
+        why = ("placement logging was off when TensorFlow's runtime started, and TensorFlow fixes it then: "
+               "nothing could be captured. Enter capture_placement() or call "
+               "tfplace.configure(log_placement=True) before the first TensorFlow op.")
+    log.complete = False
+    log.incomplete_reason = why
+    warnings.warn(f"tfplace: incomplete placement log: {why}", RuntimeWarning, stacklevel=4)

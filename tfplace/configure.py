@@ -86,10 +86,11 @@ def configure(
     flag (`--<name>`, once `tfplace.flags` is imported and flags are parsed),
     and the keyword argument. None leaves a setting to the lower levels.
 
-    Soft placement, log placement and the device policy are applied at any
-    time. Visible GPUs, memory growth, memory caps and logical devices are
-    fixed when the runtime starts: after that, asking for the state already in
-    force does nothing, and asking for another raises.
+    Soft placement and the device policy are applied at any time. Visible
+    GPUs, memory growth, memory caps, logical devices and (since TensorFlow
+    2.21) placement logging are fixed when the runtime starts: after that,
+    asking for the state already in force does nothing, and asking for another
+    raises.
 
     Everything is checked before anything is applied: a rejected call changes
     no setting.
@@ -137,11 +138,12 @@ def configure(
 
     if tfstate.runtime_started():
         _check_in_force(plan, value, chosen)
+        tfstate.apply_runtime(value.get("soft_placement"), None, value.get("device_policy"))
     else:
         tfstate.apply_fixed(plan, value.get("logical_cpus"))
         if any(name in value for name in _CAPS):
             _applied.update({name: value.get(name) for name in _CAPS})
-    tfstate.apply_runtime(value.get("soft_placement"), value.get("log_placement"), value.get("device_policy"))
+        tfstate.apply_runtime(value.get("soft_placement"), value.get("log_placement"), value.get("device_policy"))
     return current(sources)
 
 
@@ -157,13 +159,20 @@ def _check_in_force(plan: Optional[GpuPlan], value: dict[str, Any], chosen: dict
         asked = [settings.describe(chosen, n) for n in _CAPS if n in value]
         if asked and plan.memory_limits != state["memory_limits"]:
             wrong.append((" and ".join(asked), f"logical GPU memory limits (MiB) are {list(state['memory_limits'])}"))
+    if "log_placement" in value:
+        from tfplace.capture import logging_state
+
+        if value["log_placement"] != (logging_state() != "off"):
+            wrong.append((settings.describe(chosen, "log_placement"),
+                          f"placement logging is {'off' if logging_state() == 'off' else 'on'} "
+                          "(TensorFlow 2.21 fixes it when the runtime starts)"))
     if "logical_cpus" in value and value["logical_cpus"] != state["logical_cpus"]:
         wrong.append((settings.describe(chosen, "logical_cpus"), f"{state['logical_cpus']} logical CPU(s) exist"))
     if wrong:
         detail = "; ".join(f"{asked} cannot be applied: {now}" for asked, now in wrong)
         raise RuntimeInitializedError(
             f"TensorFlow's runtime has already started, so its devices are fixed. {detail}. "
-            "Allowed after start: the state already in force, or soft_placement, log_placement and "
+            "Allowed after start: the state already in force, or any soft_placement and "
             "device_policy; call tfplace.configure() before the first TensorFlow op to change the rest"
         )
 

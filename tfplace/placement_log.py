@@ -31,14 +31,17 @@ class PlacementLog:
         cross-device copies, reported under `device_policy="warn"`.
       Both are read live while the capture is open (so a test can assert
       inside the block) and final once it ends.
-      complete: False when TensorFlow's C++ log level hid the eager lines,
-        so that only graph placer lines could be recorded.
+      complete: False when TensorFlow could not report every event: its C++
+        log level hid the eager lines (only graph placer lines are recorded),
+        or placement logging was off when the runtime started.
+      incomplete_reason: why, when `complete` is False.
     """
 
     def __init__(self, pull: Optional[Callable[[], None]] = None) -> None:
         self._records: list[PlacementRecord] = []
         self._copies: list[CopyRecord] = []
         self.complete = True
+        self.incomplete_reason = ""
         self._unmatched: Counter = Counter()
         self._pull = pull
 
@@ -117,9 +120,8 @@ class PlacementLog:
             lines.append(f"  ... and {len(rows) - _TABLE_ROWS} more rows")
         return "\n".join(lines) + ("" if self.complete else self._incomplete_note())
 
-    @staticmethod
-    def _incomplete_note() -> str:
-        return "\n  (incomplete: TF_CPP_MIN_LOG_LEVEL hid the eager 'Executing op' lines)"
+    def _incomplete_note(self) -> str:
+        return "\n  (incomplete log: " + self.incomplete_reason + ")"
 
     def assert_placed(self, op: str, device: str) -> None:
         """Raises AssertionError, with a table of actual placements, unless `op` ran on `device`."""
