@@ -24,6 +24,7 @@ from tfplace.devices import (
 )
 from tfplace.parsing import CopyRecord, PlacementRecord, parse_placement
 from tfplace.placement_log import PlacementLog
+from tfplace.replication import reduce_on, replicate, split_batch, strategy
 from tfplace.errors import (
     ConfigurationError,
     DeviceNotFoundError,
@@ -52,6 +53,10 @@ __all__ = [
     "PlacementRecord",
     "CopyRecord",
     "parse_placement",
+    "split_batch",
+    "replicate",
+    "reduce_on",
+    "strategy",
     "Error",
     "ConfigurationError",
     "RuntimeInitializedError",

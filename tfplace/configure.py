@@ -133,7 +133,7 @@ def configure(
         inventory = gpu_inventory.read_gpus(len(tf.config.list_physical_devices("GPU")))
         plan = plan_gpus(inventory, **{n: value.get(n) for n in gpu_names}, sources=sources)
         if not inventory:
-            logging.info("tfplace: no GPU visible; %s apply to nothing",
+            logging.info("tfplace: no GPU visible, so %s has nothing to apply to",
                          ", ".join(n for n in gpu_names if n in value))
 
     if tfstate.runtime_started():

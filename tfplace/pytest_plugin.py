@@ -64,6 +64,18 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"tfplace: {err}") from None
 
 
+def pytest_collection_modifyitems(items: list) -> None:
+    """Arms placement logging before any test runs when a test uses `placement_log`.
+
+    TensorFlow 2.21 fixes placement logging when its runtime starts, so it
+    must be on before the first test touches TensorFlow.
+    """
+    if any("placement_log" in getattr(item, "fixturenames", ()) for item in items):
+        from tfplace.capture import arm
+
+        arm()
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     from tfplace import tfstate
 
