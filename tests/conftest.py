@@ -1,0 +1,41 @@
+"""Shared helpers: run Python code in a fresh process (device configuration is per process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULT = "TFPLACE-RESULT:"
+
+pytest_plugins = ["pytester"]
+
+
+def run_python(code: str, *, env: dict | None = None, args: tuple = (), timeout: int = 240) -> subprocess.CompletedProcess:
+    """Runs `code` in a new interpreter; `report(obj)` in it prints a JSON result line."""
+    prelude = f"import json as _json\ndef report(obj):\n    print({RESULT!r} + _json.dumps(obj), flush=True)\n"
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("TFPLACE_", "TF_CPP"))}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-c", prelude + textwrap.dedent(code), *args],
+        capture_output=True, text=True, env=full_env, timeout=timeout, cwd=ROOT)
+
+
+def result_of(done: subprocess.CompletedProcess):
+    """The object the subprocess reported, failing the test with its stderr if it crashed."""
+    for line in done.stdout.splitlines():
+        if line.startswith(RESULT):
+            return json.loads(line[len(RESULT):])
+    pytest.fail(f"subprocess reported nothing (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+
+
+@pytest.fixture
+def python():
+    """`python(code, env=...)` → the object the code reported with `report(...)`."""
+    return lambda code, **kwargs: result_of(run_python(code, **kwargs))

@@ -1,0 +1,7 @@
+"""`python -m tfplace devices|env`: the tfplace command line."""
+
+import sys
+
+from tfplace.cli import main
+
+sys.exit(main())
