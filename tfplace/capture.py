@@ -33,7 +33,7 @@ import sys
 import tempfile
 import threading
 import warnings
-from typing import IO, Iterator
+from typing import IO, Iterator, Optional
 
 import tensorflow as tf
 from tensorflow.python.eager import context
@@ -41,11 +41,11 @@ from tensorflow.python.eager import context
 from tfplace import tfstate
 from tfplace.placement_log import PlacementLog
 
-__all__ = ["capture_placement", "arm", "logging_state"]
+__all__ = ["capture_placement", "capture_into", "arm", "logging_state"]
 
 _CHUNK = 1 << 22
 _lock = threading.RLock()
-_depth = 0
+_open: list["_Capture"] = []  # the captures open now, innermost last
 _libc = ctypes.CDLL(None)
 
 
@@ -151,9 +151,11 @@ def arm() -> bool:
 class _Capture:
     """One open capture: its redirects, its Python-level buffers and its log."""
 
-    def __init__(self, passthrough: bool, outer: bool) -> None:
+    def __init__(self, log: PlacementLog, passthrough: bool, parent: Optional["_Capture"]) -> None:
         self.passthrough = passthrough
-        self.outer = outer
+        self.parent = parent
+        if parent is not None:
+            parent.pull()  # the parent's earlier events come before this block's
         _flush_all()
         self.redirects = [_Redirect(1), _Redirect(2)]
         self.python_streams = {
@@ -164,12 +166,19 @@ class _Capture:
         self.buffer_read = dict.fromkeys(self.buffers, 0)
         for name, buffer in self.buffers.items():
             setattr(sys, name, buffer)
-        self.log = PlacementLog(pull=self.pull)
+        self.log = log
+        log.start_pulling(self.pull)
 
     def _route(self, text: str) -> str:
-        """Adds the placement events of `text` to the log; returns what to write back."""
+        """Adds the placement events of `text` to this log and the enclosing ones;
+        returns what to write back."""
+        records, copies = len(self.log._records), len(self.log._copies)
         rest = self.log.extend(text)
-        return text if self.outer else rest if self.passthrough else ""
+        parent = self.parent
+        while parent is not None:
+            parent.log.adopt(self.log._records[records:], self.log._copies[copies:])
+            parent = parent.parent
+        return rest if self.passthrough else ""
 
     def pull(self, final: bool = False) -> None:
         """Parses what was written since the last pull and writes back the rest."""
@@ -223,22 +232,27 @@ def capture_placement(*, passthrough: bool = True) -> Iterator[PlacementLog]:
     Yields:
       The `PlacementLog`.
     """
-    global _depth
+    with capture_into(PlacementLog(), passthrough=passthrough) as log:
+        yield log
+
+
+@contextlib.contextmanager
+def capture_into(log: PlacementLog, *, passthrough: bool = True) -> Iterator[PlacementLog]:
+    """`capture_placement()` filling a given log (the pytest fixture's, made earlier)."""
     with _lock:
-        capture = _Capture(passthrough, outer=_depth > 0)
-        started = tfstate.runtime_started()
+        capture = _Capture(log, passthrough, _open[-1] if _open else None)
         previous = context.context().log_device_placement
-        _depth += 1
+        _open.append(capture)
         try:
-            if not started:
+            if not tfstate.runtime_started():
                 tf.debugging.set_log_device_placement(True)
-            yield capture.log
+            yield log
         finally:
-            _depth -= 1
+            _open.pop()
             if not tfstate.runtime_started():
                 tf.debugging.set_log_device_placement(previous)
             capture.close()
-    _check_complete(capture.log)
+    _check_complete(log)
 
 
 def _check_complete(log: PlacementLog) -> None:
@@ -257,4 +271,4 @@ def _check_complete(log: PlacementLog) -> None:
                "tfplace.configure(log_placement=True) before the first TensorFlow op.")
     log.complete = False
     log.incomplete_reason = why
-    warnings.warn(f"tfplace: incomplete placement log: {why}", RuntimeWarning, stacklevel=4)
+    warnings.warn(f"tfplace: incomplete placement log: {why}", RuntimeWarning, stacklevel=5)

@@ -37,12 +37,16 @@ class PlacementLog:
       incomplete_reason: why, when `complete` is False.
     """
 
-    def __init__(self, pull: Optional[Callable[[], None]] = None) -> None:
+    def __init__(self) -> None:
         self._records: list[PlacementRecord] = []
         self._copies: list[CopyRecord] = []
         self.complete = True
         self.incomplete_reason = ""
         self._unmatched: Counter = Counter()
+        self._pull: Optional[Callable[[], None]] = None
+
+    def start_pulling(self, pull: Callable[[], None]) -> None:
+        """Reads live: `pull` parses new output into this log before each query."""
         self._pull = pull
 
     def stop_pulling(self) -> None:
@@ -80,6 +84,11 @@ class PlacementLog:
         self._records.extend(parsed.records)
         self._copies.extend(parsed.copies)
         return parsed.other
+
+    def adopt(self, records: list[PlacementRecord], copies: list[CopyRecord]) -> None:
+        """Appends events parsed elsewhere (by a capture nested in this one)."""
+        self._records.extend(records)
+        self._copies.extend(copies)
 
     def _select(self, op: Optional[str] = None, device: Optional[str] = None) -> Iterable[PlacementRecord]:
         where = parse_device(device).name if device is not None else None

@@ -94,10 +94,26 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(f"requires_gpu(n={wanted}): {have} GPU(s) visible")
 
 
-@pytest.fixture
-def placement_log() -> Iterator["tfplace.PlacementLog"]:  # noqa: F821
-    """A `tfplace.capture_placement()` around the test body; assert on it in the test."""
-    import tfplace
+_LOG = pytest.StashKey["tfplace.PlacementLog"]()  # noqa: F821
 
-    with tfplace.capture_placement() as log:
-        yield log
+
+@pytest.fixture
+def placement_log(request: pytest.FixtureRequest) -> "tfplace.PlacementLog":  # noqa: F821
+    """A `tfplace.capture_placement()` around the test body; assert on it in the test."""
+    from tfplace.placement_log import PlacementLog
+
+    log = request.node.stash[_LOG] = PlacementLog()
+    return log
+
+
+@pytest.hookimpl(hookwrapper=True, trylast=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """Captures around the test body, inside pytest's own capture (which resets fds per phase)."""
+    log = item.stash.get(_LOG, None)
+    if log is None:
+        yield
+        return
+    from tfplace.capture import capture_into
+
+    with capture_into(log):
+        yield

@@ -1,0 +1,96 @@
+"""The placement parser, on recorded lines and on generated lines with noise (hypothesis)."""
+
+from hypothesis import given, settings as hsettings, strategies as st
+
+from tfplace import PlacementLog, parse_placement
+
+FULL = "/job:localhost/replica:0/task:0/device:{}:{}"
+PREFIX = "I0000 00:00:1795316459.951921    1852 execute.cc:1775] "
+PLACER_PREFIX = "I0000 00:00:1795316459.951596    1852 placer.cc:162] "
+
+ops = st.sampled_from(["MatMul", "AddV2", "_EagerConst", "AddN", "VarHandleOp", "__inference_f_12"])
+devices = st.tuples(st.sampled_from(["CPU", "GPU"]), st.integers(0, 7))
+names = st.from_regex(r"[A-Za-z][A-Za-z0-9_]{0,8}(/[A-Za-z0-9_]{1,5})?", fullmatch=True)
+noise = st.text(st.characters(blacklist_characters="\n\r", blacklist_categories=("Cs",)), max_size=40).filter(
+    lambda s: "Executing op " not in s and "): /job:" not in s and "before computing" not in s)
+
+
+def test_recorded_eager_and_placer_lines():
+    text = (PLACER_PREFIX + "MatMul: (MatMul): " + FULL.format("CPU", 0) + "\n"
+            + PREFIX + "Executing op MatMul in device " + FULL.format("CPU", 0) + "\n"
+            + "tf.Tensor([[22. 28.]]\n"
+            + "MatMul: (MatMul): " + FULL.format("CPU", 0) + "\n")
+    parsed = parse_placement(text)
+    assert [(r.op, r.name, r.device, r.kind) for r in parsed.records] == [
+        ("MatMul", "MatMul", "/device:CPU:0", "place"), ("MatMul", "", "/device:CPU:0", "execute")]
+    assert parsed.other == "tf.Tensor([[22. 28.]]\n"
+
+
+def test_copy_warning_line():
+    line = ("W0000 00:00:1795316460.008019    1852 execute.cc:197] before computing AddV2 input #0 was expected "
+            f"to be on {FULL.format('CPU', 1)} but is actually on {FULL.format('CPU', 0)} (operation running on "
+            f"{FULL.format('CPU', 1)}). This triggers a copy which can be a performance bottleneck.\n")
+    copy, = parse_placement(line).copies
+    assert (copy.op, copy.input_index, copy.source, copy.target) == ("AddV2", 0, "/device:CPU:0", "/device:CPU:1")
+
+
+def test_spliced_lines_are_split():
+    text = ("a: (_Arg): " + FULL.format("CPU", 0) + PREFIX + "Executing op Fill in device " + FULL.format("GPU", 1)
+            + "\nhello " + "Executing op AddN in device " + FULL.format("CPU", 0) + "\n")
+    parsed = parse_placement(text)
+    assert [(r.op, r.device) for r in parsed.records] == [
+        ("_Arg", "/device:CPU:0"), ("Fill", "/device:GPU:1"), ("AddN", "/device:CPU:0")]
+    assert parsed.other == "hello \n"
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(
+    st.tuples(st.just("execute"), ops, devices, st.just("")),
+    st.tuples(st.just("place"), ops.filter(lambda o: not o.startswith("__")), devices, names),
+    st.tuples(st.just("noise"), noise, devices, st.just("")),
+), max_size=30))
+def test_generated_logs_round_trip(events):
+    """Both streams of a run: fd 2 (prefixed, eager + placer) and fd 1 (bare placer) parse to the events."""
+    fd2, fd1, expected, other = [], [], [], []
+    for kind, what, (dtype, index), name in events:
+        device = FULL.format(dtype, index)
+        if kind == "execute":
+            fd2.append(f"{PREFIX}Executing op {what} in device {device}\n")
+            expected.append((what, "", f"/device:{dtype}:{index}", "execute"))
+        elif kind == "place":
+            fd2.append(f"{PLACER_PREFIX}{name}: ({what}): {device}\n")
+            fd1.append(f"{name}: ({what}): {device}\n")
+            expected.append((what, name, f"/device:{dtype}:{index}", "place"))
+        else:
+            fd2.append(what + "\n")
+            other.append(what + "\n")
+    log = PlacementLog()
+    rest = log.extend("".join(fd2)) + log.extend("".join(fd1))
+    assert [(r.op, r.name, r.device, r.kind) for r in log.records] == expected
+    assert rest == "".join(other)
+    # With fd 2's lines hidden (TF_CPP_MIN_LOG_LEVEL >= 1), the bare placer lines are all kept.
+    hidden = PlacementLog.from_text("".join(fd1))
+    assert [r[:4] for r in hidden.records] == [e for e in expected if e[3] == "place"]
+
+
+@given(st.text(max_size=200))
+def test_arbitrary_text_never_breaks_the_parser_and_loses_nothing(text):
+    parsed = parse_placement(text)
+    if not parsed.records and not parsed.copies:
+        assert parsed.other == text
+
+
+def test_queries_accept_short_device_forms_and_assertions_show_a_table():
+    log = PlacementLog.from_text(
+        f"Executing op MatMul in device {FULL.format('CPU', 1)}\nExecuting op AddN in device {FULL.format('CPU', 0)}\n")
+    assert log.ops_on("CPU:1") == log.ops_on("/cpu:1") == log.ops_on(FULL.format("CPU", 1)) == ("MatMul",)
+    assert log.summary() == {"/device:CPU:1": {"MatMul": 1}, "/device:CPU:0": {"AddN": 1}}
+    assert log.guide_lines() == [f"Executing op MatMul in device {FULL.format('CPU', 1)}",
+                                 f"Executing op AddN in device {FULL.format('CPU', 0)}"]
+    log.assert_not_placed("MatMul", "CPU:0")
+    try:
+        log.assert_placed("MatMul", "GPU:0")
+    except AssertionError as err:
+        message = str(err)
+    assert message.splitlines()[0] == "expected MatMul on /device:GPU:0, but it was placed on /device:CPU:1:"
+    assert "MatMul                   /device:CPU:1      execute  1" in message
