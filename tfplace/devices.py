@@ -60,7 +60,7 @@ class Device:
     task: int = 0
     _scopes: threading.local = dataclasses.field(default_factory=threading.local, repr=False, compare=False)
 
-    @property
+    @functools.cached_property
     def name(self) -> str:
         """TensorFlow's canonical name, e.g. `/device:GPU:1` (with the job when not local)."""
         local = f"/device:{self.device_type}:{self.index}"
@@ -98,7 +98,10 @@ class Device:
     def __enter__(self) -> "Device":
         scope = tf.device(self.name)
         scope.__enter__()
-        self._scopes.__dict__.setdefault("stack", []).append(scope)
+        try:
+            self._scopes.stack.append(scope)
+        except AttributeError:
+            self._scopes.stack = [scope]
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -172,6 +175,7 @@ def try_all_gpus() -> list[Device]:
 
 
 _warned: set[Device] = set()
+_resolved: dict[str, Device] = {}  # specs of existing devices, once the runtime has started
 
 
 def device(spec: Union[str, Device, Any], *, fallback: bool = True) -> Device:
@@ -193,8 +197,12 @@ def device(spec: Union[str, Device, Any], *, fallback: bool = True) -> Device:
       DeviceSpecError (a ValueError): `spec` is malformed.
       DeviceNotFoundError: the device does not exist and `fallback` is False.
     """
+    if isinstance(spec, str) and spec in _resolved:
+        return _resolved[spec]
     wanted = parse_device(spec)
     if (wanted.job, wanted.replica, wanted.task) != _LOCAL or _exists(wanted):
+        if isinstance(spec, str) and tfstate.runtime_started():  # devices are fixed from now on
+            _resolved[spec] = wanted
         return wanted
     existing = ", ".join(tfstate.logical_device_names())
     if not fallback:

@@ -1,0 +1,107 @@
+"""Cost of capture_placement() and speed of the parser.
+
+* A block of eager ops captured vs the same block with placement logging on and
+  fds 1/2 sent to /dev/null (both in one process, alternating).
+* Memory per record: tracemalloc's peak while capturing N and 4N ops.
+* Parser throughput on a recorded log of >= 1,000,000 lines.
+
+    python benchmarks/bench_capture.py [--ops 50000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+import tracemalloc
+
+from common import print_table, row
+
+
+def run(ops: int = 50_000) -> list[dict[str, str]]:
+    import tensorflow as tf
+
+    import tfplace
+    from tfplace.capture import arm
+
+    arm()
+    x = tf.ones(1)
+
+    def block():
+        y = x
+        for _ in range(ops):
+            y = tf.identity(y)
+
+    def to_devnull():
+        saved = [os.dup(1), os.dup(2)]
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        try:
+            block()
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in (*saved, null):
+                os.close(fd)
+
+    def captured():
+        with tfplace.capture_placement() as log:
+            block()
+        assert len(log.records) >= ops
+        return log
+
+    captured()  # warm-up: the placer lines of Identity, kernel caches
+    ratios = []
+    for _ in range(3):
+        start = time.perf_counter()
+        to_devnull()
+        plain = time.perf_counter() - start
+        start = time.perf_counter()
+        captured()
+        ratios.append((time.perf_counter() - start) / plain)
+
+    peaks = {}
+    for n in (ops // 4, ops):
+        tracemalloc.start()
+        with tfplace.capture_placement() as log:
+            y = x
+            for _ in range(n):
+                y = tf.identity(y)
+        count = len(log.records)
+        peaks[n] = (tracemalloc.get_traced_memory()[1], count)
+        tracemalloc.stop()
+        del log
+    (small, small_count), (large, large_count) = peaks[ops // 4], peaks[ops]
+    per_record = (large - small) / (large_count - small_count)
+
+    from tfplace.parsing import parse_placement
+
+    sample = ("I0000 00:00:1795316459.951921    1852 execute.cc:1775] Executing op Identity in device "
+              "/job:localhost/replica:0/task:0/device:CPU:0\n"
+              "I0000 00:00:1795316459.951596    1852 placer.cc:162] MatMul: (MatMul): "
+              "/job:localhost/replica:0/task:0/device:CPU:1\n"
+              "some program output that is not placement\n"
+              "MatMul: (MatMul): /job:localhost/replica:0/task:0/device:CPU:1\n")
+    text = sample * 250_000
+    lines = text.count("\n")
+    speeds = []
+    for _ in range(3):
+        start = time.perf_counter()
+        parse_placement(text)
+        speeds.append(lines / (time.perf_counter() - start))
+    return [
+        row(f"capture {ops} eager ops vs logging to /dev/null", f"{statistics.median(ratios):.2f}", "<= 1.3",
+            "wall time, median of 3 alternating runs"),
+        row("memory per record while capturing", f"{per_record:.0f} B", "linear",
+            f"tracemalloc peak {small / 1e6:.1f} MB for {small_count} records, {large / 1e6:.1f} MB for {large_count}"),
+        row(f"parser on a {lines:,}-line log", f"{statistics.median(speeds) / 1e3:.0f}k lines/s", ">= 500k lines/s",
+            "one core, median of 3"),
+    ]
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ops", type=int, default=50_000)
+    print_table(run(parser.parse_args().ops))
