@@ -12,6 +12,7 @@ Example (the guide's manual replication, on two logical CPUs):
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any, Callable, Optional, Sequence
@@ -118,9 +119,15 @@ def strategy(devices: Optional[Sequence[Any]] = None) -> tf.distribute.Strategy:
             chosen = [d for d in map(device, tfstate.logical_device_names()) if d.device_type == "CPU"]
     else:
         chosen = [device(d, fallback=False) for d in devices]
-    names = [d.name for d in chosen]
-    if len(chosen) >= 2:
-        logging.info("tfplace: MirroredStrategy over %d devices %s", len(chosen), names)
-        return tf.distribute.MirroredStrategy(names)
+    return _local_strategy(tuple(d.name for d in chosen))
+
+
+@functools.lru_cache(maxsize=None)
+def _local_strategy(names: tuple[str, ...]) -> tf.distribute.Strategy:
+    """One strategy per device set: two MirroredStrategy objects over the same devices
+    in one process can clash in their collective ops."""
+    if len(names) >= 2:
+        logging.info("tfplace: MirroredStrategy over %d devices %s", len(names), list(names))
+        return tf.distribute.MirroredStrategy(list(names))
     logging.info("tfplace: OneDeviceStrategy on %s (a single device)", names[0])
     return tf.distribute.OneDeviceStrategy(names[0])
