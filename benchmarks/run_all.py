@@ -1,0 +1,80 @@
+"""Runs every benchmark, prints one table and writes benchmarks/RESULTS.md.
+
+Each benchmark runs in its own process (TensorFlow's device configuration is
+fixed per process). All figures are ratios or rates measured side by side in
+one run, medians of repeated rounds; on a shared 2-core machine expect a few
+percent of noise between runs.
+
+    python benchmarks/run_all.py [--quick] [--no-write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from common import print_table
+
+HERE = Path(__file__).resolve().parent
+SUITES = [
+    ("d2l GPUs chapter exercises", "bench_gpus_chapter", "run(quick={quick})"),
+    ("device helpers", "bench_devices", "run()"),
+    ("placement capture and parser", "bench_capture", "run(ops={ops})"),
+    ("replication", "bench_replication", "run()"),
+]
+
+
+def _suite(module: str, call: str) -> list[dict[str, str]]:
+    code = f"import json, {module}\nprint('ROWS:' + json.dumps({module}.{call}))"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=HERE, env=env, check=True)
+    line = next(l for l in done.stdout.splitlines() if l.startswith("ROWS:"))
+    return json.loads(line[5:])
+
+
+def machine() -> str:
+    model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo", encoding="utf-8")
+                  if l.startswith("model name")), platform.processor())
+    import tensorflow as tf
+
+    return (f"{os.cpu_count()} cores ({model}), Python {platform.python_version()}, TensorFlow {tf.__version__}, "
+            f"{platform.system()} {platform.release()}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="fewer sizes and ops")
+    parser.add_argument("--no-write", action="store_true", help="do not write RESULTS.md")
+    args = parser.parse_args()
+    started = time.time()
+    sections = []
+    for title, module, call in SUITES:
+        rows = _suite(module, call.format(quick=args.quick, ops=10_000 if args.quick else 50_000))
+        print(f"\n## {title}")
+        print_table(rows)
+        sections.append((title, rows))
+    took = time.time() - started
+    print(f"\n({took:.0f} s)")
+    if args.no_write:
+        return
+    lines = ["# Benchmark results", "",
+             f"Machine: {machine()}. Run: `python benchmarks/run_all.py`{' --quick' if args.quick else ''}, "
+             f"{time.strftime('%Y-%m-%d')}, {took:.0f} s.", "",
+             "Every figure is a ratio or rate measured side by side in one run (medians of repeated rounds, "
+             "alternating candidate and baseline). The machine is shared and has 2 cores: between runs, "
+             "ratios near 1 move by a few percent and GFLOP/s by more. No test asserts these numbers.", ""]
+    for title, rows in sections:
+        lines += [f"## {title}", "", "| benchmark | result | target | note |", "|---|---|---|---|"]
+        lines += [f"| {r['benchmark']} | {r['result']} | {r['target']} | {r['note']} |" for r in rows]
+        lines.append("")
+    (HERE / "RESULTS.md").write_text("\n".join(lines), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
