@@ -16,7 +16,7 @@ import statistics
 import time
 import tracemalloc
 
-from common import print_table, row
+from common import print_table, ratio, row
 
 
 def run(ops: int = 50_000) -> list[dict[str, str]]:
@@ -52,15 +52,7 @@ def run(ops: int = 50_000) -> list[dict[str, str]]:
         assert len(log.records) >= ops
         return log
 
-    captured()  # warm-up: the placer lines of Identity, kernel caches
-    ratios = []
-    for _ in range(3):
-        start = time.perf_counter()
-        to_devnull()
-        plain = time.perf_counter() - start
-        start = time.perf_counter()
-        captured()
-        ratios.append((time.perf_counter() - start) / plain)
+    capture_ratio = ratio(captured, to_devnull, calls=1, rounds=3)[0]
 
     peaks = {}
     for n in (ops // 4, ops):
@@ -92,7 +84,7 @@ def run(ops: int = 50_000) -> list[dict[str, str]]:
         parse_placement(text)
         speeds.append(lines / (time.perf_counter() - start))
     return [
-        row(f"capture {ops} eager ops vs logging to /dev/null", f"{statistics.median(ratios):.2f}", "<= 1.3",
+        row(f"capture {ops} eager ops vs logging to /dev/null", f"{capture_ratio:.2f}", "<= 1.3",
             "wall time, median of 3 alternating runs"),
         row("memory per record while capturing", f"{per_record:.0f} B", "linear",
             f"tracemalloc peak {small / 1e6:.1f} MB for {small_count} records, {large / 1e6:.1f} MB for {large_count}"),

@@ -16,7 +16,7 @@ import os
 import statistics
 import time
 
-from common import print_table, row
+from common import print_table, ratio, row
 
 
 def peak_gflops() -> tuple[float, str]:
@@ -77,16 +77,8 @@ def run(quick: bool = False) -> list[dict[str, str]]:
             norms.append(tf.norm(x))
         return tf.stack(norms).numpy()
 
-    host_every_step(), device_then_once()
-    ratios = []
-    for _ in range(3 if quick else 5):
-        start = time.perf_counter()
-        host_every_step()
-        host = time.perf_counter() - start
-        start = time.perf_counter()
-        device_then_once()
-        ratios.append(host / (time.perf_counter() - start))
-    rows.append(row("1000 matmuls 100x100: norm to host every step vs once", f"{statistics.median(ratios):.2f}x", "",
+    host_ratio = ratio(host_every_step, device_then_once, calls=1, rounds=3 if quick else 5)[0]
+    rows.append(row("1000 matmuls 100x100: norm to host every step vs once", f"{host_ratio:.2f}x", "",
                     "host-every-step time / on-device-log time; on CPUs the 'transfer' is a sync, not a copy"))
 
     with tf.device("/device:CPU:0"):
@@ -107,17 +99,9 @@ def run(quick: bool = False) -> list[dict[str, str]]:
                 y = tf.matmul(x1, w)
         return y.numpy()
 
-    implicit(), explicit()
-    ratios = []
-    for _ in range(5):
-        start = time.perf_counter()
-        implicit()
-        slow = time.perf_counter() - start
-        start = time.perf_counter()
-        explicit()
-        ratios.append(slow / (time.perf_counter() - start))
+    copy_ratio = ratio(implicit, explicit, calls=1, rounds=5)[0]
     rows.append(row("implicit copy every step vs to_device once (200 matmuls 256^2)",
-                    f"{statistics.median(ratios):.2f}x", "", "between logical CPUs the copy is a host memcpy"))
+                    f"{copy_ratio:.2f}x", "", "between logical CPUs the copy is a host memcpy"))
     return rows
 
 

@@ -34,7 +34,8 @@ def test_env_reports_versions_variables_and_warnings():
 
 def test_bad_options_exit_non_zero_with_a_message():
     done = tfplace("devices", "--logical_cpus=0")
-    assert done.returncode == 2 and "received '0': allowed is a whole number >= 1" in done.stderr
+    assert done.returncode == 2
+    assert "logical_cpus=0 (from option --logical_cpus) is not allowed: expected a whole number >= 1" in done.stderr
     done = tfplace("devices", "--visible_gpus=3")
     assert done.returncode == 2 and "visible_gpus=[3]" in done.stderr and "this machine has 0 GPU" in done.stderr
     assert tfplace("bogus").returncode == 2

@@ -83,7 +83,7 @@ def test_flag_validators_reject_bad_values_and_combinations(python):
     """)
     assert "memory_fraction=1.5 (from flag --memory_fraction)" in out[0]
     assert "logical_cpus=0 (from flag --logical_cpus)" in out[1]
-    assert "visible_gpus=['0', 'x'] (from flag --visible_gpus)" in out[2]
+    assert "visible_gpus='0,x' (from flag --visible_gpus) cannot be read" in out[2]
     assert "cannot be combined" in out[3] and "cannot be combined" in out[4]
 
 

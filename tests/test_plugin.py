@@ -45,7 +45,8 @@ def test_logical_cpus_option_ini_marker_and_header(pytester):
 def test_bad_option_and_disabling(pytester):
     pytester.makepyfile(test_x="def test_x():\n    pass\n")
     result = pytester.runpytest_subprocess("--tfplace-logical-cpus=0")
-    result.stderr.fnmatch_lines(["*option --tfplace-logical-cpus=0 is not allowed: expected a whole number >= 1*"])
+    result.stderr.fnmatch_lines(
+        ["*logical_cpus=0 (from option --tfplace-logical-cpus) is not allowed: expected a whole number >= 1*"])
     assert result.ret != 0
     result = pytester.runpytest_subprocess("-p", "no:tfplace", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)

@@ -109,21 +109,14 @@ def _print_env(report: dict[str, Any]) -> None:
         print(f"warning: {warning}")
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"received {text!r}: allowed is a whole number >= 1")
-    return value
-
-
-def _indices(text: str) -> list[int]:
-    try:
-        return [int(part) for part in text.split(",")] if text else []
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"received {text!r}: allowed is a comma-separated list of GPU indices") from None
+def _setting(name: str):
+    """An argparse type reading `--<name>` as `configure()` reads that setting."""
+    def parse(text: str) -> Any:
+        try:
+            return settings.parse_text(name, text, f"option --{name}")
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+    return parse
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -131,9 +124,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="tfplace", description="TensorFlow device placement: see it.")
     commands = parser.add_subparsers(dest="command", required=True)
     devices = commands.add_parser("devices", help="physical and logical devices (starts nothing)")
-    devices.add_argument("--logical_cpus", type=_count, help="preview: " + settings.ALLOWED["logical_cpus"])
-    devices.add_argument("--logical_gpus", type=_count, help="preview: " + settings.ALLOWED["logical_gpus"])
-    devices.add_argument("--visible_gpus", type=_indices, help="preview: " + settings.ALLOWED["visible_gpus"])
+    for name in ("logical_cpus", "logical_gpus", "visible_gpus"):
+        devices.add_argument(f"--{name}", type=_setting(name), help="preview: " + settings.ALLOWED[name])
     devices.add_argument("--json", action="store_true", help="print JSON")
     env = commands.add_parser("env", help="versions, build info and placement environment variables")
     env.add_argument("--json", action="store_true", help="print JSON")

@@ -41,12 +41,7 @@ def _indices(raw: Any) -> Any:
     """`--visible_gpus` arrives as a list of strings; indices are ints."""
     if raw is None:
         return None
-    try:
-        return [int(part) for part in raw]
-    except ValueError:
-        raise ConfigurationError(
-            f"visible_gpus={raw!r} (from flag --visible_gpus) is not allowed: "
-            f"expected {settings.ALLOWED['visible_gpus']}, e.g. --visible_gpus=0,2") from None
+    return list(settings.parse_text("visible_gpus", ",".join(raw), "flag --visible_gpus"))
 
 
 FLAG_HOLDERS: dict[str, flags.FlagHolder] = {

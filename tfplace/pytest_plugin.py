@@ -31,12 +31,14 @@ REQUIRES_GPU = "requires_gpu(n=1): skip the test unless at least n GPUs (logical
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("tfplace", "TensorFlow device placement (tfplace)")
-    group.addoption("--tfplace-logical-cpus", type=int, default=None, metavar="N",
+    group.addoption("--tfplace-logical-cpus", default=None, metavar="N",
                     dest="tfplace_logical_cpus", help=LOGICAL_CPUS_HELP)
     parser.addini("tfplace_logical_cpus", LOGICAL_CPUS_HELP, default=None)
 
 
 def _logical_cpus(config: pytest.Config) -> Optional[int]:
+    from tfplace import settings
+
     value = config.getoption("tfplace_logical_cpus")
     source = "option --tfplace-logical-cpus"
     if value is None:
@@ -44,12 +46,9 @@ def _logical_cpus(config: pytest.Config) -> Optional[int]:
     if value in (None, ""):
         return None
     try:
-        count = int(value)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise pytest.UsageError(f"{source}={value!r} is not allowed: expected a whole number >= 1")
-    return count
+        return settings.parse_text("logical_cpus", str(value), source)
+    except ValueError as err:
+        raise pytest.UsageError(str(err)) from None
 
 
 def pytest_configure(config: pytest.Config) -> None:

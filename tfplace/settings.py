@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 
 from tfplace.errors import ConfigurationError
 
-__all__ = ["NAMES", "DEVICE_POLICIES", "ENVIRONMENT", "ALLOWED", "Sourced", "validate", "resolve", "describe", "check_conflicts"]
+__all__ = ["NAMES", "DEVICE_POLICIES", "ENVIRONMENT", "ALLOWED", "Sourced", "validate", "parse_text", "resolve", "describe", "check_conflicts"]
 
 NAMES = (
     "soft_placement",
@@ -134,9 +134,13 @@ def validate(name: str, value: Any, source: str) -> Any:
     return _VALIDATORS[name](name, value, source)
 
 
-def _from_text(name: str, text: str, variable: str) -> Any:
-    """Parses an environment variable's text into a value for setting `name`."""
-    source = f"environment variable {variable}"
+def parse_text(name: str, text: str, source: str) -> Any:
+    """Parses `text` (an environment variable, a command-line or ini value) into setting `name`.
+
+    Raises:
+      ConfigurationError: naming `source`, when the text cannot be read or is out of bounds.
+    """
+    variable = source.rsplit(" ", 1)[-1]
     clean = text.strip()
     try:
         if _VALIDATORS[name] is _bool:
@@ -154,7 +158,7 @@ def _from_text(name: str, text: str, variable: str) -> Any:
             parsed = clean
     except (KeyError, ValueError):
         raise ConfigurationError(
-            f"{variable}={text!r} (from {source}) cannot be read as {name}: "
+            f"{variable.lstrip('-')}={text!r} (from {source}) cannot be read as {name}: "
             f"expected {ALLOWED[name]}"
             + (", written 'true' or 'false'" if variable == "TF_FORCE_GPU_ALLOW_GROWTH" else "")
         ) from None
@@ -183,7 +187,8 @@ def resolve(
     for name in NAMES:
         for variable in ENVIRONMENT[name]:
             if variable in environ:
-                chosen[name] = Sourced(_from_text(name, environ[variable], variable), f"environment variable {variable}")
+                source = f"environment variable {variable}"
+                chosen[name] = Sourced(parse_text(name, environ[variable], source), source)
         if flag_values.get(name) is not None:
             chosen[name] = Sourced(validate(name, flag_values[name], f"flag --{name}"), f"flag --{name}")
         if arguments.get(name) is not None:
