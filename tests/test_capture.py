@@ -140,3 +140,41 @@ def test_under_pytest_capture_modes(pytester):
         result.assert_outcomes(failed=1)
         assert "visible-marker" in result.stdout.str()
         assert "AssertionError: show output" in result.stdout.str()
+
+
+def test_python_level_streams_as_under_jupyter(python):
+    """Where sys.stdout is not fd 1 (IPython's OutStream), lines written to it are captured too."""
+    out = python("""
+        import io, sys, tensorflow as tf, tfplace
+        notebook = io.StringIO()
+        real, sys.stdout = sys.stdout, notebook
+        with tfplace.capture_placement() as log:
+            print("cell output")
+            # TensorFlow may route its eager lines through sys.stdout in a notebook:
+            print("Executing op MatMul in device /job:localhost/replica:0/task:0/device:CPU:0")
+            tf.matmul(tf.ones((2, 2)), tf.ones((2, 2)))
+        sys.stdout = real
+        report({"notebook": notebook.getvalue(), "execs": [r.op for r in log.records if r.kind == "execute"]})
+    """)
+    assert out["notebook"] == "cell output\n"
+    assert out["execs"].count("MatMul") == 2  # the routed line and the fd-level one
+
+
+def test_other_threads_output_is_not_lost():
+    done = run_python("""
+        import os, threading, time, tensorflow as tf, tfplace
+        def chatter():
+            for i in range(50):
+                os.write(1, f"thread line {i}\\n".encode())
+                time.sleep(0.001)
+        with tfplace.capture_placement() as log:
+            worker = threading.Thread(target=chatter)
+            worker.start()
+            for _ in range(200):
+                tf.identity(tf.ones(1))
+            worker.join()
+        report(len(log.records))
+    """)
+    assert result_of(done) > 0
+    assert [line for line in done.stdout.splitlines() if line.startswith("thread line")] == [
+        f"thread line {i}" for i in range(50)]

@@ -57,9 +57,11 @@ def test_fraction_needs_known_memory():
 
 
 def test_parse_recorded_nvidia_smi_and_cuda_visible_devices():
-    text = "".join(f"{i}, Tesla V100-SXM2-16GB, 16160, GPU-{i}aaa\n" for i in range(8))
+    text = "".join(f"{i}, Tesla V100-SXM2-16GB, 16160, GPU-{i}aaa, {i}\n" for i in range(8))
     gpus = parse_nvidia_smi(text)
-    assert gpus == [GpuInfo(i, "Tesla V100-SXM2-16GB", 16160, f"GPU-{i}aaa") for i in range(8)]
+    assert gpus == [GpuInfo(i, "Tesla V100-SXM2-16GB", 16160, f"GPU-{i}aaa", i) for i in range(8)]
+    assert parse_nvidia_smi("0, Tesla T4, [N/A], GPU-x, [N/A]\nNo devices were found\n") == [
+        GpuInfo(0, "Tesla T4", None, "GPU-x", None)]
     mapped = map_cuda_visible(gpus, "6,GPU-2a")
     assert [(g.index, g.uuid) for g in mapped] == [(0, "GPU-6aaa"), (1, "GPU-2aaa")]
     assert [g.uuid for g in map_cuda_visible(gpus, "1,99,2")] == ["GPU-1aaa"]  # CUDA stops at a bad entry

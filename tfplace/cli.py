@@ -43,6 +43,7 @@ def _devices(args: argparse.Namespace) -> dict[str, Any]:
             details = tf.config.experimental.get_device_details(dev)
             row.update(model=getattr(info, "name", details.get("device_name")),
                        memory_total_mib=getattr(info, "total_mib", None),
+                       memory_used_mib=getattr(info, "used_mib", None),
                        compute_capability=details.get("compute_capability"))
         physical.append(row)
     return {"physical": physical, "logical": list(config.logical_devices), "runtime_started": tfstate.runtime_started()}
@@ -68,6 +69,9 @@ def _env(_: argparse.Namespace) -> dict[str, Any]:
     if os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH") == "true" and any(
             f"TFPLACE_{n.upper()}" in os.environ for n in ("memory_fraction", "memory_limit_mb", "logical_gpus")):
         warnings.append("TF_FORCE_GPU_ALLOW_GROWTH=true cannot be combined with a memory cap or logical GPUs")
+    if "CUDA_VISIBLE_DEVICES" in os.environ and "TFPLACE_VISIBLE_GPUS" in os.environ:
+        warnings.append("TFPLACE_VISIBLE_GPUS indexes the GPUs left by CUDA_VISIBLE_DEVICES, "
+                        "not nvidia-smi's numbering")
     try:
         settings.resolve({}, {}, os.environ)
     except tfplace.ConfigurationError as err:
@@ -82,7 +86,8 @@ def _env(_: argparse.Namespace) -> dict[str, Any]:
         "is_cuda_build": bool(build.get("is_cuda_build")),
         "cuda_version": build.get("cuda_version"),
         "cudnn_version": build.get("cudnn_version"),
-        "gpus": [{"index": g.index, "name": g.name, "memory_total_mib": g.total_mib} for g in gpus],
+        "gpus": [{"index": g.index, "name": g.name, "memory_total_mib": g.total_mib, "memory_used_mib": g.used_mib}
+                 for g in gpus],
         "environment": variables,
         "warnings": warnings,
     }
@@ -91,7 +96,7 @@ def _env(_: argparse.Namespace) -> dict[str, Any]:
 def _print_devices(report: dict[str, Any]) -> None:
     print(f"{'physical device':<28} {'type':<5} {'visible':<8} details")
     for row in report["physical"]:
-        extra = ", ".join(f"{k}={row[k]}" for k in ("model", "memory_total_mib", "compute_capability") if k in row)
+        extra = ", ".join(f"{k}={row[k]}" for k in ("model", "memory_total_mib", "memory_used_mib", "compute_capability") if k in row)
         print(f"{row['name']:<28} {row['type']:<5} {'yes' if row['visible'] else 'no':<8} {extra}")
     print("logical devices: " + ", ".join(report["logical"]))
 

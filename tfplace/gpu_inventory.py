@@ -9,7 +9,7 @@ and the `GpuInfo.index` read here are TensorFlow's numbers.
 
 Example:
     >>> from tfplace.gpu_inventory import parse_nvidia_smi, map_cuda_visible
-    >>> gpus = parse_nvidia_smi("0, Tesla T4, 15360, GPU-aa\\n1, Tesla V100, 16160, GPU-bb\\n")
+    >>> gpus = parse_nvidia_smi("0, Tesla T4, 15360, GPU-aa, 0\\n1, Tesla V100, 16160, GPU-bb, 310\\n")
     >>> [(g.index, g.name) for g in map_cuda_visible(gpus, "1")]
     [(0, 'Tesla V100')]
 """
@@ -28,7 +28,8 @@ from tfplace.gpu_plan import GpuInfo
 
 __all__ = ["read_gpus", "parse_nvidia_smi", "map_cuda_visible"]
 
-NVIDIA_SMI_QUERY = ("nvidia-smi", "--query-gpu=index,name,memory.total,uuid", "--format=csv,noheader,nounits")
+NVIDIA_SMI_QUERY = ("nvidia-smi", "--query-gpu=index,name,memory.total,uuid,memory.used",
+                    "--format=csv,noheader,nounits")
 
 
 def parse_nvidia_smi(text: str) -> list[GpuInfo]:
@@ -36,10 +37,10 @@ def parse_nvidia_smi(text: str) -> list[GpuInfo]:
     gpus = []
     for line in text.splitlines():
         parts = [part.strip() for part in line.split(",")]
-        if len(parts) != 4 or not parts[0].isdigit():
+        if len(parts) not in (4, 5) or not parts[0].isdigit():
             continue
-        total = int(parts[2]) if parts[2].isdigit() else None
-        gpus.append(GpuInfo(int(parts[0]), parts[1], total, parts[3]))
+        total, used = (int(p) if p.isdigit() else None for p in (parts[2], (parts + [""])[4]))
+        gpus.append(GpuInfo(int(parts[0]), parts[1], total, parts[3], used))
     return gpus
 
 
@@ -78,8 +79,8 @@ def _read_nvml() -> Optional[list[GpuInfo]]:
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             name = pynvml.nvmlDeviceGetName(handle)
             uuid = pynvml.nvmlDeviceGetUUID(handle)
-            total = pynvml.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024)
-            gpus.append(GpuInfo(index, _text(name), int(total), _text(uuid)))
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            gpus.append(GpuInfo(index, _text(name), int(memory.total) >> 20, _text(uuid), int(memory.used) >> 20))
         return gpus
     finally:
         pynvml.nvmlShutdown()

@@ -27,13 +27,15 @@ __all__ = ["GpuInfo", "GpuPlan", "plan_gpus"]
 class GpuInfo:
     """One GPU as TensorFlow numbers it (`/physical_device:GPU:<index>`).
 
-    `total_mib` is the GPU's total memory in MiB, None when it could not be read.
+    `total_mib` and `used_mib` are the GPU's total and used memory in MiB,
+    None when they could not be read.
     """
 
     index: int
     name: str
     total_mib: Optional[int]
     uuid: str = ""
+    used_mib: Optional[int] = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Example (the guide's manual replication, on two logical CPUs):
     >>> import tensorflow as tf, tfplace
-    >>> tfplace.configure(logical_cpus=2)  # before the runtime starts
+    >>> config = tfplace.configure(logical_cpus=2)  # before the runtime starts
     >>> a = tf.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
     >>> b = tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
     >>> parts = tfplace.replicate(tf.matmul, ["CPU:0", "CPU:1"], a, b)
