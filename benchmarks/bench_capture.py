@@ -23,9 +23,7 @@ def run(ops: int = 50_000) -> list[dict[str, str]]:
     import tensorflow as tf
 
     import tfplace
-    from tfplace.capture import arm
-
-    arm()
+    tfplace.configure(log_placement=True)  # logging on from the start, lines on the terminal (here /dev/null)
     x = tf.ones(1)
 
     def block():

@@ -44,11 +44,7 @@ def step(title: str) -> None:
 
 def main(argv: list[str]) -> None:
     del argv
-    config = tfplace.configure()
-    # One capture around everything keeps stray placement lines off the terminal;
-    # the steps capture their own blocks inside it.
-    with tfplace.capture_placement():
-        run_steps(config)
+    run_steps(tfplace.configure())  # placement logging on from the start, off the terminal
     if _REPORT.value:
         with open(_REPORT.value, "w", encoding="utf-8") as out:
             json.dump(REPORT, out, indent=1)

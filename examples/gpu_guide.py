@@ -175,9 +175,6 @@ def main(argv: list[str]) -> None:
         cpus = [n for n in config.logical_devices if "CPU" in n]
         print(f"No GPU: {len(cpus)} logical CPU(s) stand in for GPUs "
               f"({', '.join(f'{n} for GPU:{i}' for i, n in enumerate(cpus))})")
-    from tfplace.capture import arm
-
-    arm()  # TensorFlow fixes placement logging when its runtime starts
     for name in SECTIONS if _SECTION.value == "all" else (_SECTION.value,):
         print(f"\n== {name}")
         RUNNERS[name]()

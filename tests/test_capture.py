@@ -44,8 +44,6 @@ def test_warn_policy_copy_record(python):
     out = python("""
         import tensorflow as tf, tfplace
         tfplace.configure(logical_cpus=2, device_policy="warn")
-        from tfplace.capture import arm
-        arm()
         with tf.device("CPU:0"):
             x = tf.ones((2, 2))
         with tf.device("CPU:1"):

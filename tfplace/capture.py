@@ -2,11 +2,10 @@
 
 TensorFlow prints placement from C++ straight to file descriptors 1 and 2, past
 Python's `sys.stdout`. For the block, both descriptors are pointed at unlinked
-spool files (a writer can never block on them, whatever the volume) and
-placement logging is turned on; when the block ends the previous descriptors
-and logging setting come back, the spool is parsed in chunks, and every byte
-that is not a placement line is written back to the stream it came from, in
-order. Where `sys.stdout`/`sys.stderr` are not the descriptors themselves
+spool files (a writer can never block on them, whatever the volume); when the
+block ends the previous descriptors come back, the spool is parsed in chunks,
+and every byte that is not a placement line is written back to the stream it
+came from, in order. The log can also be read inside the block. Where `sys.stdout`/`sys.stderr` are not the descriptors themselves
 (Jupyter, pytest's `--capture=sys`), they are captured at the Python level too.
 
 Output of other threads during the block is captured with it and written back
@@ -36,12 +35,11 @@ import warnings
 from typing import IO, Iterator, Optional
 
 import tensorflow as tf
-from tensorflow.python.eager import context
 
-from tfplace import tfstate
+from tfplace import tap, tfstate
 from tfplace.placement_log import PlacementLog
 
-__all__ = ["capture_placement", "capture_into", "arm", "logging_state"]
+__all__ = ["capture_placement", "capture_into", "logging_state"]
 
 _CHUNK = 1 << 22
 _lock = threading.RLock()
@@ -69,14 +67,16 @@ class _Redirect:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.spool: IO[bytes] = tempfile.TemporaryFile()
-        self.saved = os.dup(fd)
         self.read_at = 0
         self.carry = b""
-        os.dup2(self.spool.fileno(), fd)
+        with tap.fd_lock:
+            self.saved = os.dup(fd)
+            os.dup2(self.spool.fileno(), fd)
 
     def restore(self) -> None:
-        os.dup2(self.saved, self.fd)
-        os.close(self.saved)
+        with tap.fd_lock:
+            os.dup2(self.saved, self.fd)
+            os.close(self.saved)
 
     def new_text(self, final: bool) -> Iterator[str]:
         """Text spooled since the last call, in pieces ending at line breaks.
@@ -133,19 +133,6 @@ def logging_state() -> str:
     if "Executing op" in err:
         return "complete"
     return "placer-only" if "(Identity)" in out else "off"
-
-
-def arm() -> bool:
-    """Turns placement logging on so that later captures see it; True if it is on.
-
-    Before the runtime starts this always works (and logging then stays on
-    for the process: TensorFlow 2.21 cannot turn it off after start); after,
-    it only reports whether logging was on at start.
-    """
-    if not tfstate.runtime_started():
-        tf.debugging.set_log_device_placement(True)
-        return True
-    return logging_state() != "off"
 
 
 class _Capture:
@@ -211,13 +198,12 @@ class _Capture:
 def capture_placement(*, passthrough: bool = True) -> Iterator[PlacementLog]:
     """Captures the placement events of the block as a `PlacementLog`.
 
-    Turns placement logging on for the block when the runtime has not started
-    yet, and restores the previous setting after, even when the block raises.
-    TensorFlow 2.21 fixes placement logging when its runtime starts: a block
-    that starts the runtime leaves logging on for the process (lines outside
-    captures then reach the terminal), and a capture opened after start sees
-    placement only if logging was on at start (otherwise the log is marked
-    incomplete, with a warning). The log can be queried inside the block
+    TensorFlow 2.21 fixes placement logging when its runtime starts, so
+    `configure()` turns it on quietly (see `tfplace.tap`) unless told
+    `log_placement=False`; a capture opened before the runtime starts does the
+    same. A capture opened after a start without logging sees nothing: its
+    log is marked incomplete, with a warning. Outside captures the terminal
+    shows what it showed before. The log can be queried inside the block
     (it reads what was printed so far) and is final when the block ends.
 
     >>> import tensorflow as tf, tfplace
@@ -240,17 +226,14 @@ def capture_placement(*, passthrough: bool = True) -> Iterator[PlacementLog]:
 def capture_into(log: PlacementLog, *, passthrough: bool = True) -> Iterator[PlacementLog]:
     """`capture_placement()` filling a given log (the pytest fixture's, made earlier)."""
     with _lock:
+        if not tfstate.runtime_started():
+            tap.quiet()  # logging must be on when the runtime starts; off the terminal outside captures
         capture = _Capture(log, passthrough, _open[-1] if _open else None)
-        previous = context.context().log_device_placement
         _open.append(capture)
         try:
-            if not tfstate.runtime_started():
-                tf.debugging.set_log_device_placement(True)
             yield log
         finally:
             _open.pop()
-            if not tfstate.runtime_started():
-                tf.debugging.set_log_device_placement(previous)
             capture.close()
     _check_complete(log)
 
@@ -267,8 +250,8 @@ def _check_complete(log: PlacementLog) -> None:
                "lines. Unset it (or set 0) before importing TensorFlow for a complete log.")
     else:
         why = ("placement logging was off when TensorFlow's runtime started, and TensorFlow fixes it then: "
-               "nothing could be captured. Enter capture_placement() or call "
-               "tfplace.configure(log_placement=True) before the first TensorFlow op.")
+               "nothing could be captured. Call tfplace.configure() (without log_placement=False) or open "
+               "a capture before the first TensorFlow op.")
     log.complete = False
     log.incomplete_reason = why
     warnings.warn(f"tfplace: incomplete placement log: {why}", RuntimeWarning, stacklevel=5)

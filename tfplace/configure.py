@@ -16,7 +16,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from absl import logging
 
-from tfplace import gpu_inventory, settings, tfstate
+from tfplace import gpu_inventory, settings, tap, tfstate
 from tfplace.errors import RuntimeInitializedError
 from tfplace.gpu_plan import GpuPlan, plan_gpus
 
@@ -87,10 +87,16 @@ def configure(
     and the keyword argument. None leaves a setting to the lower levels.
 
     Soft placement and the device policy are applied at any time. Visible
-    GPUs, memory growth, memory caps, logical devices and (since TensorFlow
-    2.21) placement logging are fixed when the runtime starts: after that,
-    asking for the state already in force does nothing, and asking for another
-    raises.
+    GPUs, memory growth, memory caps and logical devices are fixed when the
+    runtime starts: after that, asking for the state already in force does
+    nothing, and asking for another raises.
+
+    TensorFlow 2.21 also fixes placement logging at runtime start. So that
+    `capture_placement()` works later, a call before start turns it on
+    quietly (TensorFlow's placement lines are kept off the terminal, see
+    `tfplace.tap`) unless `log_placement` says otherwise: True shows the lines,
+    False turns logging off. After start, `log_placement` shows or hides the
+    lines if logging was on at start.
 
     Everything is checked before anything is applied: a rejected call changes
     no setting.
@@ -101,7 +107,8 @@ def configure(
 
     Args:
       soft_placement: let ops without a kernel on the asked device run elsewhere.
-      log_placement: log the device of every op (`tf.debugging.set_log_device_placement`).
+      log_placement: show TensorFlow's placement lines on the terminal (True),
+        or turn placement logging off (False, before start; captures then see nothing).
       device_policy: "silent", "warn" (log implicit cross-device copies) or
         "explicit" (raise on them).
       memory_growth: allocate GPU memory as needed, on every visible GPU.
@@ -136,15 +143,36 @@ def configure(
             logging.info("tfplace: no GPU visible, so %s has nothing to apply to",
                          ", ".join(n for n in gpu_names if n in value))
 
-    if tfstate.runtime_started():
+    started = tfstate.runtime_started()
+    if started:
         _check_in_force(plan, value, chosen)
-        tfstate.apply_runtime(value.get("soft_placement"), None, value.get("device_policy"))
     else:
         tfstate.apply_fixed(plan, value.get("logical_cpus"))
         if any(name in value for name in _CAPS):
             _applied.update({name: value.get(name) for name in _CAPS})
-        tfstate.apply_runtime(value.get("soft_placement"), value.get("log_placement"), value.get("device_policy"))
+    _apply_log_placement(value.get("log_placement"), started)
+    tfstate.apply_runtime(value.get("soft_placement"), value.get("device_policy"))
     return current(sources)
+
+
+def _apply_log_placement(show: Optional[bool], started: bool) -> None:
+    """Placement logging: on from the start unless refused; `show` says whether the terminal sees it.
+
+    None keeps TensorFlow's lines off the terminal (quiet, so that captures
+    still see them); True shows them; False, before start, turns logging off
+    (captures then see nothing).
+    """
+    import tensorflow as tf
+
+    if show is False and not started:
+        tap.loud()
+        tf.debugging.set_log_device_placement(False)
+    elif show:
+        if not started:
+            tf.debugging.set_log_device_placement(True)
+        tap.loud()
+    elif not started or show is False:
+        tap.quiet()
 
 
 def _check_in_force(plan: Optional[GpuPlan], value: dict[str, Any], chosen: dict[str, settings.Sourced]) -> None:
@@ -162,18 +190,18 @@ def _check_in_force(plan: Optional[GpuPlan], value: dict[str, Any], chosen: dict
     if "log_placement" in value:
         from tfplace.capture import logging_state
 
-        if value["log_placement"] != (logging_state() != "off"):
+        if value["log_placement"] and logging_state() == "off":
             wrong.append((settings.describe(chosen, "log_placement"),
-                          f"placement logging is {'off' if logging_state() == 'off' else 'on'} "
-                          "(TensorFlow 2.21 fixes it when the runtime starts)"))
+                          "placement logging was off when the runtime started, and TensorFlow 2.21 "
+                          "fixes it then"))
     if "logical_cpus" in value and value["logical_cpus"] != state["logical_cpus"]:
         wrong.append((settings.describe(chosen, "logical_cpus"), f"{state['logical_cpus']} logical CPU(s) exist"))
     if wrong:
         detail = "; ".join(f"{asked} cannot be applied: {now}" for asked, now in wrong)
         raise RuntimeInitializedError(
             f"TensorFlow's runtime has already started, so its devices are fixed. {detail}. "
-            "Allowed after start: the state already in force, or any soft_placement and "
-            "device_policy; call tfplace.configure() before the first TensorFlow op to change the rest"
+            "Allowed after start: the state already in force, any soft_placement and device_policy, "
+            "and log_placement when logging was on at start; call tfplace.configure() before the first TensorFlow op to change the rest"
         )
 
 

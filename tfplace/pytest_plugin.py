@@ -53,6 +53,10 @@ def _logical_cpus(config: pytest.Config) -> Optional[int]:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", REQUIRES_GPU)
+    if config.getoption("capture") == "fd":
+        from tfplace import tap
+
+        tap.keep_descriptors()  # pytest swaps fds 1 and 2 per test phase; they stay its own
     count = _logical_cpus(config)
     if count is not None:
         import tfplace
@@ -70,9 +74,9 @@ def pytest_collection_modifyitems(items: list) -> None:
     must be on before the first test touches TensorFlow.
     """
     if any("placement_log" in getattr(item, "fixturenames", ()) for item in items):
-        from tfplace.capture import arm
+        from tfplace import tap
 
-        arm()
+        tap.quiet()
 
 
 def pytest_report_header(config: pytest.Config) -> str:

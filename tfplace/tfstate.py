@@ -124,22 +124,20 @@ def apply_fixed(plan: Optional[GpuPlan], logical_cpus: Optional[int], config: An
             cpu, [config.LogicalDeviceConfiguration() for _ in range(logical_cpus)])
 
 
-def apply_runtime(
-    soft_placement: Optional[bool], log_placement: Optional[bool], device_policy: Optional[str]
-) -> None:
+def apply_runtime(soft_placement: Optional[bool], device_policy: Optional[str]) -> None:
     """Applies the settings TensorFlow lets change at any time; None leaves one as is."""
     if soft_placement is not None:
         tf.config.set_soft_device_placement(soft_placement)
-    if log_placement is not None:
-        tf.debugging.set_log_device_placement(log_placement)
     if device_policy is not None:
         tf.config.experimental.set_device_policy(device_policy)
 
 
 def runtime_settings() -> dict[str, Any]:
-    """The current soft placement, log placement and device policy."""
+    """The current soft placement, log placement (lines shown on the terminal) and device policy."""
+    from tfplace import tap
+
     return {
         "soft_placement": bool(tf.config.get_soft_device_placement()),
-        "log_placement": bool(context.context().log_device_placement),
+        "log_placement": bool(context.context().log_device_placement) and not tap.is_quiet(),
         "device_policy": tf.config.experimental.get_device_policy(),
     }
