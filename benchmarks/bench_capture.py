@@ -13,10 +13,38 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
+import sys
 import time
 import tracemalloc
 
 from common import print_table, ratio, row
+
+
+QUIET = """
+import sys, time, tensorflow as tf, tfplace
+tfplace.configure(log_placement={setting})
+x = tf.ones(1)
+for _ in range(2000):
+    x = tf.identity(x)
+start = time.perf_counter()
+for _ in range({ops}):
+    x = tf.identity(x)
+print((time.perf_counter() - start) / {ops})
+"""
+
+
+def quiet_logging_cost(ops: int) -> tuple[float, float, float]:
+    """Per-op time with quiet logging (the default) vs logging off, in alternating processes."""
+    pairs = []
+    for _ in range(3):
+        times = {}
+        for setting in ("None", "False"):
+            done = subprocess.run([sys.executable, "-c", QUIET.format(setting=setting, ops=ops)],
+                                  capture_output=True, text=True, check=True)
+            times[setting] = float(done.stdout.split()[-1])
+        pairs.append((times["None"] / times["False"], times["None"], times["False"]))
+    return tuple(statistics.median(p[i] for p in pairs) for i in range(3))
 
 
 def run(ops: int = 50_000) -> list[dict[str, str]]:
@@ -81,7 +109,10 @@ def run(ops: int = 50_000) -> list[dict[str, str]]:
         start = time.perf_counter()
         parse_placement(text)
         speeds.append(lines / (time.perf_counter() - start))
+    quiet, quiet_s, off_s = quiet_logging_cost(ops // 2)
     return [
+        row("quiet logging (configure() default) vs logging off, per eager op", f"{quiet:.2f}", "",
+            f"{quiet_s * 1e6:.1f} vs {off_s * 1e6:.1f} us per tf.identity; the price of capturing at any time"),
         row(f"capture {ops} eager ops vs logging to /dev/null", f"{capture_ratio:.2f}", "<= 1.3",
             "wall time, median of 3 alternating runs"),
         row("memory per record while capturing", f"{per_record:.0f} B", "linear",
