@@ -65,7 +65,7 @@ def test_generated_logs_round_trip(events):
             fd2.append(what + "\n")
             other.append(what + "\n")
     log = PlacementLog()
-    rest = log.extend("".join(fd2)) + log.extend("".join(fd1))
+    rest = log.extend("".join(fd2)).other + log.extend("".join(fd1)).other
     assert [(r.op, r.name, r.device, r.kind) for r in log.records] == expected
     assert rest == "".join(other)
     # With fd 2's lines hidden (TF_CPP_MIN_LOG_LEVEL >= 1), the bare placer lines are all kept.

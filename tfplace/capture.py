@@ -159,13 +159,12 @@ class _Capture:
     def _route(self, text: str) -> str:
         """Adds the placement events of `text` to this log and the enclosing ones;
         returns what to write back."""
-        records, copies = len(self.log._records), len(self.log._copies)
-        rest = self.log.extend(text)
+        parsed = self.log.extend(text)
         parent = self.parent
         while parent is not None:
-            parent.log.adopt(self.log._records[records:], self.log._copies[copies:])
+            parent.log.adopt(parsed.records, parsed.copies)
             parent = parent.parent
-        return rest if self.passthrough else ""
+        return parsed.other if self.passthrough else ""
 
     def pull(self, final: bool = False) -> None:
         """Parses what was written since the last pull and writes back the rest."""

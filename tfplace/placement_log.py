@@ -15,7 +15,7 @@ from collections import Counter
 from typing import Callable, Iterable, Optional
 
 from tfplace.devices import parse_device
-from tfplace.parsing import CopyRecord, PlacementRecord, parse_placement
+from tfplace.parsing import CopyRecord, Parsed, PlacementRecord, parse_placement
 
 __all__ = ["PlacementLog"]
 
@@ -74,16 +74,15 @@ class PlacementLog:
         log.extend(text)
         return log
 
-    def extend(self, text: str) -> str:
-        """Adds the placement events found in `text`; returns the rest of the text.
+    def extend(self, text: str) -> Parsed:
+        """Adds the placement events found in `text`; returns them and the rest of the text.
 
         A log fed in pieces keeps each placer event once when fd 2's pieces
         come before fd 1's.
         """
         parsed = parse_placement(text, self._unmatched)
-        self._records.extend(parsed.records)
-        self._copies.extend(parsed.copies)
-        return parsed.other
+        self.adopt(parsed.records, parsed.copies)
+        return parsed
 
     def adopt(self, records: list[PlacementRecord], copies: list[CopyRecord]) -> None:
         """Appends events parsed elsewhere (by a capture nested in this one)."""
