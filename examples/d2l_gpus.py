@@ -15,9 +15,10 @@ import json
 from absl import app, flags
 
 import tfplace
-import tfplace.flags  # noqa: F401  (defines --logical_cpus, --device_policy, ...)
+import tfplace.flags
 
 
+flags.adopt_module_key_flags(tfplace.flags)  # --help lists the tfplace flags
 _REPORT = flags.DEFINE_string("report", None, "Write each step's placement records and values to this JSON file.")
 REPORT: dict[str, dict] = {}
 

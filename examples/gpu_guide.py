@@ -16,13 +16,14 @@ from typing import Callable
 from absl import app, flags
 
 import tfplace
-import tfplace.flags  # noqa: F401  (defines --logical_cpus, --soft_placement, ...)
+import tfplace.flags
 from tfplace.gpu_plan import GpuInfo, plan_gpus
 
 SECTIONS = (
     "log_placement", "manual_placement", "memory_growth", "memory_limit", "single_gpu",
     "soft_placement", "mirrored_strategy", "manual_replication",
 )
+flags.adopt_module_key_flags(tfplace.flags)  # --help lists the tfplace flags
 _SECTION = flags.DEFINE_enum("section", "all", SECTIONS + ("all",), "Which section of the guide to run.")
 
 # The machine of d2l's GPU chapter, to show what a plan looks like with GPUs.

@@ -15,8 +15,9 @@ from absl import app, flags
 
 import resnet_training as rt
 import tfplace
-import tfplace.flags  # noqa: F401  (defines --logical_cpus and the other tfplace flags)
+import tfplace.flags
 
+flags.adopt_module_key_flags(tfplace.flags)  # --help lists the tfplace flags
 _NUM_DEVICES = flags.DEFINE_integer("num_devices", 2, "GPUs to train on (logical CPUs without GPUs).", lower_bound=1)
 _WIDTH = flags.DEFINE_float("width", 1.0, "Channel multiplier (0.125 gives 8-16-32-64 channels for CPU runs).",
                             lower_bound=0.01)

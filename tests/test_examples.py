@@ -74,6 +74,6 @@ def test_memory_sections(guide):
 
 
 def test_help_lists_tfplace_flags():
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "gpu_guide.py"), "--helpfull"],
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "gpu_guide.py"), "--help"],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert "--logical_cpus" in done.stdout and "--memory_fraction" in done.stdout and "--section" in done.stdout

@@ -86,6 +86,7 @@ def _env(_: argparse.Namespace) -> dict[str, Any]:
         "is_cuda_build": bool(build.get("is_cuda_build")),
         "cuda_version": build.get("cuda_version"),
         "cudnn_version": build.get("cudnn_version"),
+        "nvidia_driver": gpu_inventory.driver_version(),
         "gpus": [{"index": g.index, "name": g.name, "memory_total_mib": g.total_mib, "memory_used_mib": g.used_mib}
                  for g in gpus],
         "environment": variables,

@@ -26,7 +26,7 @@ from absl import logging
 
 from tfplace.gpu_plan import GpuInfo
 
-__all__ = ["read_gpus", "parse_nvidia_smi", "map_cuda_visible"]
+__all__ = ["read_gpus", "driver_version", "parse_nvidia_smi", "map_cuda_visible"]
 
 NVIDIA_SMI_QUERY = ("nvidia-smi", "--query-gpu=index,name,memory.total,uuid,memory.used",
                     "--format=csv,noheader,nounits")
@@ -99,6 +99,31 @@ def _read_nvidia_smi() -> Optional[list[GpuInfo]]:
         logging.warning("tfplace: nvidia-smi failed (%s); GPU memory totals are unknown", err)
         return None
     return parse_nvidia_smi(done.stdout)
+
+
+def driver_version() -> Optional[str]:
+    """The NVIDIA driver version from NVML or nvidia-smi, None without a driver."""
+    try:
+        import pynvml
+    except ImportError:
+        pynvml = None
+    if pynvml is not None:
+        try:
+            pynvml.nvmlInit()
+            try:
+                return _text(pynvml.nvmlSystemGetDriverVersion())
+            finally:
+                pynvml.nvmlShutdown()
+        except pynvml.NVMLError:  # no library or no driver: try nvidia-smi
+            pass
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        done = subprocess.run(("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"),
+                              capture_output=True, text=True, timeout=20, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.splitlines()[0].strip() if done.stdout.strip() else None
 
 
 def read_gpus(count: int) -> list[GpuInfo]:
