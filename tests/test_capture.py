@@ -1,9 +1,6 @@
 """capture_placement(): records, copies, passthrough, nesting, volume and incomplete logs."""
 
-import subprocess
-import sys
-
-from conftest import ROOT, result_of, run_python
+from conftest import result_of, run_python
 
 
 def test_manual_replication_on_two_logical_cpus(python):

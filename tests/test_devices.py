@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 
 import tfplace
-from tfplace import Device, DeviceNotFoundError
+from tfplace import DeviceNotFoundError
 
 
 @pytest.mark.parametrize("spec", ["GPU:1", "gpu:1", "/gpu:1", "/GPU:1", "/device:GPU:1", "device:GPU:1",

@@ -30,11 +30,9 @@ def test_trains_on_two_logical_cpus_and_prints_d2ls_summary(tmp_path):
 
 
 def _has_matplotlib() -> bool:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def test_offline_fashion_mnist_names_the_synthetic_set(monkeypatch):

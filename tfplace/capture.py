@@ -24,7 +24,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import io
 import os
@@ -44,14 +43,6 @@ __all__ = ["capture_placement", "capture_into", "logging_state"]
 _CHUNK = 1 << 22
 _lock = threading.RLock()
 _open: list["_Capture"] = []  # the captures open now, innermost last
-_libc = ctypes.CDLL(None)
-
-
-def _flush_all() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    _libc.fflush(None)  # C stdio buffers: the placer's printf lines sit there
 
 
 def _is_fd(stream: object, fd: int) -> bool:
@@ -121,12 +112,12 @@ def logging_state() -> str:
     Call only after the runtime has started (see `tfstate.runtime_started`).
     """
     with _lock:
-        _flush_all()
+        tap.flush_buffers()
         redirects = [_Redirect(1), _Redirect(2)]
         try:
             tf.function(lambda: tf.identity(tf.zeros(())) + 1.0)()
         finally:
-            _flush_all()
+            tap.flush_buffers()
             for redirect in reversed(redirects):
                 redirect.restore()
         out, err = ("".join(r.new_text(final=True)) for r in redirects)
@@ -143,7 +134,7 @@ class _Capture:
         self.parent = parent
         if parent is not None:
             parent.pull()  # the parent's earlier events come before this block's
-        _flush_all()
+        tap.flush_buffers()
         self.redirects = [_Redirect(1), _Redirect(2)]
         self.python_streams = {
             name: getattr(sys, name) for name, fd in (("stdout", 1), ("stderr", 2))
@@ -168,7 +159,7 @@ class _Capture:
 
     def pull(self, final: bool = False) -> None:
         """Parses what was written since the last pull and writes back the rest."""
-        _flush_all()
+        tap.flush_buffers()
         for redirect in reversed(self.redirects):  # fd 2 first: see PlacementLog.extend
             for text in redirect.new_text(final):
                 out = self._route(text)
@@ -184,7 +175,7 @@ class _Capture:
 
     def close(self) -> None:
         """Restores the streams, then parses and writes back everything left."""
-        _flush_all()
+        tap.flush_buffers()
         for name, stream in self.python_streams.items():
             setattr(sys, name, stream)
         for redirect in reversed(self.redirects):

@@ -164,14 +164,17 @@ def _apply_log_placement(show: Optional[bool], started: bool) -> None:
     """
     import tensorflow as tf
 
-    if show is False and not started:
-        tap.loud()
-        tf.debugging.set_log_device_placement(False)
+    if show is None:
+        if not started:
+            tap.quiet()
     elif show:
         if not started:
             tf.debugging.set_log_device_placement(True)
         tap.loud()
-    elif not started or show is False:
+    elif not started:
+        tap.loud()
+        tf.debugging.set_log_device_placement(False)
+    else:  # after start, logging itself is fixed: only hide its lines
         tap.quiet()
 
 

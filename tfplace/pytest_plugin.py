@@ -18,9 +18,12 @@ Example::
 
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import pytest
+
+if TYPE_CHECKING:  # tfplace imports TensorFlow: only when a test needs it
+    from tfplace.placement_log import PlacementLog
 
 LOGICAL_CPUS_HELP = (
     "split the host CPU into N logical TensorFlow devices (tfplace.configure(logical_cpus=N)) "
@@ -97,11 +100,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(f"requires_gpu(n={wanted}): {have} GPU(s) visible")
 
 
-_LOG = pytest.StashKey["tfplace.PlacementLog"]()  # noqa: F821
+_LOG = pytest.StashKey["PlacementLog"]()
 
 
 @pytest.fixture
-def placement_log(request: pytest.FixtureRequest) -> "tfplace.PlacementLog":  # noqa: F821
+def placement_log(request: pytest.FixtureRequest) -> "PlacementLog":
     """A `tfplace.capture_placement()` around the test body; assert on it in the test."""
     from tfplace.placement_log import PlacementLog
 

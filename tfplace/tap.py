@@ -25,14 +25,16 @@ Example:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import os
 import re
+import sys
 import tempfile
 import threading
 from typing import Optional
 
-__all__ = ["quiet", "loud", "is_quiet", "keep_descriptors", "fd_lock", "POLL_SECONDS"]
+__all__ = ["quiet", "loud", "is_quiet", "keep_descriptors", "flush_buffers", "fd_lock", "POLL_SECONDS"]
 
 POLL_SECONDS = 0.01
 _ROTATE_BYTES = 64 << 20
@@ -115,9 +117,17 @@ class _Stream:
         os.close(self.spool)
 
 
+def flush_buffers() -> None:
+    """Python's and C's stdio buffers, so what they hold goes through the right descriptor."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    _libc.fflush(None)
+
+
 class _Tap:
     def __init__(self) -> None:
-        _libc.fflush(None)
+        flush_buffers()
         with fd_lock:
             self.streams = [_Stream(1), _Stream(2)]
         self.stop = threading.Event()
@@ -137,7 +147,7 @@ class _Tap:
     def close(self) -> None:
         self.stop.set()
         self.thread.join()
-        _libc.fflush(None)
+        flush_buffers()
         with fd_lock:
             for stream in self.streams:
                 stream.close()
