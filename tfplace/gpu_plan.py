@@ -102,7 +102,7 @@ def plan_gpus(
             )
         visible = tuple(visible_gpus)
     by_index = {gpu.index: gpu for gpu in inventory}
-    limits = []
+    limits: list[tuple[int, ...]] = []
     for index in visible:
         gpu = by_index[index]
         cap = _cap(gpu, memory_fraction, memory_limit_mb, logical_gpus, sources)
@@ -125,23 +125,23 @@ def _cap(
         return None
     where = f"GPU {gpu.index} ({gpu.name})"
     count = logical_gpus or 1
-    if memory_limit_mb is None and gpu.total_mib is None:
+    total = gpu.total_mib
+    if memory_limit_mb is not None:
+        cap, asked = memory_limit_mb, f"memory_limit_mb={memory_limit_mb}"
+    elif total is None:
         asked = "memory_fraction" if memory_fraction is not None else "logical_gpus"
         raise ConfigurationError(
             f"{asked} (from {sources.get(asked, 'argument ' + asked)}) needs the total memory of {where}, "
             "which neither NVML nor nvidia-smi reported: give memory_limit_mb instead"
         )
-    if memory_limit_mb is not None:
-        cap, asked = memory_limit_mb, f"memory_limit_mb={memory_limit_mb}"
     elif memory_fraction is not None:
-        cap, asked = max(1, math.floor(gpu.total_mib * memory_fraction)), f"memory_fraction={memory_fraction}"
+        cap, asked = max(1, math.floor(total * memory_fraction)), f"memory_fraction={memory_fraction}"
     else:
-        return max(1, gpu.total_mib // count)
-    if gpu.total_mib is not None and cap * count > gpu.total_mib:
+        return max(1, total // count)
+    if total is not None and cap * count > total:
         name = asked.split("=")[0]
         raise ConfigurationError(
             f"{asked} (from {sources.get(name, 'argument ' + name)}) gives {count} logical GPU(s) of "
-            f"{cap} MiB, more than {where}'s {gpu.total_mib} MiB: allowed at most "
-            f"{gpu.total_mib // count} MiB per logical GPU"
+            f"{cap} MiB, more than {where}'s {total} MiB: allowed at most {total // count} MiB per logical GPU"
         )
     return cap

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 from tfplace.devices import parse_device
 
@@ -83,7 +83,7 @@ class Parsed(NamedTuple):
 
 
 _canonical: dict[str, str] = {}
-_bodies: dict[str, object] = {}
+_bodies: dict[str, Any] = {}
 
 
 def canonical(name: str) -> str:
@@ -94,7 +94,7 @@ def canonical(name: str) -> str:
     return found
 
 
-def _read_body(body: str) -> object:
+def _read_body(body: str) -> Any:
     """The record (or copy) of one placement statement without its prefix."""
     match = _EXECUTE_RE.fullmatch(body)
     if match:
@@ -103,13 +103,15 @@ def _read_body(body: str) -> object:
     if match:
         return CopyRecord(match[1], int(match[2]), canonical(match[4]), canonical(match[3]), body)
     match = _PLACE_RE.fullmatch(body)
+    if match is None:
+        raise ValueError(f"not a placement statement: {body!r}")
     return PlacementRecord(match[2], match[1], canonical(match[3]), "place", body)
 
 
 _MARKERS = ("Executing op ", "): /job:", "before computing ")
 
 
-def _split_line(line: str) -> tuple[list, str]:
+def _split_line(line: str) -> tuple[list[tuple[str, Any]], str]:
     """The statements in a line that may hold several (spliced), and the rest of it."""
     found = [(prefix, _read_body(body)) for prefix, body in _LINE.findall(line)]
     return found, _LINE.sub("", line)
@@ -149,8 +151,9 @@ def parse_placement(text: str, unmatched: Optional[Counter] = None) -> Parsed:
             if cut > 0:
                 body, prefix = line[cut + 2 :], line[: cut + 2]
         record = bodies.get(body)
+        found: list[tuple[str, Any]]
         if record is not None:
-            found = ((prefix, record),)
+            found = [(prefix, record)]
         elif any(marker in line for marker in _MARKERS):
             found, rest = _split_line(line)
             if len(found) == 1 and not rest:

@@ -93,14 +93,14 @@ def _fraction(name: str, value: Any, source: str) -> float:
 
 
 def _count(name: str, value: Any, source: str) -> int:
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1:
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= 1:
         return int(value)
     raise _reject(name, value, source)
 
 
 def _indices(name: str, value: Any, source: str) -> tuple[int, ...]:
     if isinstance(value, (list, tuple)) and all(
-        isinstance(i, numbers.Integral) and not isinstance(i, bool) and i >= 0 for i in value
+        isinstance(i, numbers.Integral) and not isinstance(i, bool) and int(i) >= 0 for i in value
     ):
         if len(set(value)) == len(value):
             return tuple(int(i) for i in value)
@@ -142,6 +142,7 @@ def parse_text(name: str, text: str, source: str) -> Any:
     """
     variable = source.rsplit(" ", 1)[-1]
     clean = text.strip()
+    parsed: Any
     try:
         if _VALIDATORS[name] is _bool:
             if variable == "TF_FORCE_GPU_ALLOW_GROWTH":  # TensorFlow reads only these two
