@@ -20,6 +20,7 @@ from tfplace.parsing import CopyRecord, Parsed, PlacementRecord, parse_placement
 __all__ = ["PlacementLog"]
 
 _TABLE_ROWS = 20
+_PLUMBING = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval"})
 
 
 class PlacementLog:
@@ -116,17 +117,25 @@ class PlacementLog:
         ]
 
     def table(self, op: Optional[str] = None) -> str:
-        """A short table of what was placed where (the rows for `op` first)."""
+        """A short table of what was placed where (the rows for `op` first).
+
+        The arguments and results of TensorFlow's internal functions (`_Arg`,
+        `_Retval`, ...) are counted in one line, not listed.
+        """
         records = self.records
-        counts = Counter((r.op, r.device, r.kind) for r in records)
+        counts = Counter((r.op, r.device, r.kind) for r in records if r.op not in _PLUMBING)
+        plumbing = sum(1 for r in records if r.op in _PLUMBING)
         rows = sorted(counts.items(), key=lambda item: (item[0][0] != op, item[0]))
-        if not rows:
-            return "  (no placement events were recorded)" + ("" if self.complete else self._incomplete_note())
+        note = "" if self.complete else self._incomplete_note()
+        if not rows and not plumbing:
+            return "  (no placement events were recorded)" + note
         lines = [f"  {'op':<24} {'device':<18} {'kind':<8} count"]
         lines += [f"  {o:<24} {d:<18} {k:<8} {n}" for (o, d, k), n in rows[:_TABLE_ROWS]]
         if len(rows) > _TABLE_ROWS:
             lines.append(f"  ... and {len(rows) - _TABLE_ROWS} more rows")
-        return "\n".join(lines) + ("" if self.complete else self._incomplete_note())
+        if plumbing:
+            lines.append(f"  (+{plumbing} function argument/result events: {', '.join(sorted(_PLUMBING))})")
+        return "\n".join(lines) + note
 
     def _incomplete_note(self) -> str:
         return "\n  (incomplete log: " + self.incomplete_reason + ")"
