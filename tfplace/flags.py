@@ -48,7 +48,8 @@ FLAG_HOLDERS: dict[str, flags.FlagHolder] = {
     "soft_placement": flags.DEFINE_boolean(
         "soft_placement", None, _help("soft_placement", "Let ops run elsewhere when the asked device lacks a kernel.")),
     "log_placement": flags.DEFINE_boolean(
-        "log_placement", None, _help("log_placement", "Log the device every op runs on.")),
+        "log_placement", None, _help("log_placement", "Show TensorFlow's placement lines on the terminal; "
+                              "--nolog_placement turns placement logging off (captures then see nothing).")),
     "device_policy": flags.DEFINE_enum(
         "device_policy", None, list(settings.DEVICE_POLICIES),
         _help("device_policy", "What an implicit cross-device copy does: nothing, a log line, or an error.")),
