@@ -28,19 +28,18 @@ import functools
 import io
 import os
 import sys
-import tempfile
 import threading
 import warnings
-from typing import IO, Iterator, Optional
+from typing import Iterator, Optional
 
 import tensorflow as tf
 
 from tfplace import tap, tfstate
 from tfplace.placement_log import PlacementLog
+from tfplace.spool import Spool, write_all
 
 __all__ = ["capture_placement", "capture_into", "logging_state"]
 
-_CHUNK = 1 << 22
 _lock = threading.RLock()
 _open: list["_Capture"] = []  # the captures open now, innermost last
 
@@ -53,16 +52,14 @@ def _is_fd(stream: object, fd: int) -> bool:
 
 
 class _Redirect:
-    """Points one file descriptor at an unlinked spool file until `restore()`."""
+    """Points one file descriptor at a spool file until `restore()`."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self.spool: IO[bytes] = tempfile.TemporaryFile()
-        self.read_at = 0
-        self.carry = b""
+        self.spool = Spool()
         with tap.fd_lock:
             self.saved = os.dup(fd)
-            os.dup2(self.spool.fileno(), fd)
+            os.dup2(self.spool.fd, fd)
 
     def restore(self) -> None:
         with tap.fd_lock:
@@ -70,29 +67,15 @@ class _Redirect:
             os.close(self.saved)
 
     def new_text(self, final: bool) -> Iterator[str]:
-        """Text spooled since the last call, in pieces ending at line breaks.
-
-        Reads with `pread`, which leaves the writers' file offset alone. A
-        partial last line waits for the next call, unless `final`.
-        """
-        while True:
-            block = os.pread(self.spool.fileno(), _CHUNK, self.read_at)
-            self.read_at += len(block)
-            data = self.carry + block
-            cut = len(data) if final and len(block) < _CHUNK else data.rfind(b"\n") + 1
-            self.carry = data[cut:]
-            if cut:
-                yield data[:cut].decode("utf-8", "surrogateescape")
-            if len(block) < _CHUNK:
-                break
+        """Text spooled since the last call, in whole lines (all of it, when `final`)."""
+        for piece in self.spool.new_lines(final):
+            yield piece.decode("utf-8", "surrogateescape")
         if final:
             self.spool.close()
 
 
-def _write_fd(fd: int, text: str) -> None:
-    data = text.encode("utf-8", "surrogateescape")
-    while data:
-        data = data[os.write(fd, data):]
+def _write_text(fd: int, text: str) -> None:
+    write_all(fd, text.encode("utf-8", "surrogateescape"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -164,7 +147,7 @@ class _Capture:
             for text in redirect.new_text(final):
                 out = self._route(text)
                 if out:
-                    _write_fd(redirect.saved if not final else redirect.fd, out)
+                    _write_text(redirect.saved if not final else redirect.fd, out)
         for name, buffer in self.buffers.items():
             text = buffer.getvalue()[self.buffer_read[name]:]
             self.buffer_read[name] += len(text)

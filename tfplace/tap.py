@@ -30,15 +30,15 @@ import ctypes
 import os
 import re
 import sys
-import tempfile
 import threading
 from typing import Optional
+
+from tfplace.spool import Spool, write_all
 
 __all__ = ["quiet", "loud", "is_quiet", "keep_descriptors", "flush_buffers", "fd_lock", "POLL_SECONDS"]
 
 POLL_SECONDS = 0.01
 _ROTATE_BYTES = 64 << 20
-_CHUNK = 1 << 22
 _DROP = {
     2: re.compile(rb"(?m)^[IWEF]\d{4} [\d:.]+ +\d+ (?:execute|placer)\.cc:\d+\] "
                   rb"(?:Executing op \S+ in device \S+|[\w.\-/>]+: \(\w+\): \S+)\n"),
@@ -48,73 +48,51 @@ _libc = ctypes.CDLL(None)
 fd_lock = threading.Lock()  # held while anyone swaps what fds 1 and 2 point at
 
 
-def _read_from(spool: int, at: int) -> bytes:
-    """Everything in `spool` from offset `at` (pread leaves the writers' offset alone)."""
-    parts = []
-    while True:
-        block = os.pread(spool, _CHUNK, at)
-        parts.append(block)
-        at += len(block)
-        if len(block) < _CHUNK:
-            return b"".join(parts)
-
-
 class _Stream:
     """One descriptor routed through a spool file to its original target."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.target = os.dup(fd)
-        self.spool = self._open_spool()
-        self.read_at = 0
-        self.carry = b""
-        self.retired: list[tuple[int, int]] = []  # (old spool, read offset), drained on the next pump
+        self.spool = self._point_at_new_spool()
+        self.retired: list[Spool] = []  # replaced spools, drained on the next pump
 
-    def _open_spool(self) -> int:
-        handle, path = tempfile.mkstemp(prefix="tfplace-tap-")
-        os.unlink(path)
-        os.dup2(handle, self.fd)
-        return handle
+    def _point_at_new_spool(self) -> Spool:
+        spool = Spool()
+        os.dup2(spool.fd, self.fd)
+        return spool
+
+    def _forward(self, data: bytes) -> None:
+        write_all(self.target, _DROP[self.fd].sub(b"", data))
 
     def pump(self, final: bool = False) -> None:
         """Forwards what was written since the last pump, without TensorFlow's placement lines."""
-        data = self.carry
-        for old, at in self.retired:
-            data += _read_from(old, at)
-            os.close(old)
+        for old in self.retired:  # writes begun before a rotation still land in the old spool
+            for piece in old.new_lines(final=True):
+                self._forward(piece)
+            old.close()
         self.retired.clear()
-        new = _read_from(self.spool, self.read_at)
-        self.read_at += len(new)
-        data += new
-        if not data:
-            return
-        cut = data.rfind(b"\n") + 1
-        if final or len(data) == len(self.carry):  # a partial line that stopped growing (a prompt) goes on too
-            cut = len(data)
-        self.carry = data[cut:]
-        out = _DROP[self.fd].sub(b"", data[:cut])
-        while out:
-            try:
-                out = out[os.write(self.target, out):]
-            except OSError:  # the reader went away (a closed pipe): drop, as a closed terminal would
-                break
+        before = self.spool.read_at
+        for piece in self.spool.new_lines(final):
+            self._forward(piece)
+        if self.spool.carry and self.spool.read_at == before:  # a partial line that stopped growing (a prompt)
+            self._forward(self.spool.take_partial())
 
     def rotate_if_large(self) -> None:
         """Starts a new spool once this one is large, so a long run does not fill the disk."""
-        if self.read_at < _ROTATE_BYTES:
+        if self.spool.read_at < _ROTATE_BYTES:
             return
         with fd_lock:
-            if os.fstat(self.fd).st_ino != os.fstat(self.spool).st_ino:
+            if os.fstat(self.fd).st_ino != os.fstat(self.spool.fd).st_ino:
                 return  # a capture holds the descriptor now
-            old, self.spool = self.spool, self._open_spool()
-        self.retired.append((old, self.read_at))  # writes begun before the swap still land in it
-        self.read_at = 0
+            self.retired.append(self.spool)
+            self.spool = self._point_at_new_spool()
 
     def close(self) -> None:
         self.pump(final=True)
         os.dup2(self.target, self.fd)
         os.close(self.target)
-        os.close(self.spool)
+        self.spool.close()
 
 
 def flush_buffers() -> None:
