@@ -22,8 +22,9 @@ from tfplace.devices import (
     try_all_gpus,
     try_gpu,
 )
-from tfplace.parsing import CopyRecord, PlacementRecord, parse_placement
+from tfplace.parsing import parse_placement
 from tfplace.placement_log import PlacementLog
+from tfplace.records import CopyRecord, PlacementRecord
 from tfplace.replication import reduce_on, replicate, split_batch, strategy
 from tfplace.errors import (
     ConfigurationError,

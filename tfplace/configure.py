@@ -16,7 +16,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from absl import logging
 
-from tfplace import gpu_inventory, settings, tap, tfstate
+from tfplace import gpu_inventory, settings, tfstate
 from tfplace.errors import RuntimeInitializedError
 from tfplace.gpu_plan import GpuPlan, plan_gpus
 
@@ -91,12 +91,10 @@ def configure(
     runtime starts: after that, asking for the state already in force does
     nothing, and asking for another raises.
 
-    TensorFlow 2.21 also fixes placement logging at runtime start. So that
-    `capture_placement()` works later, a call before start turns it on
-    quietly (TensorFlow's placement lines are kept off the terminal, see
-    `tfplace.tap`) unless `log_placement` says otherwise: True shows the lines,
-    False turns logging off. After start, `log_placement` shows or hides the
-    lines if logging was on at start.
+    Placement logging (TensorFlow's own "Executing op" lines on the
+    terminal, the guide's behaviour) is also fixed at runtime start in
+    TensorFlow 2.21: `log_placement` is applied before start and checked after
+    it, like the device settings. `capture_placement()` does not need it.
 
     Everything is checked before anything is applied: a rejected call changes
     no setting.
@@ -107,8 +105,7 @@ def configure(
 
     Args:
       soft_placement: let ops without a kernel on the asked device run elsewhere.
-      log_placement: show TensorFlow's placement lines on the terminal (True),
-        or turn placement logging off (False, before start; captures then see nothing).
+      log_placement: turn TensorFlow's own placement logging on (True) or off.
       device_policy: "silent", "warn" (log implicit cross-device copies) or
         "explicit" (raise on them).
       memory_growth: allocate GPU memory as needed, on every visible GPU.
@@ -147,35 +144,11 @@ def configure(
     if started:
         _check_in_force(plan, value, chosen)
     else:
-        tfstate.apply_fixed(plan, value.get("logical_cpus"))
+        tfstate.apply_fixed(plan, value.get("logical_cpus"), log_placement=value.get("log_placement"))
         if any(name in value for name in _CAPS):
             _applied.update({name: value.get(name) for name in _CAPS})
-    _apply_log_placement(value.get("log_placement"), started)
     tfstate.apply_runtime(value.get("soft_placement"), value.get("device_policy"))
     return current(sources)
-
-
-def _apply_log_placement(show: Optional[bool], started: bool) -> None:
-    """Placement logging: on from the start unless refused; `show` says whether the terminal sees it.
-
-    None keeps TensorFlow's lines off the terminal (quiet, so that captures
-    still see them); True shows them; False, before start, turns logging off
-    (captures then see nothing).
-    """
-    import tensorflow as tf
-
-    if show is None:
-        if not started:
-            tap.quiet()
-    elif show:
-        if not started:
-            tf.debugging.set_log_device_placement(True)
-        tap.loud()
-    elif not started:
-        tap.loud()
-        tf.debugging.set_log_device_placement(False)
-    else:  # after start, logging itself is fixed: only hide its lines
-        tap.quiet()
 
 
 def _check_in_force(plan: Optional[GpuPlan], value: dict[str, Any], chosen: dict[str, settings.Sourced]) -> None:
@@ -190,21 +163,18 @@ def _check_in_force(plan: Optional[GpuPlan], value: dict[str, Any], chosen: dict
         asked = [settings.describe(chosen, n) for n in _CAPS if n in value]
         if asked and plan.memory_limits != state["memory_limits"]:
             wrong.append((" and ".join(asked), f"logical GPU memory limits (MiB) are {list(state['memory_limits'])}"))
-    if "log_placement" in value:
-        from tfplace.capture import logging_state
-
-        if value["log_placement"] and logging_state() == "off":
-            wrong.append((settings.describe(chosen, "log_placement"),
-                          "placement logging was off when the runtime started, and TensorFlow 2.21 "
-                          "fixes it then"))
+    if "log_placement" in value and value["log_placement"] != state["log_placement"]:
+        wrong.append((settings.describe(chosen, "log_placement"),
+                      f"placement logging is {'on' if state['log_placement'] else 'off'}, as it was when the "
+                      "runtime started (TensorFlow 2.21 fixes it then)"))
     if "logical_cpus" in value and value["logical_cpus"] != state["logical_cpus"]:
         wrong.append((settings.describe(chosen, "logical_cpus"), f"{state['logical_cpus']} logical CPU(s) exist"))
     if wrong:
         detail = "; ".join(f"{asked} cannot be applied: {now}" for asked, now in wrong)
         raise RuntimeInitializedError(
             f"TensorFlow's runtime has already started, so its devices are fixed. {detail}. "
-            "Allowed after start: the state already in force, any soft_placement and device_policy, "
-            "and log_placement when logging was on at start; call tfplace.configure() before the first TensorFlow op to change the rest"
+            "Allowed after start: the state already in force, and any soft_placement and device_policy; "
+            "call tfplace.configure() before the first TensorFlow op to change the rest"
         )
 
 
@@ -215,6 +185,7 @@ def current(sources: Optional[Mapping[str, str]] = None) -> Config:
     gpu_counts = {len(limits) for limits in state["memory_limits"] if limits}
     return Config(
         **tfstate.runtime_settings(),
+        log_placement=state["log_placement"],
         memory_growth=state["memory_growth"],
         memory_fraction=_applied["memory_fraction"],
         memory_limit_mb=_applied["memory_limit_mb"],

@@ -31,7 +31,7 @@ from tfplace.errors import DeviceNotFoundError, DeviceSpecError
 
 __all__ = [
     "Device", "parse_device", "cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus",
-    "device", "to_device", "devices_of",
+    "device", "to_device", "devices_of", "canonical_name",
 ]
 
 ACCEPTED_FORMS = "'GPU:1', '/gpu:1', '/device:GPU:1' or '/job:localhost/replica:0/task:0/device:GPU:1'"
@@ -138,6 +138,17 @@ def parse_device(spec: Union[str, Device, Any]) -> Device:
         raise DeviceSpecError(f"device spec {spec!r} of type {type(spec).__name__} is not a device: "
                               f"accepted are a Device or a string such as {ACCEPTED_FORMS}")
     return _parse(spec)
+
+
+_canonical: dict[str, str] = {}
+
+
+def canonical_name(name: str) -> str:
+    """The canonical name of a device written any accepted way, e.g. `/device:CPU:0` (cached)."""
+    found = _canonical.get(name)
+    if found is None:
+        found = _canonical[name] = parse_device(name).name
+    return found
 
 
 def cpu() -> Device:

@@ -6,7 +6,8 @@ D` (C++ `LOG(INFO)`, fd 2), graph placer lines `name: (Op): D` (printed twice:
 policy, `before computing Op input #i was expected to be on D1 but is actually
 on D0 ...` copy warnings. `parse_placement()` finds them anywhere in a text,
 also where two streams spliced lines together, keeps each placer event once,
-and returns the rest of the text untouched.
+and returns the rest of the text untouched. Kernel variants (oneDNN's
+`_MklMatMul`) are read as their op type; each record keeps the printed line.
 
 Example:
     >>> from tfplace.parsing import parse_placement
@@ -15,17 +16,21 @@ Example:
     ...     "/job:localhost/replica:0/task:0/device:CPU:0\\n")
     >>> parsed.records[0].op, parsed.records[0].device, parsed.other
     ('MatMul', '/device:CPU:0', 'hello\\n')
+    >>> parse_placement("Executing op _MklMatMul in device /job:localhost/replica:0/task:0/device:CPU:0").records[0].op
+    'MatMul'
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
-from tfplace.devices import parse_device
+from tfplace.devices import canonical_name
+from tfplace.kernels import op_type
+from tfplace.records import CopyRecord, PlacementRecord
 
-__all__ = ["PlacementRecord", "CopyRecord", "Parsed", "parse_placement", "canonical"]
+__all__ = ["Parsed", "parse_placement"]
 
 _DEVICE = r"/job:\w+/replica:\d+/task:\d+/device:[A-Za-z_]+:\d+"
 _EXECUTE = r"Executing op (\S+) in device (" + _DEVICE + ")"
@@ -46,34 +51,6 @@ _EXECUTE_RE, _COPY_RE, _PLACE_RE = (re.compile(p) for p in (_EXECUTE, _COPY, _PL
 _LEVELS = frozenset("IWEF")
 
 
-class PlacementRecord(NamedTuple):
-    """One placement event.
-
-    Attributes:
-      op: the op type, e.g. "MatMul" (for an eager function call, the function).
-      name: the node name for placer events, "" for eager ones.
-      device: the canonical device name, e.g. "/device:CPU:0".
-      kind: "execute" (eager "Executing op" line) or "place" (graph placer line).
-      line: the text TensorFlow printed, without its log prefix.
-    """
-
-    op: str
-    name: str
-    device: str
-    kind: str
-    line: str
-
-
-class CopyRecord(NamedTuple):
-    """An implicit cross-device copy reported under `device_policy="warn"`."""
-
-    op: str
-    input_index: int
-    source: str
-    target: str
-    line: str
-
-
 class Parsed(NamedTuple):
     """What `parse_placement()` found: records, copies and the remaining text."""
 
@@ -82,30 +59,21 @@ class Parsed(NamedTuple):
     other: str
 
 
-_canonical: dict[str, str] = {}
 _bodies: dict[str, Any] = {}
-
-
-def canonical(name: str) -> str:
-    """The canonical form of a device name written any accepted way (cached)."""
-    found = _canonical.get(name)
-    if found is None:
-        found = _canonical[name] = parse_device(name).name
-    return found
 
 
 def _read_body(body: str) -> Any:
     """The record (or copy) of one placement statement without its prefix."""
     match = _EXECUTE_RE.fullmatch(body)
     if match:
-        return PlacementRecord(match[1], "", canonical(match[2]), "execute", body)
+        return PlacementRecord(op_type(match[1]), "", canonical_name(match[2]), "execute", "", body)
     match = _COPY_RE.fullmatch(body)
     if match:
-        return CopyRecord(match[1], int(match[2]), canonical(match[4]), canonical(match[3]), body)
+        return CopyRecord(op_type(match[1]), int(match[2]), canonical_name(match[4]), canonical_name(match[3]), "", body)
     match = _PLACE_RE.fullmatch(body)
     if match is None:
         raise ValueError(f"not a placement statement: {body!r}")
-    return PlacementRecord(match[2], match[1], canonical(match[3]), "place", body)
+    return PlacementRecord(op_type(match[2]), match[1], canonical_name(match[3]), "place", "", body)
 
 
 _MARKERS = ("Executing op ", "): /job:", "before computing ")
@@ -117,7 +85,7 @@ def _split_line(line: str) -> tuple[list[tuple[str, Any]], str]:
     return found, _LINE.sub("", line)
 
 
-def parse_placement(text: str, unmatched: Optional[Counter] = None) -> Parsed:
+def parse_placement(text: str) -> Parsed:
     """Finds the placement events in `text` (one stream, or streams merged).
 
     Placer lines printed both bare (fd 1) and with a log prefix (fd 2) are
@@ -126,9 +94,6 @@ def parse_placement(text: str, unmatched: Optional[Counter] = None) -> Parsed:
 
     Args:
       text: the output to parse.
-      unmatched: prefixed placer records not yet matched by a bare one, carried
-        from call to call (updated in place) when one log is parsed in pieces;
-        parse fd 2's pieces before fd 1's.
 
     Returns:
       `Parsed(records, copies, other)`: records in text order, copies, and
@@ -138,7 +103,7 @@ def parse_placement(text: str, unmatched: Optional[Counter] = None) -> Parsed:
     copies: list = []
     other: list[str] = []
     bare: list[int] = []
-    logged = Counter() if unmatched is None else unmatched
+    logged: Counter = Counter()
     bodies = _bodies
     if len(bodies) > 100_000:
         bodies.clear()

@@ -3,7 +3,7 @@
 Example:
     >>> from tfplace.placement_log import PlacementLog
     >>> log = PlacementLog.from_text(
-    ...     "Executing op MatMul in device /job:localhost/replica:0/task:0/device:CPU:0\\n")
+    ...     "Executing op _MklMatMul in device /job:localhost/replica:0/task:0/device:CPU:0\\n")
     >>> log.devices_for("MatMul"), log.ops_on("cpu:0")
     (('/device:CPU:0',), ('MatMul',))
     >>> log.assert_placed("MatMul", "/job:localhost/replica:0/task:0/device:CPU:0")
@@ -15,26 +15,25 @@ from collections import Counter
 from typing import Callable, Iterable, Optional
 
 from tfplace.devices import parse_device
-from tfplace.parsing import CopyRecord, Parsed, PlacementRecord, parse_placement
+from tfplace.records import PLUMBING, CopyRecord, PlacementRecord
 
 __all__ = ["PlacementLog"]
 
 _TABLE_ROWS = 20
-_PLUMBING = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval"})
 
 
 class PlacementLog:
     """The placement events of a block.
 
     Attributes:
-      records: `PlacementRecord`s (op, name, device, kind, line) in order.
-      copies: `CopyRecord`s (op, input_index, source, target, line) of implicit
-        cross-device copies, reported under `device_policy="warn"`.
-      Both are read live while the capture is open (so a test can assert
-      inside the block) and final once it ends.
-      complete: False when TensorFlow could not report every event: its C++
-        log level hid the eager lines (only graph placer lines are recorded),
-        or placement logging was off when the runtime started.
+      records: `PlacementRecord`s (op, name, device, kind, source, line) in order.
+      copies: `CopyRecord`s (op, input_index, from_device, to_device, source,
+        line) of implicit cross-device copies.
+      Both grow while the capture is open (a test can assert inside the
+        block) and are final once it ends.
+      complete: False when the block ran something whose placement was
+        decided before it opened (a function placed earlier): its inner nodes
+        are not in the log.
       incomplete_reason: why, when `complete` is False.
     """
 
@@ -43,52 +42,36 @@ class PlacementLog:
         self._copies: list[CopyRecord] = []
         self.complete = True
         self.incomplete_reason = ""
-        self._unmatched: Counter = Counter()
-        self._pull: Optional[Callable[[], None]] = None
+        self._refresh: Optional[Callable[[], object]] = None
 
-    def start_pulling(self, pull: Callable[[], None]) -> None:
-        """Reads live: `pull` parses new output into this log before each query."""
-        self._pull = pull
-
-    def stop_pulling(self) -> None:
-        """Ends live updates: called by the capture when its block ends."""
-        self._pull = None
+    def add_places(self, records: list[PlacementRecord]) -> None:
+        """Appends the "place" records of a function placed while the log was open."""
+        self._records.extend(records)
 
     @property
     def records(self) -> list[PlacementRecord]:
-        """The placement records so far (read live while the capture is open)."""
-        if self._pull is not None:
-            self._pull()
+        """The placement records so far (functions placed so far included, while the capture is open)."""
+        if self._refresh is not None:
+            self._refresh()
         return self._records
 
     @property
     def copies(self) -> list[CopyRecord]:
-        """The implicit-copy records so far (read live while the capture is open)."""
-        if self._pull is not None:
-            self._pull()
+        """The implicit-copy records so far."""
         return self._copies
 
     @classmethod
     def from_text(cls, text: str) -> "PlacementLog":
-        """A log of the placement lines in `text` (e.g. a saved program output)."""
+        """A log of the placement lines in `text`: a saved TensorFlow log (eager lines,
+        placer lines, "warn"-policy copy lines). Kernel variants such as oneDNN's
+        `_MklMatMul` are read as their op type; each record keeps the printed line."""
+        from tfplace.parsing import parse_placement
+
+        parsed = parse_placement(text)
         log = cls()
-        log.extend(text)
+        log._records.extend(parsed.records)
+        log._copies.extend(parsed.copies)
         return log
-
-    def extend(self, text: str) -> Parsed:
-        """Adds the placement events found in `text`; returns them and the rest of the text.
-
-        A log fed in pieces keeps each placer event once when fd 2's pieces
-        come before fd 1's.
-        """
-        parsed = parse_placement(text, self._unmatched)
-        self.adopt(parsed.records, parsed.copies)
-        return parsed
-
-    def adopt(self, records: list[PlacementRecord], copies: list[CopyRecord]) -> None:
-        """Appends events parsed elsewhere (by a capture nested in this one)."""
-        self._records.extend(records)
-        self._copies.extend(copies)
 
     def _select(self, op: Optional[str] = None, device: Optional[str] = None) -> Iterable[PlacementRecord]:
         where = parse_device(device).name if device is not None else None
@@ -110,7 +93,7 @@ class PlacementLog:
         return {device: dict(ops) for device, ops in counts.items()}
 
     def guide_lines(self) -> list[str]:
-        """The eager events as TensorFlow's guide prints them."""
+        """The eager events as TensorFlow's guide prints them (op types, never kernel variants)."""
         return [
             f"Executing op {r.op} in device {parse_device(r.device).full_name}"
             for r in self.records if r.kind == "execute"
@@ -123,10 +106,10 @@ class PlacementLog:
         `_Retval`, ...) are counted in one line, not listed.
         """
         records = self.records
-        counts = Counter((r.op, r.device, r.kind) for r in records if r.op not in _PLUMBING)
-        plumbing = sum(1 for r in records if r.op in _PLUMBING)
+        counts = Counter((r.op, r.device, r.kind) for r in records if r.op not in PLUMBING)
+        plumbing = sum(1 for r in records if r.op in PLUMBING)
         rows = sorted(counts.items(), key=lambda item: (item[0][0] != op, item[0]))
-        note = "" if self.complete else self._incomplete_note()
+        note = "" if self.complete else "\n  (incomplete log: " + self.incomplete_reason + ")"
         if not rows and not plumbing:
             return "  (no placement events were recorded)" + note
         lines = [f"  {'op':<24} {'device':<18} {'kind':<8} count"]
@@ -134,11 +117,8 @@ class PlacementLog:
         if len(rows) > _TABLE_ROWS:
             lines.append(f"  ... and {len(rows) - _TABLE_ROWS} more rows")
         if plumbing:
-            lines.append(f"  (+{plumbing} function argument/result events: {', '.join(sorted(_PLUMBING))})")
+            lines.append(f"  (+{plumbing} function argument/result events: {', '.join(sorted(PLUMBING))})")
         return "\n".join(lines) + note
-
-    def _incomplete_note(self) -> str:
-        return "\n  (incomplete log: " + self.incomplete_reason + ")"
 
     def assert_placed(self, op: str, device: str) -> None:
         """Raises AssertionError, with a table of actual placements, unless `op` ran on `device`."""

@@ -56,10 +56,6 @@ def _logical_cpus(config: pytest.Config) -> Optional[int]:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", REQUIRES_GPU)
-    if config.getoption("capture") == "fd":
-        from tfplace import tap
-
-        tap.keep_descriptors()  # pytest swaps fds 1 and 2 per test phase; they stay its own
     count = _logical_cpus(config)
     if count is not None:
         import tfplace
@@ -68,18 +64,6 @@ def pytest_configure(config: pytest.Config) -> None:
             tfplace.configure(logical_cpus=count)
         except tfplace.Error as err:
             raise pytest.UsageError(f"tfplace: {err}") from None
-
-
-def pytest_collection_modifyitems(items: list) -> None:
-    """Arms placement logging before any test runs when a test uses `placement_log`.
-
-    TensorFlow 2.21 fixes placement logging when its runtime starts, so it
-    must be on before the first test touches TensorFlow.
-    """
-    if any("placement_log" in getattr(item, "fixturenames", ()) for item in items):
-        from tfplace import tap
-
-        tap.quiet()
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -114,7 +98,7 @@ def placement_log(request: pytest.FixtureRequest) -> "PlacementLog":
 
 @pytest.hookimpl(hookwrapper=True, trylast=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    """Captures around the test body, inside pytest's own capture (which resets fds per phase)."""
+    """Captures around the test body, in the test's thread."""
     log = item.stash.get(_LOG, None)
     if log is None:
         yield

@@ -82,7 +82,7 @@ def fixed_state() -> dict[str, Any]:
       A dict with `visible_gpus` (indices), `memory_growth` (None without a
       visible GPU, else the value shared by the visible GPUs), `memory_limits`
       (per visible GPU, the MiB limit of each logical device) and
-      `logical_cpus`.
+      `logical_cpus` and `log_placement`.
     """
     gpus = tf.config.list_physical_devices("GPU")
     visible = visible_gpu_indices()
@@ -97,17 +97,22 @@ def fixed_state() -> dict[str, Any]:
         "memory_growth": growth.pop() if len(growth) == 1 else None,
         "memory_limits": limits,
         "logical_cpus": len(tf.config.get_logical_device_configuration(cpu) or [None]),
+        "log_placement": bool(context.context().log_device_placement),
     }
 
 
-def apply_fixed(plan: Optional[GpuPlan], logical_cpus: Optional[int], config: Any = tf.config) -> None:
-    """Applies a GPU plan and a logical CPU count; call only before runtime start.
+def apply_fixed(plan: Optional[GpuPlan], logical_cpus: Optional[int], config: Any = tf.config, *,
+                log_placement: Optional[bool] = None) -> None:
+    """Applies a GPU plan, a logical CPU count and placement logging; call only before runtime start.
 
     Args:
       plan: the GPU plan, or None to leave the GPUs alone.
       logical_cpus: the number of logical CPUs, or None to leave it.
+      log_placement: TensorFlow's own placement logging on or off, or None to leave it.
       config: the `tf.config` module (replaceable to record the calls in tests).
     """
+    if log_placement is not None:
+        tf.debugging.set_log_device_placement(log_placement)
     if plan is not None:
         gpus = config.list_physical_devices("GPU")
         if gpus:
@@ -133,11 +138,8 @@ def apply_runtime(soft_placement: Optional[bool], device_policy: Optional[str]) 
 
 
 def runtime_settings() -> dict[str, Any]:
-    """The current soft placement, log placement (lines shown on the terminal) and device policy."""
-    from tfplace import tap
-
+    """The current soft placement and device policy."""
     return {
         "soft_placement": bool(tf.config.get_soft_device_placement()),
-        "log_placement": bool(context.context().log_device_placement) and not tap.is_quiet(),
         "device_policy": tf.config.experimental.get_device_policy(),
     }

@@ -1,0 +1,100 @@
+"""Function placement from TensorFlow's graph collection: "place" records for every node
+of every function TensorFlow places while a capture is open.
+
+While at least one capture is open, TensorFlow's eager context collects the
+graphs of the functions it instantiates (`enable_graph_collection`);
+`collect()` takes them (`export_run_metadata`, which also empties the
+collection) and gives each open log one record per placed node. The
+single-op functions TensorFlow builds to run eager ops are left out: their op
+already has its "execute" record.
+
+Example:
+    >>> import tensorflow as tf
+    >>> from tfplace import graphs
+    >>> from tfplace.placement_log import PlacementLog
+    >>> log = PlacementLog()
+    >>> graphs.attach(log)
+    >>> _ = tf.function(lambda x: x * 2.0)(tf.ones(2))
+    >>> graphs.detach(log)
+    >>> [(r.op, r.kind) for r in log.records if r.op == "Mul"]
+    [('Mul', 'place')]
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from tensorflow.python.eager import context
+
+from tfplace import kernels, tfstate
+from tfplace.devices import canonical_name
+from tfplace.placement_log import PlacementLog
+from tfplace.records import PLUMBING, PlacementRecord
+
+__all__ = ["attach", "detach", "collect", "start", "collecting"]
+
+_lock = threading.RLock()
+_logs: list[PlacementLog] = []  # the open captures' logs, in every thread
+_collecting = False
+
+
+def collecting() -> bool:
+    """True while TensorFlow collects function graphs for open captures."""
+    return _collecting
+
+
+def start() -> None:
+    """Starts graph collection if a capture is open and the runtime has started (it never starts the runtime)."""
+    global _collecting
+    if _collecting or not _logs:
+        return
+    with _lock:
+        if not _collecting and _logs and tfstate.runtime_started():
+            context.context().enable_graph_collection()
+            _collecting = True
+
+
+def attach(log: PlacementLog) -> None:
+    """Gives `log` the "place" records of every function placed from now until `detach(log)`."""
+    with _lock:
+        _logs.append(log)
+        start()
+
+
+def detach(log: PlacementLog) -> None:
+    """Collects what is pending, then stops feeding `log` (and collecting, after the last log)."""
+    global _collecting
+    with _lock:
+        collect()
+        _logs.remove(log)
+        if not _logs and _collecting:
+            context.context().disable_graph_collection()
+            _collecting = False
+
+
+def _is_eager_op_wrapper(function_graphs: Any) -> bool:
+    """True for the function TensorFlow wraps around one eager op: each node is named after its op and pinned."""
+    nodes = [n for n in function_graphs.pre_optimization_graph.node if n.op not in PLUMBING]
+    return bool(nodes) and all(n.name == n.op and n.device.startswith("/job:") for n in nodes)
+
+
+def _records(function_graphs: Any) -> list[PlacementRecord]:
+    placed = function_graphs.post_optimization_graph.node or [
+        n for g in function_graphs.partition_graphs for n in g.node]
+    return [PlacementRecord(kernels.op_type(n.op), n.name, canonical_name(n.device), "place")
+            for n in placed if n.device]
+
+
+def collect() -> int:
+    """Hands the functions placed since the last call to every open log; returns how many there were."""
+    with _lock:
+        if not _collecting:
+            return 0
+        metadata = context.context().export_run_metadata()
+        functions = [f for f in metadata.function_graphs if not _is_eager_op_wrapper(f)]
+        for function_graphs in functions:
+            records = _records(function_graphs)
+            for log in _logs:
+                log.add_places(records)
+        return len(functions)

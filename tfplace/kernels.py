@@ -1,0 +1,88 @@
+"""What TensorFlow's kernel registry says about an op: its user-facing type, its
+host-memory inputs, and the device types that have a kernel for it.
+
+oneDNN builds rename kernels (`_MklMatMul` for `MatMul`, `_MklNativeConv2D` for
+`Conv2D`, `_MklFusedMatMul` for `_FusedMatMul`); `op_type()` maps them back, so
+a log says the same on every CPU. Inputs a kernel keeps in host memory (a
+`Fill`'s `dims`, every int32 input of a GPU kernel) are never copied, so they
+are not implicit copies.
+
+Example:
+    >>> from tfplace import kernels
+    >>> kernels.op_type("_MklMatMul"), kernels.op_type("_MklFusedMatMul")
+    ('MatMul', '_FusedMatMul')
+    >>> kernels.host_memory_inputs("Fill", "CPU", 2)
+    frozenset({0})
+    >>> "CPU" in kernels.device_types("MatMul")
+    True
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+from tensorflow.python.framework import kernels as tf_kernels
+from tensorflow.python.framework import op_def_registry
+
+__all__ = ["op_type", "host_memory_inputs", "device_types"]
+
+_VARIANT_PREFIXES = ("_MklNative", "_Mkl")
+
+
+@functools.lru_cache(maxsize=4096)
+def op_type(name: str) -> str:
+    """The op type a kernel variant implements (`_MklMatMul` → `MatMul`); other names unchanged."""
+    if not name.startswith("_Mkl"):
+        return name
+    for prefix in _VARIANT_PREFIXES:
+        if name.startswith(prefix):
+            base = name[len(prefix):]
+            for candidate in (base, "_" + base):
+                if op_def_registry.get(candidate) is not None:
+                    return candidate
+    return name
+
+
+@functools.lru_cache(maxsize=4096)
+def device_types(op: str) -> frozenset[str]:
+    """The device types ("CPU", "GPU", ...) that have a kernel registered for `op`."""
+    return frozenset(k.device_type for k in tf_kernels.get_registered_kernels_for_op(op).kernel)
+
+
+@functools.lru_cache(maxsize=4096)
+def _host_memory_args(op: str, device_type: str) -> frozenset[str]:
+    return frozenset(
+        arg for k in tf_kernels.get_registered_kernels_for_op(op).kernel if k.device_type == device_type
+        for arg in k.host_memory_arg)
+
+
+@functools.lru_cache(maxsize=4096)
+def host_memory_inputs(op: str, device_type: str, count: int) -> frozenset[int]:
+    """Indices of `op`'s inputs that its `device_type` kernel keeps in host memory.
+
+    Args:
+      op: the op type.
+      device_type: where the op runs, e.g. "GPU".
+      count: how many inputs this call has (list arguments take several).
+    """
+    names = _host_memory_args(op, device_type)
+    op_def = op_def_registry.get(op)
+    if not names or op_def is None:
+        return frozenset()
+    args = list(op_def.input_arg)
+    lists = [a for a in args if a.number_attr or a.type_list_attr]
+    list_size: Optional[int] = (count - (len(args) - len(lists))) if len(lists) == 1 else None
+    found: set[int] = set()
+    index = 0
+    for arg in args:
+        if arg.number_attr or arg.type_list_attr:
+            if list_size is None:  # several list arguments: sizes unknown without attrs
+                return frozenset(found)
+            size = list_size
+        else:
+            size = 1
+        if arg.name in names:
+            found.update(range(index, index + size))
+        index += size
+    return frozenset(found)
