@@ -2,7 +2,7 @@
 
     python examples/d2l_gpus.py --logical_cpus=2
     python examples/d2l_gpus.py --logical_cpus=2 --device_policy=explicit   # X + Y fails clearly
-    python examples/d2l_gpus.py --logical_cpus=2 --device_policy=warn       # the copy is reported
+    python examples/d2l_gpus.py --logical_cpus=2 --device_policy=warn       # TensorFlow warns too
 
 Without GPUs, logical CPU i stands in for GPU i where d2l puts data on a second
 GPU; tfplace's own `try_gpu(i)` still answers honestly (`CPU:0` without GPUs).
@@ -45,7 +45,7 @@ def step(title: str) -> None:
 
 def main(argv: list[str]) -> None:
     del argv
-    run_steps(tfplace.configure())  # placement logging on from the start, off the terminal
+    run_steps(tfplace.configure())
     if _REPORT.value:
         with open(_REPORT.value, "w", encoding="utf-8") as out:
             json.dump(REPORT, out, indent=1)
@@ -93,7 +93,7 @@ def run_steps(config: tfplace.Config) -> None:
            expected=(X.numpy() + Y.numpy()).tolist())
 
     step(f"uncopied X + Y under {dev1} (device_policy={config.device_policy})")
-    with tfplace.capture_placement() as log:
+    with tfplace.capture_placement(sources=True) as log:
         try:
             with dev1:
                 uncopied = X + Y
@@ -103,7 +103,8 @@ def run_steps(config: tfplace.Config) -> None:
             refused = str(err).split(" Tensors can be copied")[0]
             print(f"refused, as d2l says it should be: {refused}")
     for copy in log.copies:
-        print(f"implicit copy: {copy.op} input #{copy.input_index} from {copy.source} to {copy.target}")
+        print(f"implicit copy: {copy.op} input #{copy.input_index} from {copy.from_device} to {copy.to_device}"
+              f" at {copy.source}")
     record("uncopied", log, refused=refused)
 
     step("neural network under a strategy")

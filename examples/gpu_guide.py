@@ -1,11 +1,16 @@
 """TensorFlow's "Use a GPU" guide, section by section, with placement captured as data.
 
 Each section prints the guide's placement lines in the guide's own format
-(`Executing op MatMul in device /job:localhost/replica:0/task:0/device:GPU:0`),
-then the value. Without a GPU, `--logical_cpus=N` gives N logical CPUs that
-stand in for GPUs (CPU:i for GPU:i), and the output has the same shape.
+(`Executing op MatMul in device /job:localhost/replica:0/task:0/device:GPU:0`)
+from the records of `tfplace.capture_placement()`, then the value. Without a
+GPU, `--logical_cpus=N` gives N logical CPUs that stand in for GPUs (CPU:i for
+GPU:i), and the output has the same shape. Constants made from Python values
+(the guide's `_EagerConst` lines) are created by TensorFlow's C layer, which
+has no Python hook: `--log_placement` shows TensorFlow's own lines, those
+included, on stderr.
 
     python examples/gpu_guide.py --section=log_placement
+    python examples/gpu_guide.py --logical_cpus=2 --section=log_placement --log_placement
     python examples/gpu_guide.py --logical_cpus=4 --section=manual_replication
 """
 
@@ -107,6 +112,7 @@ def _configure_now(**setting) -> None:
 def _on_gpu2() -> None:
     import tensorflow as tf
 
+    print(f"The guide's /device:GPU:2: here {stand_in(2).name} stands in for it")
     with tfplace.capture_placement() as log:
         with tf.device(stand_in(2).name):
             a, b = matrices()

@@ -17,13 +17,21 @@ RESULT = "TFPLACE-RESULT:"
 pytest_plugins = ["pytester"]
 
 
+PRELUDE = "import json as _json\ndef report(obj):\n    print({!r} + _json.dumps(obj), flush=True)\n".format(RESULT)
+
+
+def line_of(code: str, marker: str) -> str:
+    """`<string>:N`, the source of the line holding `marker` in `code` as `run_python` runs it."""
+    lines = (PRELUDE + textwrap.dedent(code)).splitlines()
+    return f"<string>:{next(i for i, line in enumerate(lines, 1) if marker in line)}"
+
+
 def run_python(code: str, *, env: dict | None = None, args: tuple = (), timeout: int = 240) -> subprocess.CompletedProcess:
     """Runs `code` in a new interpreter; `report(obj)` in it prints a JSON result line."""
-    prelude = f"import json as _json\ndef report(obj):\n    print({RESULT!r} + _json.dumps(obj), flush=True)\n"
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("TFPLACE_", "TF_CPP"))}
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-c", prelude + textwrap.dedent(code), *args],
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(code), *args],
         capture_output=True, text=True, env=full_env, timeout=timeout, cwd=ROOT)
 
 

@@ -1,6 +1,223 @@
-"""capture_placement(): records, copies, passthrough, nesting, volume and incomplete logs."""
+"""capture_placement(): records from TensorFlow's hooks, on every CPU, at any time, output untouched."""
 
-from conftest import result_of, run_python
+import os
+import pty
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import ROOT, line_of, run_python
+
+GUIDE_LINE = "Executing op MatMul in device /job:localhost/replica:0/task:0/device:CPU:0"
+
+
+@pytest.mark.parametrize("onednn", ["1", "0"])
+def test_matmul_in_two_successive_captures_on_both_onednn_modes(python, onednn):
+    out = python("""
+        import tensorflow as tf, tfplace
+        from tensorflow.python.util import _pywrap_util_port
+        logs = []
+        for _ in range(2):
+            with tfplace.capture_placement() as log:
+                tf.matmul(tf.ones((2, 2)), tf.ones((2, 2)))
+            log.assert_placed("MatMul", "CPU:0")
+            logs.append(log)
+        report({"onednn": _pywrap_util_port.IsMklEnabled(), "ops": [[r.op for r in l.records] for l in logs],
+                "lines": [l.guide_lines() for l in logs]})
+    """, env={"TF_ENABLE_ONEDNN_OPTS": onednn})
+    assert out["onednn"] is (onednn == "1")
+    assert out["ops"] == [["Fill", "Fill", "MatMul"]] * 2
+    assert [lines[-1] for lines in out["lines"]] == [GUIDE_LINE] * 2
+
+
+def test_capture_after_first_op_at_log_level_3_leaves_the_descriptors_alone(python):
+    out = python("""
+        import os, tensorflow as tf, tfplace
+        x = tf.ones(3)
+        def files():
+            return [(os.fstat(fd).st_dev, os.fstat(fd).st_ino) for fd in (1, 2)]
+        before = files()
+        with tfplace.capture_placement() as log:
+            inside = files()
+            y = x * 2.0
+        report({"ops": [(r.op, r.device, r.kind) for r in log.records], "complete": log.complete,
+                "same": before == inside == files()})
+    """, env={"TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert out == {"ops": [["Mul", "/device:CPU:0", "execute"]], "complete": True, "same": True}
+
+
+def _run_on_terminal(code: str) -> str:
+    """Runs `code` with fds 0, 1 and 2 on a pseudo-terminal; returns what the terminal showed."""
+    main, child = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TFPLACE_", "TF_CPP"))}
+    process = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdin=child, stdout=child,
+                               stderr=child, cwd=ROOT, env=env, close_fds=True)
+    os.close(child)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        shown += chunk
+    process.wait(timeout=240)
+    os.close(main)
+    return shown.decode(errors="replace")
+
+
+def test_terminal_stays_a_terminal_after_configure_and_inside_a_capture():
+    shown = _run_on_terminal("""
+        import os, tensorflow as tf, tfplace
+        tfplace.configure(logical_cpus=2)
+        with tfplace.capture_placement():
+            tf.ones(1) + 1
+            print("isatty", os.isatty(1), os.isatty(2), flush=True)
+    """)
+    assert "isatty True True" in shown
+
+
+def test_last_words_before_abort_reach_stderr():
+    done = run_python("""
+        import os, tensorflow as tf, tfplace
+        tfplace.configure()
+        with tfplace.capture_placement():
+            tf.ones(1) + 1
+            os.write(2, b"last words before abort\\n")
+            os.abort()
+    """)
+    assert done.returncode != 0
+    assert "last words before abort" in done.stderr
+
+
+COPIES = """
+        import tensorflow as tf, tfplace
+        tfplace.configure(logical_cpus=2)
+        with tf.device("CPU:0"):
+            x = tf.ones((2, 2))
+        with tf.device("CPU:1"):
+            y = tf.ones((2, 2))
+        with tfplace.capture_placement() as implicit:
+            with tf.device("CPU:1"):
+                z = x + y  # the copy
+        with tfplace.capture_placement() as explicit:
+            with tf.device("CPU:1"):
+                w = tfplace.to_device(x, "CPU:1") + y
+                s = tf.identity(x) + y
+        report({"copies": [list(c[:5]) for c in implicit.copies], "explicit": len(explicit.copies)})
+"""
+
+
+def test_implicit_copy_has_its_source_line_and_explicit_copies_none(python):
+    out = python(COPIES)
+    (op, index, source, target, line), = out["copies"]
+    assert (op, index, source, target) == ("AddV2", 0, "/device:CPU:0", "/device:CPU:1")
+    assert line == line_of(COPIES, "# the copy")
+    assert out["explicit"] == 0
+
+
+def test_host_memory_arguments_are_not_copies(python):
+    out = python("""
+        import tensorflow as tf, tfplace
+        tfplace.configure(logical_cpus=2)
+        with tf.device("CPU:0"):
+            dims = tf.constant([2, 2])
+        with tfplace.capture_placement() as log:
+            with tf.device("CPU:1"):
+                filled = tf.fill(dims, 1.0)   # Fill keeps `dims` in host memory
+        report({"copies": len(log.copies), "fill": log.devices_for("Fill")})
+    """)
+    assert out == {"copies": 0, "fill": ["/device:CPU:1"]}
+
+
+def test_replica_threads_are_recorded_and_other_threads_are_not(python):
+    out = python("""
+        import threading, tensorflow as tf, tfplace
+        tfplace.configure(logical_cpus=2)
+        strategy = tfplace.strategy()
+        with tfplace.capture_placement() as log:
+            strategy.run(lambda: tf.matmul(tf.ones((2, 2)), tf.ones((2, 2))))
+            worker = threading.Thread(target=lambda: tf.math.sqrt(tf.ones(2)))
+            worker.start()
+            worker.join()
+        report({"matmul": sorted(log.devices_for("MatMul")), "sqrt": log.devices_for("Sqrt")})
+    """)
+    assert out == {"matmul": ["/device:CPU:0", "/device:CPU:1"], "sqrt": []}
+
+
+def test_functions_placed_before_and_inside_the_block(python):
+    code = """
+        import warnings, tensorflow as tf, tfplace
+        @tf.function
+        def early(x):
+            return tf.matmul(x, x) + 1.0
+        @tf.function
+        def fresh(x):
+            return tf.matmul(x, x) * 2.0
+        early(tf.ones((2, 2)))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with tfplace.capture_placement() as before:
+                early(tf.ones((2, 2)))
+            with tfplace.capture_placement() as inside:
+                fresh(tf.ones((2, 2)))
+        report({"before": [before.complete, before.incomplete_reason, [r.kind for r in before.records]],
+                "inside": [inside.complete, sorted({(r.op, r.name, r.kind) for r in inside.records if r.kind == "place"})],
+                "warnings": [str(w.message) for w in caught], "lineno": [w.lineno for w in caught]})
+    """
+    out = python(code)
+    complete, reason, kinds = out["before"]
+    assert complete is False and "placed before the block opened (__inference_early_" in reason
+    assert "place" not in kinds
+    assert out["warnings"] == [f"tfplace: incomplete placement log: {reason}"]
+    assert [f"<string>:{n}" for n in out["lineno"]] == [line_of(code, "as before:")]  # the user's `with` line
+    complete, places = out["inside"]
+    assert complete is True
+    assert ["MatMul", "MatMul", "place"] in places and ["Mul", "mul", "place"] in places
+
+
+def test_nesting_live_reads_and_exceptions_leave_no_hook(python):
+    out = python("""
+        import tensorflow as tf, tfplace
+        from tensorflow.python.eager import context, execute
+        with tfplace.capture_placement() as outer:
+            with tfplace.capture_placement() as inner:
+                tf.matmul(tf.ones((2, 2)), tf.ones((2, 2)))
+            live = outer.devices_for("MatMul")
+            try:
+                with tfplace.capture_placement():
+                    tf.ones(1) + 1
+                    raise KeyError("boom")
+            except KeyError:
+                pass
+            tf.ones(1) * 2
+        tf.ones(1) - 1
+        report({"inner": inner.devices_for("MatMul"), "outer": [r.op for r in outer.records], "live": live,
+                "callbacks": len(context.context().op_callbacks),
+                "patched": execute.execute is not execute.quick_execute})
+    """)
+    assert out["inner"] == out["live"] == ["/device:CPU:0"]
+    assert out["outer"] == ["Fill", "Fill", "MatMul", "Fill", "AddV2", "Fill", "Mul"]
+    assert out["callbacks"] == 0 and out["patched"] is False
+
+
+def test_sources_name_the_users_line(python):
+    code = """
+        import tensorflow as tf, tfplace
+        with tfplace.capture_placement(sources=True) as log:
+            a = tf.ones((2, 2))
+            b = tf.matmul(a, a)
+        with tfplace.capture_placement() as plain:
+            tf.matmul(a, a)
+        report({"sources": [(r.op, r.source) for r in log.records], "plain": [r.source for r in plain.records]})
+    """
+    out = python(code)
+    ones, matmul = line_of(code, "tf.ones((2, 2))"), line_of(code, "b = tf.matmul")
+    assert out["sources"] == [["Fill", ones], ["MatMul", matmul]]
+    assert out["plain"] == [""]
 
 
 def test_manual_replication_on_two_logical_cpus(python):
@@ -16,108 +233,35 @@ def test_manual_replication_on_two_logical_cpus(python):
                     c.append(tf.matmul(a, b))
             with tf.device("/cpu:0"):
                 total = tf.add_n(c)
-        execs = [(r.op, r.device) for r in log.records if r.kind == "execute" and r.op in ("MatMul", "AddN")]
-        report({"execs": execs, "value": total.numpy().tolist(), "complete": log.complete})
+        report({"execs": [(r.op, r.device) for r in log.records], "value": total.numpy().tolist(),
+                "complete": log.complete})
     """)
     assert out["execs"] == [["MatMul", "/device:CPU:0"], ["MatMul", "/device:CPU:1"], ["AddN", "/device:CPU:0"]]
     assert out["value"] == [[44.0, 56.0], [98.0, 128.0]] and out["complete"]
 
 
-def test_tf_function_gives_place_records_with_node_names(python):
+def test_one_hundred_thousand_ops_are_all_recorded(python):
     out = python("""
         import tensorflow as tf, tfplace
-        @tf.function
-        def f(x, y):
-            return tf.matmul(x, y) + 1.0
+        x = tf.ones(1)
         with tfplace.capture_placement() as log:
-            f(tf.ones((2, 2)), tf.ones((2, 2)))
-        report(sorted({(r.op, r.name, r.device) for r in log.records if r.kind == "place"
-                       and r.op in ("MatMul", "AddV2")}))
-    """)
-    assert out == [["AddV2", "add", "/device:CPU:0"], ["MatMul", "MatMul", "/device:CPU:0"]]
-
-
-def test_warn_policy_copy_record(python):
-    out = python("""
-        import tensorflow as tf, tfplace
-        tfplace.configure(logical_cpus=2, device_policy="warn")
-        with tf.device("CPU:0"):
-            x = tf.ones((2, 2))
-        with tf.device("CPU:1"):
-            y = tf.ones((2, 2))
-        with tfplace.capture_placement() as log:
-            with tf.device("CPU:1"):
-                z = x + y
-        report([c[:4] for c in log.copies])
-    """)
-    assert out == [["AddV2", 0, "/device:CPU:0", "/device:CPU:1"]]
-
-
-def test_passthrough_nesting_and_restoring():
-    done = run_python("""
-        import os, tensorflow as tf, tfplace
-        print("before", flush=True)
-        with tfplace.capture_placement() as outer:
-            print("python print")
-            os.write(1, b"C-level write\\n")
-            os.write(2, b"to stderr\\n")
-            with tfplace.capture_placement() as inner:
-                tf.matmul(tf.ones((2, 2)), tf.ones((2, 2)))
-            live = len(outer.records)
-            try:
-                with tfplace.capture_placement(passthrough=False):
-                    print("dropped")
-                    raise KeyError("boom")
-            except KeyError:
-                pass
-        report({"inner": inner.devices_for("MatMul"), "outer": outer.devices_for("MatMul"), "live": live})
-    """)
-    out = result_of(done)
-    assert out["inner"] == out["outer"] == ["/device:CPU:0"] and out["live"] > 0
-    assert done.stdout.splitlines()[:3] == ["before", "python print", "C-level write"]
-    assert "dropped" not in done.stdout
-    assert "to stderr" in done.stderr and "Executing op" not in done.stdout + done.stderr
-
-
-def test_two_hundred_thousand_ops_do_not_deadlock(python):
-    out = python("""
-        import tensorflow as tf, tfplace
-        x = None
-        with tfplace.capture_placement() as log:
-            x = tf.ones(1)
-            for _ in range(200_000):
+            for _ in range(100_000):
                 x = tf.identity(x)
         report(sum(1 for r in log.records if r.op == "Identity" and r.kind == "execute"))
     """, timeout=600)
-    assert out == 200_000
+    assert out == 100_000
 
 
-def test_hidden_eager_lines_make_an_incomplete_log_with_a_warning(python):
+def test_capture_before_the_runtime_starts_then_configure(python):
     out = python("""
-        import warnings, tensorflow as tf, tfplace
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            with tfplace.capture_placement() as log:
-                tf.matmul(tf.ones((2, 2)), tf.ones((2, 2)))
-        report({"complete": log.complete, "kinds": sorted({r.kind for r in log.records}),
-                "matmul": log.devices_for("MatMul"), "warnings": [str(w.message) for w in caught]})
-    """, env={"TF_CPP_MIN_LOG_LEVEL": "1"})
-    assert out["complete"] is False and out["kinds"] == ["place"] and out["matmul"] == ["/device:CPU:0"]
-    assert any("TF_CPP_MIN_LOG_LEVEL=1" in w for w in out["warnings"])
-
-
-def test_capture_after_runtime_started_without_logging_says_so(python):
-    out = python("""
-        import warnings, tensorflow as tf, tfplace
-        tf.ones(1)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            with tfplace.capture_placement() as log:
-                tf.ones(2) + 1
-        report({"complete": log.complete, "reason": log.incomplete_reason, "warned": len(caught)})
+        import tensorflow as tf, tfplace
+        with tfplace.capture_placement() as log:
+            tfplace.configure(logical_cpus=2)
+            with tf.device("CPU:1"):
+                tf.function(lambda x: x * 2.0)(tf.ones(2))
+        report({"complete": log.complete, "mul": [(r.device, r.kind) for r in log.records if r.op == "Mul"]})
     """)
-    assert out["complete"] is False and out["warned"] == 1
-    assert "placement logging was off when TensorFlow's runtime started" in out["reason"]
+    assert out == {"complete": True, "mul": [["/device:CPU:1", "place"]]}
 
 
 def test_under_pytest_capture_modes(pytester):
@@ -135,41 +279,3 @@ def test_under_pytest_capture_modes(pytester):
         result.assert_outcomes(failed=1)
         assert "visible-marker" in result.stdout.str()
         assert "AssertionError: show output" in result.stdout.str()
-
-
-def test_python_level_streams_as_under_jupyter(python):
-    """Where sys.stdout is not fd 1 (IPython's OutStream), lines written to it are captured too."""
-    out = python("""
-        import io, sys, tensorflow as tf, tfplace
-        notebook = io.StringIO()
-        real, sys.stdout = sys.stdout, notebook
-        with tfplace.capture_placement() as log:
-            print("cell output")
-            # TensorFlow may route its eager lines through sys.stdout in a notebook:
-            print("Executing op MatMul in device /job:localhost/replica:0/task:0/device:CPU:0")
-            tf.matmul(tf.ones((2, 2)), tf.ones((2, 2)))
-        sys.stdout = real
-        report({"notebook": notebook.getvalue(), "execs": [r.op for r in log.records if r.kind == "execute"]})
-    """)
-    assert out["notebook"] == "cell output\n"
-    assert out["execs"].count("MatMul") == 2  # the routed line and the fd-level one
-
-
-def test_other_threads_output_is_not_lost():
-    done = run_python("""
-        import os, threading, time, tensorflow as tf, tfplace
-        def chatter():
-            for i in range(50):
-                os.write(1, f"thread line {i}\\n".encode())
-                time.sleep(0.001)
-        with tfplace.capture_placement() as log:
-            worker = threading.Thread(target=chatter)
-            worker.start()
-            for _ in range(200):
-                tf.identity(tf.ones(1))
-            worker.join()
-        report(len(log.records))
-    """)
-    assert result_of(done) > 0
-    assert [line for line in done.stdout.splitlines() if line.startswith("thread line")] == [
-        f"thread line {i}" for i in range(50)]

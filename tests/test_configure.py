@@ -117,3 +117,42 @@ def test_config_prints_readably(python):
     """)
     assert "logical_cpus     = 2  [argument logical_cpus]" in out
     assert "logical_devices  = /device:CPU:0, /device:CPU:1" in out
+
+
+def test_log_placement_is_the_guides_logging_fixed_at_start():
+    from conftest import result_of, run_python
+
+    shown = run_python("""
+        import tensorflow as tf, tfplace
+        config = tfplace.configure(log_placement=True)
+        tf.matmul(tf.ones((2, 2)), tf.ones((2, 2)))
+        same = tfplace.configure(log_placement=True).log_placement
+        try:
+            tfplace.configure(log_placement=False)
+            error = ""
+        except tfplace.RuntimeInitializedError as err:
+            error = str(err)
+        report({"before": config.log_placement, "same": same, "error": error})
+    """)
+    out = result_of(shown)
+    assert out["before"] is True and out["same"] is True
+    assert "log_placement=False (from argument log_placement) cannot be applied: placement logging is on" in out["error"]
+    from tfplace import PlacementLog
+
+    PlacementLog.from_text(shown.stderr).assert_placed("MatMul", "CPU:0")  # TensorFlow's own line, any kernel name
+    quiet = run_python("""
+        import tensorflow as tf, tfplace
+        config = tfplace.configure()
+        with tfplace.capture_placement() as log:
+            tf.matmul(tf.ones((2, 2)), tf.ones((2, 2)))
+        try:
+            tfplace.configure(log_placement=True)
+            error = ""
+        except tfplace.RuntimeInitializedError as err:
+            error = str(err)
+        report({"logging": config.log_placement, "matmul": log.devices_for("MatMul"), "error": error})
+    """)
+    out = result_of(quiet)
+    assert out["logging"] is False and out["matmul"] == ["/device:CPU:0"]
+    assert "placement logging is off, as it was when the runtime started" in out["error"]
+    assert "Executing op" not in quiet.stderr and "Executing op" not in quiet.stdout

@@ -34,7 +34,7 @@ def test_log_and_soft_placement_sections(guide):
     count, out = guide
     gpu2 = "/device:CPU:2" if count > 2 else "/device:CPU:0"  # soft placement falls back to CPU:0
     for name, where in (("log_placement", "/device:CPU:0"), ("soft_placement", gpu2)):
-        assert executed(out[name]) == [("_EagerConst", where)] * 2 + [("MatMul", where)]
+        assert executed(out[name]) == [("MatMul", where)]
         assert "[[22. 28.]\n [49. 64.]]" in out[name]
     assert ("MatMul", "/device:CPU:0") in executed(out["manual_placement"])
 
@@ -71,6 +71,16 @@ def test_memory_sections(guide):
     assert "caps each GPU at 6464 MiB" in out["memory_limit"]
     assert "RuntimeInitializedError: TensorFlow's runtime has already started" in out["memory_limit"]
     assert "memory growth on GPUs [0, 1, 2, 3, 4, 5, 6, 7]" in out["memory_growth"]
+
+
+def test_log_placement_flag_shows_tensorflows_own_lines():
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "gpu_guide.py"), "--logical_cpus=2",
+                           "--section=log_placement", "--log_placement"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    own = [r for r in PlacementLog.from_text(done.stderr).records if r.kind == "execute"]
+    assert [(r.op, r.device) for r in own][-3:] == [("_EagerConst", "/device:CPU:0")] * 2 + [("MatMul", "/device:CPU:0")]
+    assert executed(done.stdout) == [("MatMul", "/device:CPU:0")]  # the records, as without the flag
 
 
 def test_help_lists_tfplace_flags():

@@ -31,7 +31,18 @@ def test_copy_warning_line():
             f"to be on {FULL.format('CPU', 1)} but is actually on {FULL.format('CPU', 0)} (operation running on "
             f"{FULL.format('CPU', 1)}). This triggers a copy which can be a performance bottleneck.\n")
     copy, = parse_placement(line).copies
-    assert (copy.op, copy.input_index, copy.source, copy.target) == ("AddV2", 0, "/device:CPU:0", "/device:CPU:1")
+    assert (copy.op, copy.input_index, copy.from_device, copy.to_device) == ("AddV2", 0, "/device:CPU:0", "/device:CPU:1")
+    assert copy.line.startswith("before computing AddV2 input #0")
+
+
+def test_onednn_kernel_variants_are_read_as_op_types_keeping_the_printed_line():
+    text = "".join(f"{PREFIX}Executing op {kernel} in device {FULL.format('CPU', 0)}\n"
+                   for kernel in ("_MklMatMul", "_MklNativeConv2D", "_MklFusedMatMul", "_MklNativeFusedBatchNormV3"))
+    log = PlacementLog.from_text(text)
+    assert [r.op for r in log.records] == ["MatMul", "Conv2D", "_FusedMatMul", "FusedBatchNormV3"]
+    assert log.records[0].line == f"Executing op _MklMatMul in device {FULL.format('CPU', 0)}"
+    assert log.guide_lines()[0] == f"Executing op MatMul in device {FULL.format('CPU', 0)}"
+    log.assert_placed("MatMul", "CPU:0")
 
 
 def test_spliced_lines_are_split():
@@ -64,10 +75,9 @@ def test_generated_logs_round_trip(events):
         else:
             fd2.append(what + "\n")
             other.append(what + "\n")
-    log = PlacementLog()
-    rest = log.extend("".join(fd2)).other + log.extend("".join(fd1)).other
-    assert [(r.op, r.name, r.device, r.kind) for r in log.records] == expected
-    assert rest == "".join(other)
+    parsed = parse_placement("".join(fd2) + "".join(fd1))
+    assert [(r.op, r.name, r.device, r.kind) for r in parsed.records] == expected
+    assert parsed.other == "".join(other)
     # With fd 2's lines hidden (TF_CPP_MIN_LOG_LEVEL >= 1), the bare placer lines are all kept.
     hidden = PlacementLog.from_text("".join(fd1))
     assert [r[:4] for r in hidden.records] == [e for e in expected if e[3] == "place"]

@@ -1,4 +1,4 @@
-"""The `tfplace` command line: `tfplace devices` and `tfplace env`.
+"""The `tfplace` command line: `tfplace devices`, `tfplace env` and `tfplace trace`.
 
 Neither command starts TensorFlow's runtime or allocates GPU memory: devices
 are listed from the physical inventory and the pending configuration.
@@ -20,10 +20,12 @@ from tfplace import settings
 
 __all__ = ["main"]
 
+# Every environment variable that changes where ops run or what placement logs say.
 PLACEMENT_VARIABLES = (
-    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TF_CPP_MIN_LOG_LEVEL", "TF_FORCE_GPU_ALLOW_GROWTH",
-    "TF_GPU_ALLOCATOR", "TF_CONFIG",
-)
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TF_FORCE_GPU_ALLOW_GROWTH", "TF_GPU_ALLOCATOR",
+    "TF_CONFIG", "TF_ENABLE_ONEDNN_OPTS", "TF_XLA_FLAGS", "TF_CPP_MIN_LOG_LEVEL",
+) + tuple(variable for name in settings.NAMES for variable in settings.ENVIRONMENT[name]
+          if variable not in ("TF_FORCE_GPU_ALLOW_GROWTH",))
 
 
 def _devices(args: argparse.Namespace) -> dict[str, Any]:
@@ -60,12 +62,14 @@ def _env(_: argparse.Namespace) -> dict[str, Any]:
         keras_version = keras.__version__
     except ImportError:
         keras_version = None
-    variables = {name: os.environ[name] for name in PLACEMENT_VARIABLES if name in os.environ}
-    variables.update({k: v for k, v in os.environ.items() if k.startswith("TFPLACE_")})
+    from tensorflow.python.util import _pywrap_util_port
+
+    variables = {name: os.environ.get(name) for name in PLACEMENT_VARIABLES}
+    onednn = bool(_pywrap_util_port.IsMklEnabled())
     warnings = []
     if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") not in ("", "0"):
-        warnings.append("TF_CPP_MIN_LOG_LEVEL >= 1 hides TensorFlow's eager 'Executing op' placement lines: "
-                        "capture_placement() logs will hold only graph placer lines")
+        warnings.append("TF_CPP_MIN_LOG_LEVEL >= 1 hides TensorFlow's own eager 'Executing op' lines "
+                        "(--log_placement); capture_placement() does not depend on them")
     if os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH") == "true" and any(
             f"TFPLACE_{n.upper()}" in os.environ for n in ("memory_fraction", "memory_limit_mb", "logical_gpus")):
         warnings.append("TF_FORCE_GPU_ALLOW_GROWTH=true cannot be combined with a memory cap or logical GPUs")
@@ -87,6 +91,10 @@ def _env(_: argparse.Namespace) -> dict[str, Any]:
         "cuda_version": build.get("cuda_version"),
         "cudnn_version": build.get("cudnn_version"),
         "nvidia_driver": gpu_inventory.driver_version(),
+        "onednn": onednn,
+        "onednn_note": ("oneDNN is on: TensorFlow's own log names some kernels by their oneDNN variant "
+                        "(_MklMatMul for MatMul); tfplace records and PlacementLog.from_text give op types"
+                        if onednn else "oneDNN is off: TensorFlow's log names kernels by their op types"),
         "gpus": [{"index": g.index, "name": g.name, "memory_total_mib": g.total_mib, "memory_used_mib": g.used_mib}
                  for g in gpus],
         "environment": variables,
@@ -109,8 +117,9 @@ def _print_env(report: dict[str, Any]) -> None:
         print(f"{key:<15} {value}")
     for gpu in report["gpus"]:
         print(f"gpu {gpu['index']:<11} {gpu['name']} ({gpu['memory_total_mib']} MiB)")
+    print("environment (variables that change placement):")
     for name, value in report["environment"].items():
-        print(f"{name:<15} {value}")
+        print(f"  {name:<27} {'(unset)' if value is None else value}")
     for warning in report["warnings"]:
         print(f"warning: {warning}")
 

@@ -1,0 +1,56 @@
+"""The TensorFlow internals that capture_placement() relies on (BUILD.md, "TensorFlow internals").
+
+If a TensorFlow upgrade removes or changes one, this test says which, before users meet it.
+"""
+
+import importlib
+
+import pytest
+
+INTERNALS = [
+    ("tensorflow.python.framework.op_callbacks", "add_op_callback", "eager ops: the op callback"),
+    ("tensorflow.python.framework.op_callbacks", "remove_op_callback", "eager ops: removing the op callback"),
+    ("tensorflow.python.eager.context", "Context.enable_graph_collection", "functions: graph collection"),
+    ("tensorflow.python.eager.context", "Context.disable_graph_collection", "functions: graph collection"),
+    ("tensorflow.python.eager.context", "Context.export_run_metadata", "functions: placed graphs"),
+    ("tensorflow.python.framework.kernels", "get_registered_kernels_for_op", "copies: host-memory arguments"),
+    ("tensorflow.python.framework.op_def_registry", "get", "op types of kernel variants"),
+    ("tensorflow.python.util._pywrap_util_port", "IsMklEnabled", "tfplace env: whether oneDNN is on"),
+]
+
+
+@pytest.mark.parametrize("module, name, use", INTERNALS, ids=[f"{m.rsplit('.', 1)[1]}.{n}" for m, n, _ in INTERNALS])
+def test_internal_is_still_there(module, name, use):
+    found = importlib.import_module(module)
+    for part in name.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            pytest.fail(f"TensorFlow no longer has {module}.{name}, which tfplace uses for {use}: "
+                        "see BUILD.md, 'TensorFlow internals', and adapt tfplace/hooks.py, graphs.py or kernels.py")
+
+
+def test_internals_still_behave_as_relied_on(python):
+    out = python("""
+        import tensorflow as tf
+        from tensorflow.python.eager import context
+        from tensorflow.python.framework import kernels, op_callbacks
+        seen = []
+        def callback(op_type, inputs, attrs, outputs, op_name=None, graph=None):
+            if graph is None:
+                seen.append([op_type if isinstance(op_type, str) else op_type.decode(), outputs[0].device])
+        x = tf.ones((2, 2))
+        op_callbacks.add_op_callback(callback)
+        context.context().enable_graph_collection()
+        tf.function(lambda a: tf.matmul(a, a))(x)
+        metadata = context.context().export_run_metadata()
+        context.context().disable_graph_collection()
+        op_callbacks.remove_op_callback(callback)
+        nodes = [n.op for f in metadata.function_graphs for n in f.post_optimization_graph.node]
+        fill = [list(k.host_memory_arg) for k in kernels.get_registered_kernels_for_op("Fill").kernel
+                if k.device_type == "CPU"]
+        report({"seen": seen, "nodes": nodes, "fill": fill[0]})
+    """)
+    (op, device), = out["seen"]
+    assert op.startswith("__inference_") and device.endswith("/device:CPU:0"), out
+    assert "MatMul" in out["nodes"] or "_MklMatMul" in out["nodes"], out
+    assert out["fill"] == ["dims"], out
