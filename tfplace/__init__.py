@@ -22,6 +22,7 @@ from tfplace.devices import (
     try_all_gpus,
     try_gpu,
 )
+from tfplace.guards import device_guard, transfer_guard
 from tfplace.parsing import parse_placement
 from tfplace.placement_log import PlacementLog
 from tfplace.records import CopyRecord, PlacementRecord
@@ -31,6 +32,8 @@ from tfplace.errors import (
     DeviceNotFoundError,
     DeviceSpecError,
     Error,
+    ImplicitCopyError,
+    PlacementError,
     RuntimeInitializedError,
 )
 
@@ -54,6 +57,8 @@ __all__ = [
     "PlacementRecord",
     "CopyRecord",
     "parse_placement",
+    "transfer_guard",
+    "device_guard",
     "split_batch",
     "replicate",
     "reduce_on",
@@ -63,5 +68,7 @@ __all__ = [
     "RuntimeInitializedError",
     "DeviceNotFoundError",
     "DeviceSpecError",
+    "ImplicitCopyError",
+    "PlacementError",
     "__version__",
 ]

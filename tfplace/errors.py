@@ -14,7 +14,10 @@ Example:
 
 from __future__ import annotations
 
-__all__ = ["Error", "ConfigurationError", "RuntimeInitializedError", "DeviceNotFoundError", "DeviceSpecError"]
+__all__ = [
+    "Error", "ConfigurationError", "RuntimeInitializedError", "DeviceNotFoundError", "DeviceSpecError",
+    "ImplicitCopyError", "PlacementError",
+]
 
 
 class Error(Exception):
@@ -35,3 +38,11 @@ class DeviceNotFoundError(Error, ValueError):
 
 class DeviceSpecError(Error, ValueError):
     """A device spec that is not written in any accepted form."""
+
+
+class ImplicitCopyError(Error, RuntimeError):
+    """An implicit cross-device copy inside `transfer_guard("disallow")`."""
+
+
+class PlacementError(Error, RuntimeError):
+    """An op ran on another device than `device_guard` allows."""

@@ -1,0 +1,147 @@
+"""Guards that stop a program where placement goes wrong, naming the line of user code.
+
+* `transfer_guard(level)`: at an implicit cross-device copy in the block,
+  "disallow" raises `ImplicitCopyError`, "log" logs it (absl) and goes on,
+  "allow" does nothing; the innermost guard decides, so a nested block can
+  allow what its surroundings forbid.
+* `device_guard(device, allow_ops=())`: an eager op or function call of the
+  block that runs anywhere but `device` raises `PlacementError` (a silent
+  fallback to the CPU, for instance).
+
+Both watch the eager ops of the block's thread and of the threads TensorFlow
+starts for it, through the same op callback as `capture_placement()`
+(`tfplace.hooks`). The nodes inside a function are placed by TensorFlow's
+placer; see them with `capture_placement()` ("place" records).
+
+Example:
+    >>> import tensorflow as tf, tfplace
+    >>> with tfplace.transfer_guard("disallow"), tfplace.device_guard("CPU:0"):
+    ...     y = tf.ones(2) * 3.0
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Iterator, Optional, Sequence, Union
+
+from absl import logging
+from tensorflow.python.eager import context
+
+from tfplace import hooks
+from tfplace.devices import Device, device as resolve_device
+from tfplace.errors import ConfigurationError, ImplicitCopyError, PlacementError
+from tfplace.records import CopyRecord, PlacementRecord
+from tfplace.sources import user_line
+
+__all__ = ["transfer_guard", "device_guard", "LEVELS"]
+
+LEVELS = ("disallow", "log", "allow")
+_local = threading.local()
+
+
+def _describe_copy(copy: CopyRecord) -> str:
+    where = copy.source or "an unknown line"
+    return (f"implicit copy at {where}: {copy.op} input #{copy.input_index} lives on {copy.from_device}, "
+            f"but {copy.op} runs on {copy.to_device}, so TensorFlow copies it on every call")
+
+
+class _TransferGuard:
+    """One thread's transfer guard: the levels of its nested blocks, innermost last."""
+
+    sources = False
+
+    def __init__(self) -> None:
+        self.levels: list[str] = []
+
+    def on_op(self, record: PlacementRecord, copies: Sequence[CopyRecord], placed: Optional[bool]) -> None:
+        if not copies or self.levels[-1] == "allow":
+            return
+        if self.levels[-1] == "log":
+            for copy in copies:
+                logging.warning("tfplace.transfer_guard: %s", _describe_copy(copy))
+            return
+        copy = copies[0]
+        raise ImplicitCopyError(
+            f"{_describe_copy(copy)}. Allowed in transfer_guard('disallow'): explicit copies, "
+            f"tfplace.to_device(x, '{copy.to_device}') or tf.identity(x) under tf.device('{copy.to_device}'), "
+            "before the op; or a nested transfer_guard('allow') around it.")
+
+
+@contextlib.contextmanager
+def transfer_guard(level: str = "disallow") -> Iterator[None]:
+    """Stops (or logs) the block at its first implicit cross-device copy.
+
+    >>> import tensorflow as tf, tfplace
+    >>> with tfplace.transfer_guard("log"):
+    ...     z = tf.ones(2) + 1.0        # same device: nothing to say
+
+    Args:
+      level: "disallow" (raise `ImplicitCopyError`), "log" (an absl warning
+        per copy) or "allow" (nothing; lets a nested block copy).
+
+    Raises:
+      ConfigurationError: `level` is not one of those.
+      ImplicitCopyError: in the block, at an implicit copy under "disallow",
+        naming the op, the input, both devices and the user's line.
+    """
+    if level not in LEVELS:
+        raise ConfigurationError(
+            f"transfer_guard received level={level!r} (from argument level): allowed are "
+            + ", ".join(repr(level) for level in LEVELS))
+    guard: Optional[_TransferGuard] = getattr(_local, "transfer", None)
+    with contextlib.ExitStack() as stack:
+        if guard is None:
+            guard = _local.transfer = _TransferGuard()
+            stack.callback(setattr, _local, "transfer", None)
+            stack.enter_context(hooks.listening(guard))
+        guard.levels.append(level)
+        stack.callback(guard.levels.pop)
+        yield
+
+
+class _DeviceGuard:
+    sources = False
+
+    def __init__(self, wanted: Device, allow_ops: frozenset[str]) -> None:
+        self.wanted = wanted.name
+        self.allow_ops = allow_ops
+
+    def on_op(self, record: PlacementRecord, copies: Sequence[CopyRecord], placed: Optional[bool]) -> None:
+        if record.device == self.wanted or record.op in self.allow_ops:
+            return
+        asked = context.context().device_name or "no device (TensorFlow chose)"
+        allowed = ", ".join(sorted(self.allow_ops)) or "none"
+        raise PlacementError(
+            f"{record.op} ran on {record.device} at {user_line() or 'an unknown line'} (asked for: {asked}), but "
+            f"device_guard('{self.wanted}') allows only ops on {self.wanted} and the op types in allow_ops "
+            f"({allowed}). Place it with tf.device('{self.wanted}'), or pass allow_ops=('{record.op}',).")
+
+
+@contextlib.contextmanager
+def device_guard(device: Union[str, Device, Any], *, allow_ops: Sequence[str] = ()) -> Iterator[None]:
+    """Raises at the first op of the block that runs anywhere but `device`.
+
+    >>> import tensorflow as tf, tfplace
+    >>> with tfplace.device_guard("CPU:0"):
+    ...     y = tf.ones(2) * 2.0
+
+    Args:
+      device: the device every op of the block must run on, written any
+        accepted way; it must exist.
+      allow_ops: op types (e.g. "Shape") that may run elsewhere.
+
+    Raises:
+      DeviceSpecError: `device` is malformed (before the block runs).
+      DeviceNotFoundError: `device` does not exist (before the block runs).
+      ConfigurationError: `allow_ops` is a string rather than a sequence of op types.
+      PlacementError: in the block, naming the op, where it ran, where it was
+        asked to run and the user's line.
+    """
+    if isinstance(allow_ops, str):
+        raise ConfigurationError(
+            f"device_guard received allow_ops={allow_ops!r} (from argument allow_ops): allowed is a sequence "
+            f"of op types, e.g. allow_ops=({allow_ops!r},)")
+    guard = _DeviceGuard(resolve_device(device, fallback=False), frozenset(allow_ops))
+    with hooks.listening(guard):
+        yield
