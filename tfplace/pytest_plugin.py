@@ -7,6 +7,11 @@ turns it off. It gives
 * the option `--tfplace-logical-cpus=N` and ini `tfplace_logical_cpus`:
   `configure(logical_cpus=N)` before any test starts TensorFlow;
 * the marker `requires_gpu(n=1)`: skip unless n GPUs are visible;
+* the fixture `placement_snapshot`: `placement_snapshot.assert_match(log)`
+  compares a log's op counts per device with `__placement__/<module>/<test>.json`
+  beside the test, written or refreshed with `--tfplace-update-snapshots`;
+* the marker `transfer_guard(level="disallow")`: the test fails at its first
+  implicit cross-device copy;
 * a report header line listing the devices.
 
 Example::
@@ -14,10 +19,17 @@ Example::
     def test_matmul_on_cpu(placement_log):
         tf.matmul(tf.ones((2, 3)), tf.ones((3, 2)))
         placement_log.assert_placed("MatMul", "CPU:0")
+
+    @pytest.mark.transfer_guard
+    def test_step_placement(placement_log, placement_snapshot):
+        train_step()
+        placement_snapshot.assert_match(placement_log)
 """
 
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional
 
 import pytest
@@ -30,12 +42,17 @@ LOGICAL_CPUS_HELP = (
     "before any test starts TensorFlow, so multi-device tests run without GPUs"
 )
 REQUIRES_GPU = "requires_gpu(n=1): skip the test unless at least n GPUs (logical ones included) are visible"
+TRANSFER_GUARD = ('transfer_guard(level="disallow"): fail the test at its first implicit cross-device copy '
+                  "(tfplace.transfer_guard around the test body)")
+UPDATE_HELP = "write or refresh the placement snapshots of placement_snapshot.assert_match() instead of comparing"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("tfplace", "TensorFlow device placement (tfplace)")
     group.addoption("--tfplace-logical-cpus", default=None, metavar="N",
                     dest="tfplace_logical_cpus", help=LOGICAL_CPUS_HELP)
+    group.addoption("--tfplace-update-snapshots", action="store_true", default=False,
+                    dest="tfplace_update_snapshots", help=UPDATE_HELP)
     parser.addini("tfplace_logical_cpus", LOGICAL_CPUS_HELP, default=None)
 
 
@@ -56,6 +73,8 @@ def _logical_cpus(config: pytest.Config) -> Optional[int]:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", REQUIRES_GPU)
+    config.addinivalue_line("markers", TRANSFER_GUARD)
+    config.stash[_WRITTEN] = []
     count = _logical_cpus(config)
     if count is not None:
         import tfplace
@@ -96,14 +115,72 @@ def placement_log(request: pytest.FixtureRequest) -> "PlacementLog":
     return log
 
 
+class PlacementSnapshot:
+    """Compares a placement log with the snapshot kept for one test."""
+
+    def __init__(self, path: Path, update: bool, written: list) -> None:
+        self.path = path
+        self.update = update
+        self._written = written
+
+    def assert_match(self, log: "PlacementLog") -> None:
+        """Raises AssertionError unless `log`'s op counts per device equal the snapshot's.
+
+        With `--tfplace-update-snapshots`, writes the snapshot instead.
+        """
+        from tfplace import snapshots
+
+        if not log.complete:
+            raise AssertionError(f"an incomplete placement log cannot be compared with a snapshot: "
+                                 f"{log.incomplete_reason}")
+        actual = snapshots.placement(log)
+        if self.update:
+            snapshots.write(self.path, actual)
+            self._written.append(self.path)
+            return
+        if not self.path.exists():
+            raise AssertionError(f"no placement snapshot at {self.path}: run pytest with "
+                                 "--tfplace-update-snapshots to write it, then review and commit it")
+        expected = snapshots.read(self.path)
+        if expected != actual:
+            lines = "\n  ".join(snapshots.differences(expected, actual))
+            raise AssertionError(f"placement differs from the snapshot {self.path}:\n  {lines}\n"
+                                 "If the new placement is right, run pytest with --tfplace-update-snapshots.")
+
+
+_WRITTEN = pytest.StashKey[list]()
+
+
+@pytest.fixture
+def placement_snapshot(request: pytest.FixtureRequest) -> PlacementSnapshot:
+    """`placement_snapshot.assert_match(log)`: the log's placement against `__placement__/<module>/<test>.json`."""
+    from tfplace import snapshots
+
+    path = snapshots.path_for(Path(str(request.node.path)), request.node.name)
+    return PlacementSnapshot(path, request.config.getoption("tfplace_update_snapshots"),
+                             request.config.stash[_WRITTEN])
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    written = config.stash.get(_WRITTEN, [])
+    if written:
+        terminalreporter.write_line(f"tfplace: wrote {len(written)} placement snapshot(s)")
+
+
 @pytest.hookimpl(hookwrapper=True, trylast=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    """Captures around the test body, in the test's thread."""
+    """Captures (placement_log) and guards (transfer_guard marker) around the test body, in its thread."""
     log = item.stash.get(_LOG, None)
-    if log is None:
+    marker = item.get_closest_marker("transfer_guard")
+    if log is None and marker is None:
         yield
         return
     from tfplace.capture import capture_into
+    from tfplace.guards import transfer_guard
 
-    with capture_into(log):
+    with contextlib.ExitStack() as stack:
+        if log is not None:
+            stack.enter_context(capture_into(log))
+        if marker is not None:
+            stack.enter_context(transfer_guard(marker.kwargs.get("level", marker.args[0] if marker.args else "disallow")))
         yield
