@@ -1,10 +1,12 @@
 """The `tfplace` command line: `tfplace devices`, `tfplace env` and `tfplace trace`.
 
-Neither command starts TensorFlow's runtime or allocates GPU memory: devices
-are listed from the physical inventory and the pending configuration.
+Neither `devices` nor `env` starts TensorFlow's runtime or allocates GPU
+memory: devices are listed from the physical inventory and the pending
+configuration. `trace` runs a script under a capture (see `tfplace.trace`).
 
     tfplace devices --logical_cpus=4     # the devices a program would see
     tfplace env --json                   # versions, build and placement env vars
+    tfplace trace --logical_cpus=2 train.py --epochs=1
 """
 
 from __future__ import annotations
@@ -134,8 +136,67 @@ def _setting(name: str):
     return parse
 
 
+TRACE_USAGE = "tfplace trace [tfplace flags] [--json=FILE] [--plot=FILE.png] [--top=N] script.py [--] [args ...]"
+
+
+def _add_trace(commands: Any) -> argparse.ArgumentParser:
+    trace = commands.add_parser(
+        "trace", usage=TRACE_USAGE, help="run a script under a capture and report where its placement goes wrong",
+        description="Runs script.py as __main__ with its own arguments, then reports ops per device, ops on the "
+                    "CPU while a GPU was visible, and implicit copies, each with its source line. "
+                    "The script's exit status is kept.")
+    for name in settings.NAMES:
+        boolean = settings.ALLOWED[name] == "True or False"
+        trace.add_argument(f"--{name}", type=_setting(name), nargs="?" if boolean else None,
+                           const=True if boolean else None, help="configure() before the script: " + settings.ALLOWED[name])
+    trace.add_argument("--json", metavar="FILE", help="write every record and copy as JSON")
+    trace.add_argument("--plot", metavar="FILE.png", help="draw ops per device (needs matplotlib: .[plot])")
+    trace.add_argument("--top", metavar="N", type=int, default=10, help="rows per report section (default 10)")
+    trace.add_argument("script", help="the Python script to run")
+    trace.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    return trace
+
+
+def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: list[str]) -> int:
+    """Runs `tfplace trace`; `passed` are the arguments after a `--`, given to the script unchecked."""
+    import tfplace
+    from tfplace import trace
+
+    own = {"--json", "--plot", "--top"} | {f"--{name}" for name in settings.NAMES}
+    for arg in args.args:
+        if arg.split("=", 1)[0] in own:
+            parser.error(f"{arg!r} comes after the script {args.script!r} (from the command line): tfplace trace's "
+                         f"options go before the script, as in: tfplace trace {arg} {args.script} ...; to pass it "
+                         "to the script itself, put it after '--'")
+    if not os.path.isfile(args.script):
+        parser.error(f"script {args.script!r} (from argument script) is not a file: give the path of a Python script")
+    if args.top < 1:
+        parser.error(f"--top={args.top} (from option --top) is not allowed: expected a whole number >= 1")
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            parser.error("--plot needs matplotlib, which is not installed: pip install 'tfplace[plot]' "
+                         "(or pip install matplotlib)")
+    given = {name: getattr(args, name) for name in settings.NAMES if getattr(args, name) is not None}
+    try:
+        tfplace.configure(**given)
+    except tfplace.Error as err:
+        parser.error(str(err))
+    script_args = [*args.args, *passed]
+    log, status = trace.run_script(args.script, script_args)
+    print(trace.report(log, gpus_visible=tfplace.num_gpus() > 0, top=args.top), flush=True)
+    if args.json:
+        trace.write_json(args.json, trace.to_json(log, script=args.script, args=script_args, exit_status=status))
+        print(f"tfplace trace: wrote {len(log.records)} records and {len(log.copies)} copies to {args.json}")
+    if args.plot:
+        trace.plot(log, args.plot, top=args.top, title=f"ops per device: {os.path.basename(args.script)}")
+        print(f"tfplace trace: drew ops per device in {args.plot}")
+    return status
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Runs the command line; returns the exit status."""
+    """Runs the command line; returns the exit status (the script's, for `trace`)."""
     parser = argparse.ArgumentParser(prog="tfplace", description="TensorFlow device placement: see it.")
     commands = parser.add_subparsers(dest="command", required=True)
     devices = commands.add_parser("devices", help="physical and logical devices (starts nothing)")
@@ -144,7 +205,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     devices.add_argument("--json", action="store_true", help="print JSON")
     env = commands.add_parser("env", help="versions, build info and placement environment variables")
     env.add_argument("--json", action="store_true", help="print JSON")
+    trace = _add_trace(commands)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    passed: list[str] = []
+    if argv[:1] == ["trace"] and "--" in argv:
+        argv, passed = argv[:argv.index("--")], argv[argv.index("--") + 1:]
     args = parser.parse_args(argv)
+    if args.command == "trace":
+        return _trace(trace, args, passed)
     import tfplace
 
     try:

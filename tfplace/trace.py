@@ -1,0 +1,183 @@
+"""`tfplace trace`: run a Python script under a capture and report where its placement goes wrong.
+
+The script runs as `__main__` with its own `sys.argv`, under
+`capture_placement(sources=True)`. After its output comes a report: ops per
+device; ops that ran on the CPU while a GPU was visible, by source line, with
+whether the op has a GPU kernel at all (TensorFlow's kernel registry knows);
+implicit copies by source line, most frequent first. The script's exit status
+is kept, and an uncaught exception's traceback is printed as Python would.
+
+    tfplace trace --logical_cpus=2 --json=trace.json train.py --epochs=1
+
+Example:
+    >>> from tfplace.placement_log import PlacementLog
+    >>> from tfplace.trace import report
+    >>> log = PlacementLog.from_text(
+    ...     "Executing op MatMul in device /job:localhost/replica:0/task:0/device:CPU:0\\n")
+    >>> print(report(log, gpus_visible=False, top=5).splitlines()[2])
+      /device:CPU:0  1 op(s): MatMul 1
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+import traceback
+from collections import Counter
+from typing import Any, Optional, Sequence
+
+from tfplace import kernels
+from tfplace.capture import capture_placement
+from tfplace.placement_log import PlacementLog
+from tfplace.records import PLUMBING, PlacementRecord
+
+__all__ = ["run_script", "report", "to_json", "write_json", "plot"]
+
+
+def _exit_status(code: Any) -> int:
+    """The exit status Python gives `sys.exit(code)`."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _print_traceback(error: BaseException, script: str) -> None:
+    """The traceback from the script's own frames on, as `python script.py` prints it."""
+    tb = error.__traceback__
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != script:
+        tb = tb.tb_next
+    traceback.print_exception(type(error), error, tb or error.__traceback__)
+
+
+def run_script(path: str, args: Sequence[str]) -> tuple[PlacementLog, int]:
+    """Runs `path` as `__main__` with `sys.argv = [path, *args]` under a capture with sources.
+
+    Returns:
+      The placement log and the script's exit status (1 after an uncaught
+      exception, whose traceback is printed; 130 after Ctrl-C).
+    """
+    script = os.path.abspath(path)
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = [path, *args]
+    sys.path.insert(0, os.path.dirname(script))
+    status = 0
+    try:
+        with capture_placement(sources=True) as log:
+            try:
+                runpy.run_path(path, run_name="__main__")
+            except SystemExit as done:
+                status = _exit_status(done.code)
+            except BaseException as error:  # the script's own failure: report it as Python would
+                _print_traceback(error, script)
+                status = 130 if isinstance(error, KeyboardInterrupt) else 1
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return log, status
+
+
+def _is_op(op: str) -> bool:
+    return op not in PLUMBING and not op.startswith("__")
+
+
+def _rows(counter: Counter, top: int) -> tuple[list, int]:
+    rows = counter.most_common()
+    return rows[:top], max(0, len(rows) - top)
+
+
+def _where(record: PlacementRecord) -> str:
+    if record.source:
+        return record.source
+    return f"inside a function (node {record.name})" if record.kind == "place" else "an unknown line"
+
+
+def report(log: PlacementLog, *, gpus_visible: bool, top: int = 10) -> str:
+    """The trace report of `log`: ops per device, CPU ops while a GPU was visible, implicit copies."""
+    records = [r for r in log.records if _is_op(r.op)]
+    lines = [f"== tfplace trace: {len(records)} op placement(s), {len(log.copies)} implicit copy(ies)",
+             "ops per device:"]
+    per_device: dict[str, Counter] = {}
+    for record in records:
+        per_device.setdefault(record.device, Counter())[record.op] += 1
+    for device, ops in sorted(per_device.items()):
+        shown, more = _rows(ops, top)
+        listed = ", ".join(f"{op} {n}" for op, n in shown) + (f", and {more} more op type(s)" if more else "")
+        lines.append(f"  {device}  {sum(ops.values())} op(s): {listed}")
+    if not per_device:
+        lines.append("  (no ops ran)")
+    lines.append("ops on the CPU while a GPU was visible:")
+    if not gpus_visible:
+        lines.append("  (no GPU visible)")
+    else:
+        on_cpu = Counter((_where(r), r.op) for r in records if ":CPU:" in r.device)
+        shown, more = _rows(on_cpu, top)
+        for (where, op), n in shown:
+            kernel = "has a GPU kernel" if "GPU" in kernels.device_types(op) else "has no GPU kernel"
+            lines.append(f"  {where}  {op} x{n} ({kernel})")
+        lines.append("  (none)" if not on_cpu else f"  ... and {more} more" if more else "")
+    lines.append("implicit copies (most frequent first):")
+    copies = Counter((c.source or "an unknown line", c.op, c.input_index, c.from_device, c.to_device)
+                     for c in log.copies)
+    shown, more = _rows(copies, top)
+    for (where, op, index, source, target), n in shown:
+        lines.append(f"  {where}  x{n}  {op} input #{index} {source} -> {target}")
+    lines.append("  (none)" if not copies else f"  ... and {more} more" if more else "")
+    if not log.complete:
+        lines.append(f"incomplete log: {log.incomplete_reason}")
+    return "\n".join(line for line in lines if line)
+
+
+def to_json(log: PlacementLog, *, script: str, args: Sequence[str], exit_status: int) -> dict[str, Any]:
+    """Every record and copy of the trace, as JSON-ready data."""
+    return {
+        "script": script,
+        "args": list(args),
+        "exit_status": exit_status,
+        "complete": log.complete,
+        "incomplete_reason": log.incomplete_reason,
+        "summary": log.summary(),
+        "records": [{"op": r.op, "name": r.name, "device": r.device, "kind": r.kind, "source": r.source}
+                    for r in log.records],
+        "copies": [{"op": c.op, "input_index": c.input_index, "from_device": c.from_device,
+                    "to_device": c.to_device, "source": c.source} for c in log.copies],
+    }
+
+
+def write_json(path: str, data: dict[str, Any]) -> None:
+    """Writes `to_json()`'s data to `path`."""
+    with open(path, "w", encoding="utf-8") as out:
+        json.dump(data, out, indent=1)
+
+
+def plot(log: PlacementLog, path: str, *, top: int = 10, title: Optional[str] = None) -> None:
+    """Draws ops per device as stacked bars (the `top` op types, the rest as "other") into `path`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = [r for r in log.records if _is_op(r.op)]
+    totals = Counter(r.op for r in records)
+    kept = [op for op, _ in totals.most_common(top)]
+    devices = sorted({r.device for r in records})
+    counts = {device: Counter(r.op if r.op in kept else "other" for r in records if r.device == device)
+              for device in devices}
+    figure, axes = plt.subplots(figsize=(8, 1.2 + 0.6 * max(1, len(devices))))
+    left = [0] * len(devices)
+    for op in kept + (["other"] if len(totals) > len(kept) else []):
+        widths = [counts[d][op] for d in devices]
+        axes.barh(devices, widths, left=left, label=op)
+        left = [a + b for a, b in zip(left, widths)]
+    axes.set_xlabel("ops")
+    axes.set_title(title or "ops per device")
+    if devices:
+        axes.legend(fontsize="small", loc="lower right")
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
