@@ -1,29 +1,33 @@
-"""Cost of capture_placement() and speed of the parser.
+"""Cost of placement records, guards and `tfplace trace`, as ratios measured side by side.
 
-* A block of eager ops captured vs the same block with placement logging on and
-  fds 1/2 sent to /dev/null (both in one process, alternating).
-* Memory per record: tracemalloc's peak while capturing N and 4N ops.
-* Parser throughput on a recorded log of >= 1,000,000 lines.
+* A program that calls `configure()` vs one that does not, per eager op
+  (alternating process pairs): tfplace costs nothing outside a capture.
+* An eager op inside `capture_placement()` vs outside, with and without
+  sources; inside `transfer_guard()` vs outside (one process, alternating rounds).
+* 100,000 eager ops in one capture: every record, memory per record (tracemalloc).
+* `PlacementLog.from_text` on a 1,000,000-line saved log.
+* `tfplace trace` on the d2l training example vs running it plainly (wall time).
 
-    python benchmarks/bench_capture.py [--ops 50000]
+    python benchmarks/bench_capture.py [--ops 20000]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
 import time
 import tracemalloc
+from pathlib import Path
 
 from common import print_table, ratio, row
 
-
-QUIET = """
+ROOT = Path(__file__).resolve().parents[1]
+PER_OP = """
 import sys, time, tensorflow as tf, tfplace
-tfplace.configure(log_placement={setting})
+if sys.argv[1] == "configure":
+    tfplace.configure()
 x = tf.ones(1)
 for _ in range(2000):
     x = tf.identity(x)
@@ -32,26 +36,42 @@ for _ in range({ops}):
     x = tf.identity(x)
 print((time.perf_counter() - start) / {ops})
 """
+TRAINING = ["examples/multi_gpu_training.py", "--num_devices=2", "--width=0.125", "--dataset=synthetic",
+            "--epochs=1", "--train_size=512", "--batch_size=128"]
 
 
-def quiet_logging_cost(ops: int) -> tuple[float, float, float]:
-    """Per-op time with quiet logging (the default) vs logging off, in alternating processes."""
-    pairs = []
-    for _ in range(3):
+def configure_cost(ops: int, pairs: int = 5) -> tuple[float, float, float]:
+    """Per-op time of a process that called configure() vs one that did not, alternating process pairs."""
+    results = []
+    for _ in range(pairs):
         times = {}
-        for setting in ("None", "False"):
-            done = subprocess.run([sys.executable, "-c", QUIET.format(setting=setting, ops=ops)],
+        for mode in ("configure", "plain"):
+            done = subprocess.run([sys.executable, "-c", PER_OP.format(ops=ops), mode],
                                   capture_output=True, text=True, check=True)
-            times[setting] = float(done.stdout.split()[-1])
-        pairs.append((times["None"] / times["False"], times["None"], times["False"]))
-    return tuple(statistics.median(p[i] for p in pairs) for i in range(3))
+            times[mode] = float(done.stdout.split()[-1])
+        results.append((times["configure"] / times["plain"], times["configure"], times["plain"]))
+    return tuple(statistics.median(r[i] for r in results) for i in range(3))  # type: ignore[return-value]
 
 
-def run(ops: int = 50_000) -> list[dict[str, str]]:
+def trace_cost(pairs: int = 3) -> tuple[float, float, float]:
+    """Wall time of `tfplace trace` on the d2l training example vs running it plainly, alternating."""
+    results = []
+    for _ in range(pairs):
+        times = {}
+        for mode, command in (("trace", [sys.executable, "-m", "tfplace", "trace", "--logical_cpus=2", *TRAINING]),
+                              ("plain", [sys.executable, *TRAINING])):
+            start = time.perf_counter()
+            subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT)
+            times[mode] = time.perf_counter() - start
+        results.append((times["trace"] / times["plain"], times["trace"], times["plain"]))
+    return tuple(statistics.median(r[i] for r in results) for i in range(3))  # type: ignore[return-value]
+
+
+def run(ops: int = 20_000) -> list[dict[str, str]]:
     import tensorflow as tf
 
     import tfplace
-    tfplace.configure(log_placement=True)  # logging on from the start, lines on the terminal (here /dev/null)
+
     x = tf.ones(1)
 
     def block():
@@ -59,44 +79,34 @@ def run(ops: int = 50_000) -> list[dict[str, str]]:
         for _ in range(ops):
             y = tf.identity(y)
 
-    def to_devnull():
-        saved = [os.dup(1), os.dup(2)]
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, 1)
-        os.dup2(null, 2)
-        try:
-            block()
-        finally:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            for fd in (*saved, null):
-                os.close(fd)
+    def inside(**kwargs):
+        def call():
+            with tfplace.capture_placement(**kwargs):
+                block()
+        return call
 
-    def captured():
-        with tfplace.capture_placement() as log:
+    def guarded():
+        with tfplace.transfer_guard():
             block()
-        assert len(log.records) >= ops
-        return log
 
-    capture_ratio = ratio(captured, to_devnull, calls=1, rounds=3)[0]
+    captured = ratio(inside(), block, calls=1, rounds=7)
+    sourced = ratio(inside(sources=True), block, calls=1, rounds=7)
+    guard = ratio(guarded, block, calls=1, rounds=7)
 
     peaks = {}
-    for n in (ops // 4, ops):
+    for n in (25_000, 100_000):
         tracemalloc.start()
         with tfplace.capture_placement() as log:
             y = x
             for _ in range(n):
                 y = tf.identity(y)
-        count = len(log.records)
-        peaks[n] = (tracemalloc.get_traced_memory()[1], count)
+        peaks[n] = (tracemalloc.get_traced_memory()[1], sum(1 for r in log.records if r.op == "Identity"))
         tracemalloc.stop()
         del log
-    (small, small_count), (large, large_count) = peaks[ops // 4], peaks[ops]
+    (small, small_count), (large, large_count) = peaks[25_000], peaks[100_000]
     per_record = (large - small) / (large_count - small_count)
 
-    from tfplace.parsing import parse_placement
-
-    sample = ("I0000 00:00:1795316459.951921    1852 execute.cc:1775] Executing op Identity in device "
+    sample = ("I0000 00:00:1795316459.951921    1852 execute.cc:1775] Executing op _MklMatMul in device "
               "/job:localhost/replica:0/task:0/device:CPU:0\n"
               "I0000 00:00:1795316459.951596    1852 placer.cc:162] MatMul: (MatMul): "
               "/job:localhost/replica:0/task:0/device:CPU:1\n"
@@ -107,22 +117,32 @@ def run(ops: int = 50_000) -> list[dict[str, str]]:
     speeds = []
     for _ in range(3):
         start = time.perf_counter()
-        parse_placement(text)
+        tfplace.PlacementLog.from_text(text)
         speeds.append(lines / (time.perf_counter() - start))
-    quiet, quiet_s, off_s = quiet_logging_cost(ops // 2)
+
+    configured, configured_s, plain_s = configure_cost(ops)
+    traced, traced_s, untraced_s = trace_cost()
+    us = 1e6 / ops
     return [
-        row("quiet logging (configure() default) vs logging off, per eager op", f"{quiet:.2f}", "",
-            f"{quiet_s * 1e6:.1f} vs {off_s * 1e6:.1f} us per tf.identity; the price of capturing at any time"),
-        row(f"capture {ops} eager ops vs logging to /dev/null", f"{capture_ratio:.2f}", "<= 1.3",
-            "wall time, median of 3 alternating runs"),
-        row("memory per record while capturing", f"{per_record:.0f} B", "linear",
-            f"tracemalloc peak {small / 1e6:.1f} MB for {small_count} records, {large / 1e6:.1f} MB for {large_count}"),
-        row(f"parser on a {lines:,}-line log", f"{statistics.median(speeds) / 1e3:.0f}k lines/s", ">= 500k lines/s",
-            "one core, median of 3"),
+        row("eager op after configure() vs without tfplace", f"{configured:.3f}", "<= 1.02",
+            f"{configured_s * 1e6:.1f} vs {plain_s * 1e6:.1f} us per tf.identity, median of 5 process pairs"),
+        row("eager op inside capture_placement() vs outside", f"{captured[0]:.2f}", "<= 1.3",
+            f"{captured[1] * us:.1f} vs {captured[2] * us:.1f} us per tf.identity"),
+        row("eager op inside capture_placement(sources=True) vs outside", f"{sourced[0]:.2f}", "<= 1.6",
+            f"{sourced[1] * us:.1f} vs {sourced[2] * us:.1f} us per tf.identity"),
+        row("eager op inside transfer_guard() vs outside", f"{guard[0]:.2f}", "<= 1.3",
+            f"{guard[1] * us:.1f} vs {guard[2] * us:.1f} us per tf.identity"),
+        row("memory per record, 100,000 eager ops in one capture", f"{per_record:.0f} B", "<= 300 B, linear",
+            f"{large_count} of 100000 records; tracemalloc peak {small / 1e6:.2f} MB for {small_count}, "
+            f"{large / 1e6:.2f} MB for {large_count} (identical events share one record)"),
+        row(f"PlacementLog.from_text on a {lines:,}-line log", f"{statistics.median(speeds) / 1e3:.0f}k lines/s",
+            ">= 500k lines/s", "one core, median of 3"),
+        row("tfplace trace on the d2l training example vs plain run", f"{traced:.2f}", "<= 1.5",
+            f"{traced_s:.1f} vs {untraced_s:.1f} s wall, 1 epoch, 2 logical CPUs, median of 3 pairs"),
     ]
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--ops", type=int, default=50_000)
+    parser.add_argument("--ops", type=int, default=20_000)
     print_table(run(parser.parse_args().ops))

@@ -22,7 +22,7 @@ from common import print_table, row
 STEP = textwrap.dedent("""
     import sys, time
     import tensorflow as tf, tfplace, keras
-    tfplace.configure(logical_cpus=2, log_placement=False)  # measure the step, not the logging
+    tfplace.configure(logical_cpus=2)
     which = sys.argv[1]
     strategy = (tfplace.strategy(["CPU:0", "CPU:1"]) if which == "tfplace"
                 else tf.distribute.MirroredStrategy(["/device:CPU:0", "/device:CPU:1"]))
@@ -55,7 +55,7 @@ PARALLEL = textwrap.dedent("""
     import tensorflow as tf, tfplace
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(2)
-    tfplace.configure(logical_cpus=2, log_placement=False)  # measure the step, not the logging
+    tfplace.configure(logical_cpus=2)
     a = tf.random.normal((1024, 1024))
     @tf.function
     def parallel(a):

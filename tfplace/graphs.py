@@ -12,9 +12,10 @@ Example:
     >>> import tensorflow as tf
     >>> from tfplace import graphs
     >>> from tfplace.placement_log import PlacementLog
+    >>> x = tf.ones(2)           # collection needs the runtime started
     >>> log = PlacementLog()
     >>> graphs.attach(log)
-    >>> _ = tf.function(lambda x: x * 2.0)(tf.ones(2))
+    >>> _ = tf.function(lambda v: v * 2.0)(x)
     >>> graphs.detach(log)
     >>> [(r.op, r.kind) for r in log.records if r.op == "Mul"]
     [('Mul', 'place')]

@@ -23,8 +23,9 @@ Example:
     ...     sources = False
     ...     def on_op(self, record, copies, placed):
     ...         print(record.op, record.device)
+    >>> x = tf.ones(2)
     >>> with hooks.listening(Printer()):
-    ...     _ = tf.ones(2) * 3.0
+    ...     _ = x * 3.0
     Mul /device:CPU:0
 """
 
