@@ -6,7 +6,6 @@ import sys
 
 import pytest
 
-from conftest import ROOT
 from tfplace import kernels
 from tfplace.placement_log import PlacementLog
 from tfplace.records import CopyRecord, PlacementRecord

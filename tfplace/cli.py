@@ -12,6 +12,7 @@ configuration. `trace` runs a script under a capture (see `tfplace.trace`).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -173,9 +174,7 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
     if args.top < 1:
         parser.error(f"--top={args.top} (from option --top) is not allowed: expected a whole number >= 1")
     if args.plot:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
+        if importlib.util.find_spec("matplotlib") is None:
             parser.error("--plot needs matplotlib, which is not installed: pip install 'tfplace[plot]' "
                          "(or pip install matplotlib)")
     given = {name: getattr(args, name) for name in settings.NAMES if getattr(args, name) is not None}

@@ -49,7 +49,6 @@ __all__ = ["Listener", "listening", "EXPLICIT_COPIES"]
 EXPLICIT_COPIES = frozenset({"Identity", "IdentityN"})
 _HOST = "/job:localhost/replica:0/task:0/device:CPU:0"
 _local = threading.local()
-_is_function: dict[str, bool] = {}
 
 
 class Listener(Protocol):
