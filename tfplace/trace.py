@@ -102,14 +102,13 @@ def report(log: PlacementLog, *, gpus_visible: bool, top: int = 10) -> str:
     records = [r for r in log.records if _is_op(r.op)]
     lines = [f"== tfplace trace: {len(records)} op placement(s), {len(log.copies)} implicit copy(ies)",
              "ops per device:"]
-    per_device: dict[str, Counter] = {}
-    for record in records:
-        per_device.setdefault(record.device, Counter())[record.op] += 1
-    for device, ops in sorted(per_device.items()):
+    per_device = {device: Counter({op: n for op, n in ops.items() if _is_op(op)})
+                  for device, ops in log.summary().items()}
+    for device, ops in sorted((d, ops) for d, ops in per_device.items() if ops):
         shown, more = _rows(ops, top)
         listed = ", ".join(f"{op} {n}" for op, n in shown) + (f", and {more} more op type(s)" if more else "")
         lines.append(f"  {device}  {sum(ops.values())} op(s): {listed}")
-    if not per_device:
+    if not records:
         lines.append("  (no ops ran)")
     lines.append("ops on the CPU while a GPU was visible:")
     if not gpus_visible:
