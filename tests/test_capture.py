@@ -148,6 +148,33 @@ def test_replica_threads_are_recorded_and_other_threads_are_not(python):
     assert out == {"matmul": ["/device:CPU:0", "/device:CPU:1"], "sqrt": []}
 
 
+def test_a_capture_closing_in_another_thread_leaves_this_threads_capture_whole(python):
+    out = python("""
+        import threading, warnings, tensorflow as tf, tfplace
+        from tensorflow.python.eager import execute
+        early = tf.function(lambda v: v * 3.0)
+        early(tf.ones(2))
+        opened, closed = threading.Event(), threading.Event()
+        def other():
+            opened.wait()
+            with tfplace.capture_placement():
+                tf.ones(2) * 2.0
+            closed.set()
+        worker = threading.Thread(target=other)
+        worker.start()
+        with warnings.catch_warnings(record=True):
+            with tfplace.capture_placement() as log:
+                opened.set()
+                closed.wait()
+                early(tf.ones(2))
+        worker.join()
+        report({"ops": [r.op for r in log.records], "complete": log.complete,
+                "patched": execute.execute is not execute.quick_execute})
+    """)
+    assert [op.startswith("__inference_") for op in out["ops"]] == [False, True], out  # Fill, the function call
+    assert out["complete"] is False and out["patched"] is False
+
+
 def test_functions_placed_before_and_inside_the_block(python):
     code = """
         import warnings, tensorflow as tf, tfplace

@@ -9,7 +9,10 @@ import pytest
 
 INTERNALS = [
     ("tensorflow.python.framework.op_callbacks", "add_op_callback", "eager ops: the op callback"),
-    ("tensorflow.python.framework.op_callbacks", "remove_op_callback", "eager ops: removing the op callback"),
+    ("tensorflow.python.eager.context", "Context.remove_op_callback", "eager ops: removing the op callback"),
+    ("tensorflow.python.eager.context", "Context.op_callbacks", "eager ops: the thread's callbacks"),
+    ("tensorflow.python.eager.execute", "execute_with_callbacks", "eager ops: the callback path other threads keep"),
+    ("tensorflow.python.eager.execute", "quick_execute", "eager ops: the fast path restored after the last capture"),
     ("tensorflow.python.eager.context", "Context.enable_graph_collection", "functions: graph collection"),
     ("tensorflow.python.eager.context", "Context.disable_graph_collection", "functions: graph collection"),
     ("tensorflow.python.eager.context", "Context.export_run_metadata", "functions: placed graphs"),

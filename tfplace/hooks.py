@@ -15,6 +15,10 @@ every eager op:
 
 Graph construction also calls the callback; it returns at once. When the last
 listener of a thread leaves, the callback is removed: nothing stays behind.
+TensorFlow's `remove_op_callback` switches every thread back to its fast path
+when one thread's last callback goes; `listening` removes its callback itself
+and keeps the callback path while another thread still listens, so captures
+in concurrent threads keep seeing their function calls.
 
 Example:
     >>> import tensorflow as tf
@@ -36,7 +40,7 @@ import threading
 from typing import Any, Iterator, Optional, Protocol, Sequence
 
 import tensorflow as tf
-from tensorflow.python.eager import context
+from tensorflow.python.eager import context, execute
 from tensorflow.python.framework import op_callbacks, op_def_registry
 
 from tfplace import graphs, kernels
@@ -49,6 +53,8 @@ __all__ = ["Listener", "listening", "EXPLICIT_COPIES"]
 EXPLICIT_COPIES = frozenset({"Identity", "IdentityN"})
 _HOST = "/job:localhost/replica:0/task:0/device:CPU:0"
 _local = threading.local()
+_lock = threading.Lock()
+_listening_threads = 0  # threads (not counting inheriting replica threads) with a hook registered
 
 
 class Listener(Protocol):
@@ -143,13 +149,31 @@ class _Hook:
         return None
 
 
+def _register(hook: _Hook) -> None:
+    global _listening_threads
+    with _lock:
+        op_callbacks.add_op_callback(hook)
+        _listening_threads += 1
+
+
+def _unregister(hook: _Hook) -> None:
+    """Removes this thread's callback; leaves the callback path on while another thread listens."""
+    global _listening_threads
+    with _lock:
+        _listening_threads -= 1
+        ctx = context.context()
+        ctx.remove_op_callback(hook)
+        if not ctx.op_callbacks and not _listening_threads:
+            execute.execute = execute.quick_execute  # what op_callbacks.remove_op_callback does
+
+
 @contextlib.contextmanager
 def listening(listener: Listener) -> Iterator[None]:
     """Calls `listener.on_op` after every eager op of this thread (and its replica threads) in the block."""
     hook: Optional[_Hook] = getattr(_local, "hook", None)
     if hook is None:
         hook = _local.hook = _Hook()
-        op_callbacks.add_op_callback(hook)
+        _register(hook)
     hook.listeners.append(listener)
     hook.update()
     try:
@@ -158,5 +182,5 @@ def listening(listener: Listener) -> Iterator[None]:
         hook.listeners.remove(listener)
         hook.update()
         if not hook.listeners:
-            op_callbacks.remove_op_callback(hook)
+            _unregister(hook)
             _local.hook = None
