@@ -28,7 +28,8 @@ def test_malformed_spec(spec):
     with pytest.raises(ValueError) as err:
         tfplace.device(spec)
     assert isinstance(err.value, tfplace.DeviceSpecError)
-    assert repr(spec) in str(err.value) and "'/device:GPU:1'" in str(err.value)
+    assert f"{spec!r} (from tfplace.device's argument spec) is not a device" in str(err.value)
+    assert "'/device:GPU:1'" in str(err.value)
 
 
 def test_missing_gpu_falls_back_with_a_log_line(caplog):
@@ -39,7 +40,7 @@ def test_missing_gpu_falls_back_with_a_log_line(caplog):
 
 
 def test_missing_gpu_without_fallback_lists_real_devices():
-    with pytest.raises(DeviceNotFoundError, match=r"GPU:3 .*does not exist: this process has /device:CPU:0"):
+    with pytest.raises(DeviceNotFoundError, match=r"GPU:3 \(from tfplace.device's argument spec\) does not exist: this process has /device:CPU:0"):
         tfplace.device("GPU:3", fallback=False)
 
 
@@ -66,8 +67,8 @@ def test_to_device_returns_the_same_object_when_already_there():
     nested = tfplace.to_device({"a": z, "b": [z, 3.0]}, "/cpu:0")
     assert nested["a"] is z and nested["b"][0] is z
     assert float(nested["b"][1]) == 3.0 and nested["b"][1].device.endswith("CPU:0")
-    with pytest.raises(DeviceNotFoundError):
-        tfplace.to_device(z, "GPU:0")
+    with pytest.raises(DeviceNotFoundError, match=r"GPU:0 \(from tfplace.to_device's argument device\)"):
+        tfplace.to_device(z, device="GPU:0")
 
 
 def test_devices_of_tensors_variables_and_keras():

@@ -122,5 +122,6 @@ def test_device_guard(python):
     assert message.startswith(f"Mul ran on /device:CPU:0 at {line_of(DEVICE, '# off the guarded')} "
                               "(asked for: no device (TensorFlow chose)), but device_guard('/device:CPU:1')")
     assert "allow_ops=('Mul',)" in message
-    assert out["CPU:7"][0] == "DeviceNotFoundError" and "/device:CPU:0, /device:CPU:1" in out["CPU:7"][1]
-    assert out["cpu one"][0] == "DeviceSpecError"
+    assert out["CPU:7"] == ["DeviceNotFoundError", "device CPU:7 (from tfplace.device_guard's argument device) "
+                                                   "does not exist: this process has /device:CPU:0, /device:CPU:1"]
+    assert out["cpu one"][0] == "DeviceSpecError" and "(from tfplace.device_guard's argument device)" in out["cpu one"][1]

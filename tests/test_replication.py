@@ -9,12 +9,12 @@ def test_helpers_on_two_logical_cpus(python):
     out = python("""
         import tensorflow as tf, tfplace
         tfplace.configure(logical_cpus=2)
-        with tfplace.capture_placement() as log:  # opened before the first op: logging is on from the start
+        with tfplace.capture_placement() as log:
             a = tf.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
             b = tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
             parts = tfplace.replicate(tf.matmul, ["CPU:0", "CPU:1"], a, b)
             total = tfplace.reduce_on(parts)
-            mean = tfplace.reduce_on(parts, "CPU:1", op="mean")
+            mean = tfplace.reduce_on(parts, device="CPU:1", op="mean")
         xs, ys = tfplace.split_batch(tf.reshape(tf.range(8.0), (4, 2)), tf.range(4), ["CPU:0", "CPU:1"])
         errors = []
         for call in (lambda: tfplace.split_batch(tf.ones((5, 2)), tf.ones(5), ["CPU:0", "CPU:1"]),
@@ -36,7 +36,8 @@ def test_helpers_on_two_logical_cpus(python):
     assert out["shards"] == [[[0.0, 1.0], [2.0, 3.0]], [[4.0, 5.0], [6.0, 7.0]]]
     assert out["shard_devices"][1].endswith("CPU:1")
     assert "a batch of 5 for 2 device(s)" in out["errors"][0] and "x with 4 examples and y with 3" in out["errors"][1]
-    assert "op='max'" in out["errors"][2] and out["errors"][3].startswith("DeviceNotFoundError")
+    assert "op='max'" in out["errors"][2] and out["errors"][3].startswith(
+        "DeviceNotFoundError: device GPU:0 (from tfplace.replicate's argument devices) does not exist")
     assert out["strategy"] == "MirroredStrategy" and out["one"] == "OneDeviceStrategy"
 
 

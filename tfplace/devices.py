@@ -21,7 +21,7 @@ import dataclasses
 import functools
 import re
 import threading
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import tensorflow as tf
 from absl import logging
@@ -109,23 +109,22 @@ class Device:
 
 
 @functools.lru_cache(maxsize=1024)
-def _parse(spec: str) -> Device:
+def _parse(spec: str) -> Optional[Device]:
     match = _SPEC.fullmatch(spec.strip())
     if match is None:
-        raise DeviceSpecError(
-            f"device spec {spec!r} (from argument spec) is not a device: accepted forms are {ACCEPTED_FORMS} "
-            "(a device type, a colon and an index >= 0)")
+        return None
     return Device(
         match["type"].upper(), int(match["index"]), match["job"] or "localhost",
         int(match["replica"] or 0), int(match["task"] or 0))
 
 
-def parse_device(spec: Union[str, Device, Any]) -> Device:
+def parse_device(spec: Union[str, Device, Any], *, origin: str = "tfplace.parse_device's argument spec") -> Device:
     """Reads a device written any accepted way, without checking that it exists.
 
     Args:
       spec: a string such as "GPU:1", a `Device`, or an object with a `.name`
         (e.g. a `tf.config.LogicalDevice`).
+      origin: where `spec` came from, for the error message.
 
     Raises:
       DeviceSpecError (a ValueError): the spec is not in an accepted form.
@@ -135,9 +134,14 @@ def parse_device(spec: Union[str, Device, Any]) -> Device:
     if not isinstance(spec, str):
         spec = getattr(spec, "name", spec)
     if not isinstance(spec, str):
-        raise DeviceSpecError(f"device spec {spec!r} of type {type(spec).__name__} is not a device: "
+        raise DeviceSpecError(f"device spec {spec!r} of type {type(spec).__name__} (from {origin}) is not a device: "
                               f"accepted are a Device or a string such as {ACCEPTED_FORMS}")
-    return _parse(spec)
+    parsed = _parse(spec)
+    if parsed is None:
+        raise DeviceSpecError(
+            f"device spec {spec!r} (from {origin}) is not a device: accepted forms are {ACCEPTED_FORMS} "
+            "(a device type, a colon and an index >= 0)")
+    return parsed
 
 
 _canonical: dict[str, str] = {}
@@ -189,7 +193,8 @@ _warned: set[Device] = set()
 _resolved: dict[str, Device] = {}  # specs of existing devices, once the runtime has started
 
 
-def device(spec: Union[str, Device, Any], *, fallback: bool = True) -> Device:
+def device(spec: Union[str, Device, Any], *, fallback: bool = True,
+           origin: str = "tfplace.device's argument spec") -> Device:
     """Resolves `spec` against the devices of this process.
 
     >>> import tfplace
@@ -200,6 +205,8 @@ def device(spec: Union[str, Device, Any], *, fallback: bool = True) -> Device:
       spec: the device, written any accepted way (see `parse_device`).
       fallback: when the device does not exist, return the CPU (logging why
         once per device) instead of raising.
+      origin: where `spec` came from, for error messages (callers name their
+        own argument).
 
     Returns:
       The `Device`. Remote devices (another job) are returned unchecked.
@@ -210,7 +217,7 @@ def device(spec: Union[str, Device, Any], *, fallback: bool = True) -> Device:
     """
     if isinstance(spec, str) and spec in _resolved:
         return _resolved[spec]
-    wanted = parse_device(spec)
+    wanted = parse_device(spec, origin=origin)
     if (wanted.job, wanted.replica, wanted.task) != _LOCAL or _exists(wanted):
         if isinstance(spec, str) and tfstate.runtime_started():  # devices are fixed from now on
             _resolved[spec] = wanted
@@ -218,7 +225,7 @@ def device(spec: Union[str, Device, Any], *, fallback: bool = True) -> Device:
     existing = ", ".join(tfstate.logical_device_names())
     if not fallback:
         raise DeviceNotFoundError(
-            f"device {spec!s} (from argument spec) does not exist: this process has {existing}")
+            f"device {spec!s} (from {origin}) does not exist: this process has {existing}")
     if wanted not in _warned:
         _warned.add(wanted)
         logging.warning("tfplace: device %s does not exist (this process has %s); using %s instead",
@@ -233,8 +240,11 @@ def _device_string(value: Any) -> str:
     return getattr(inner, "device", "")
 
 
-def to_device(value: Any, dev: Union[str, Device, Any]) -> Any:
-    """`value` on device `dev`: the very same object when already there, else a copy.
+_resolve = device  # for functions whose own argument is named `device`
+
+
+def to_device(value: Any, device: Union[str, Device, Any]) -> Any:
+    """`value` on `device`: the very same object when already there, else a copy.
 
     >>> import tensorflow as tf, tfplace
     >>> z = tf.ones(3)
@@ -244,12 +254,13 @@ def to_device(value: Any, dev: Union[str, Device, Any]) -> Any:
     Args:
       value: a tensor, variable, Keras variable, NumPy array or Python number, or
         a nested structure (list, tuple, dict) of them.
-      dev: the target device, written any accepted way; it must exist.
+      device: the target device, written any accepted way; it must exist.
 
     Raises:
-      DeviceNotFoundError: `dev` does not exist.
+      DeviceSpecError: `device` is malformed.
+      DeviceNotFoundError: `device` does not exist.
     """
-    target = device(dev, fallback=False)
+    target = _resolve(device, fallback=False, origin="tfplace.to_device's argument device")
     if isinstance(value, (tf.Tensor, tf.Variable)):
         return _one_to_device(value, target)
     return tf.nest.map_structure(lambda leaf: _one_to_device(leaf, target), value)
