@@ -206,6 +206,32 @@ def test_functions_placed_before_and_inside_the_block(python):
     assert ["MatMul", "MatMul", "place"] in places and ["Mul", "mul", "place"] in places
 
 
+def test_eager_ops_are_recorded_once_and_a_pinned_one_op_function_is_kept(python):
+    out = python("""
+        import tensorflow as tf, tfplace
+        tfplace.configure(logical_cpus=2)
+        x = tf.ones((2, 2))
+        with tf.device("CPU:1"):
+            v = tf.Variable(1.0)
+        @tf.function
+        def bump(step):   # one op pinned to a full device name, no result: like TensorFlow's eager-op wrappers
+            with tf.device("/job:localhost/replica:0/task:0/device:CPU:1"):
+                v.assign_add(step)
+        with tfplace.capture_placement() as log:
+            with tf.device("CPU:1"):
+                tf.add_n([x, x, x]); tf.split(x, 2); tf.Variable(1.0).assign_add(2.0); tf.matmul(x, x)
+            bump(x[0, 0])
+        report({"complete": log.complete,
+                "records": sorted({(r.op, r.name, r.kind) for r in log.records if not r.op.startswith("__")})})
+    """)
+    assert out["complete"] is True
+    assert out["records"] == sorted(map(list, {
+        ("AddN", "", "execute"), ("Split", "", "execute"), ("VarHandleOp", "", "execute"),
+        ("AssignVariableOp", "", "execute"), ("AssignAddVariableOp", "", "execute"), ("MatMul", "", "execute"),
+        ("StridedSlice", "", "execute"), ("_Arg", "step", "place"), ("_Arg", "assignaddvariableop_resource", "place"),
+        ("AssignAddVariableOp", "AssignAddVariableOp", "place")}))
+
+
 def test_nesting_live_reads_and_exceptions_leave_no_hook(python):
     out = python("""
         import tensorflow as tf, tfplace

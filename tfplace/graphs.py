@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
@@ -74,10 +75,25 @@ def detach(log: PlacementLog) -> None:
             _collecting = False
 
 
+_NUMBERED = re.compile(r"_\d+$")
+
+
 def _is_eager_op_wrapper(function_graphs: Any) -> bool:
-    """True for the function TensorFlow wraps around one eager op: each node is named after its op and pinned."""
-    nodes = [n for n in function_graphs.pre_optimization_graph.node if n.op not in PLUMBING]
-    return bool(nodes) and all(n.name == n.op and n.device.startswith("/job:") for n in nodes)
+    """True for the function TensorFlow wraps around one eager op.
+
+    Its nodes are that op, named after it and pinned to a full device name, and
+    its arguments are named after the op's inputs (`a`, `b` for MatMul;
+    `inputs_0`, ... for a list), where a user's function names them after its
+    Python parameters.
+    """
+    graph = function_graphs.pre_optimization_graph
+    nodes = [n for n in graph.node if n.op not in PLUMBING]
+    if not nodes or not all(n.name == n.op and n.device.startswith("/job:") for n in nodes):
+        return False
+    ops = {kernels.op_type(n.op) for n in nodes}
+    inputs = kernels.input_names(ops.pop()) if len(ops) == 1 else frozenset()
+    return all(_NUMBERED.sub("", n.name).replace("__", "_") in inputs
+               for n in graph.node if n.op in ("_Arg", "_DeviceArg"))
 
 
 def _records(function_graphs: Any) -> list[PlacementRecord]:

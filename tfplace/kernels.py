@@ -25,7 +25,7 @@ from typing import Optional
 from tensorflow.python.framework import kernels as tf_kernels
 from tensorflow.python.framework import op_def_registry
 
-__all__ = ["op_type", "host_memory_inputs", "device_types"]
+__all__ = ["op_type", "input_names", "host_memory_inputs", "device_types"]
 
 _VARIANT_PREFIXES = ("_MklNative", "_Mkl")
 
@@ -42,6 +42,13 @@ def op_type(name: str) -> str:
                 if op_def_registry.get(candidate) is not None:
                     return candidate
     return name
+
+
+@functools.lru_cache(maxsize=4096)
+def input_names(op: str) -> frozenset[str]:
+    """The names of `op`'s inputs in its op definition (`MatMul`: a, b); empty for an unknown op."""
+    op_def = op_def_registry.get(op)
+    return frozenset(arg.name for arg in op_def.input_arg) if op_def is not None else frozenset()
 
 
 @functools.lru_cache(maxsize=4096)
