@@ -142,6 +142,7 @@ def device_guard(device: Union[str, Device, Any], *, allow_ops: Sequence[str] = 
         raise ConfigurationError(
             f"device_guard received allow_ops={allow_ops!r} (from argument allow_ops): allowed is a sequence "
             f"of op types, e.g. allow_ops=({allow_ops!r},)")
-    guard = _DeviceGuard(resolve_device(device, fallback=False, origin="tfplace.device_guard's argument device"), frozenset(allow_ops))
+    wanted = resolve_device(device, fallback=False, origin="tfplace.device_guard's argument device")
+    guard = _DeviceGuard(wanted, frozenset(allow_ops))
     with hooks.listening(guard):
         yield

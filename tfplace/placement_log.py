@@ -74,7 +74,7 @@ class PlacementLog:
         return log
 
     def _select(self, op: Optional[str] = None, device: Optional[str] = None) -> Iterable[PlacementRecord]:
-        where = parse_device(device, origin="the PlacementLog query's argument device").name if device is not None else None
+        where = parse_device(device, origin="PlacementLog's argument device").name if device is not None else None
         return (r for r in self.records if (op is None or r.op == op) and (where is None or r.device == where))
 
     def devices_for(self, op: str) -> tuple[str, ...]:
