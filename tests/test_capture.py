@@ -232,6 +232,30 @@ def test_eager_ops_are_recorded_once_and_a_pinned_one_op_function_is_kept(python
         ("AssignAddVariableOp", "AssignAddVariableOp", "place")}))
 
 
+def test_tensorboard_graph_trace_keeps_collecting_after_a_capture_and_is_warned(python):
+    code = """
+        import warnings, tensorflow as tf, tfplace
+        from tensorflow.python.eager import context
+        x = tf.ones(2)
+        tf.summary.trace_on(graph=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with tfplace.capture_placement() as log:
+                tf.function(lambda v: v * 2.0)(x)   # placed in the capture
+        tf.function(lambda v: v + 2.0)(x)
+        after = [n.op for f in context.context().export_run_metadata().function_graphs
+                 for n in f.post_optimization_graph.node]
+        tf.summary.trace_off()
+        report({"mul": log.devices_for("Mul"), "traced_after": "AddV2" in after,
+                "warnings": [[str(w.message), w.lineno] for w in caught]})
+    """
+    out = python(code)
+    assert out["mul"] == ["/device:CPU:0"] and out["traced_after"] is True
+    (message, lineno), = out["warnings"]
+    assert "tf.summary.trace_on(graph=True)" in message and "trace_export will not show" in message
+    assert f"<string>:{lineno}" == line_of(code, "# placed in the capture")
+
+
 def test_nesting_live_reads_and_exceptions_leave_no_hook(python):
     out = python("""
         import tensorflow as tf, tfplace

@@ -6,7 +6,9 @@ graphs of the functions it instantiates (`enable_graph_collection`);
 `collect()` takes them (`export_run_metadata`, which also empties the
 collection) and gives each open log one record per placed node. The
 single-op functions TensorFlow builds to run eager ops are left out: their op
-already has its "execute" record.
+already has its "execute" record. TensorBoard's `tf.summary.trace_on(graph=True)`
+reads the same collection: the functions a capture takes are missing from its
+trace (with a warning), and collection stays on for it after the capture.
 
 Example:
     >>> import tensorflow as tf
@@ -25,25 +27,29 @@ from __future__ import annotations
 
 import re
 import threading
+import warnings
 from typing import Any
 
 from tensorflow.python.eager import context
+from tensorflow.python.ops import summary_ops_v2
 
 from tfplace import kernels, tfstate
 from tfplace.devices import canonical_name
 from tfplace.placement_log import PlacementLog
 from tfplace.records import PLUMBING, PlacementRecord
+from tfplace.sources import user_stacklevel
 
-__all__ = ["attach", "detach", "collect", "start", "collecting"]
+__all__ = ["attach", "detach", "collect", "start"]
 
 _lock = threading.RLock()
 _logs: list[PlacementLog] = []  # the open captures' logs, in every thread
 _collecting = False
 
 
-def collecting() -> bool:
-    """True while TensorFlow collects function graphs for open captures."""
-    return _collecting
+def _tensorboard_tracing() -> bool:
+    """True while `tf.summary.trace_on(graph=True)` collects function graphs for TensorBoard."""
+    trace = getattr(summary_ops_v2, "_current_trace_context", None)
+    return bool(trace and trace.graph and not trace.profiler)
 
 
 def start() -> None:
@@ -71,7 +77,8 @@ def detach(log: PlacementLog) -> None:
         collect()
         _logs.remove(log)
         if not _logs and _collecting:
-            context.context().disable_graph_collection()
+            if not _tensorboard_tracing():  # TensorBoard's trace keeps collecting after the capture
+                context.context().disable_graph_collection()
             _collecting = False
 
 
@@ -110,6 +117,12 @@ def collect() -> int:
             return 0
         metadata = context.context().export_run_metadata()
         functions = [f for f in metadata.function_graphs if not _is_eager_op_wrapper(f)]
+        if functions and _tensorboard_tracing():
+            warnings.warn(
+                "tfplace: a placement capture and tf.summary.trace_on(graph=True) both read TensorFlow's "
+                "collection of function graphs, and reading it empties it: trace_export will not show the "
+                "functions placed while the capture was open. Trace for TensorBoard "
+                "outside the capture.", RuntimeWarning, stacklevel=user_stacklevel())
         for function_graphs in functions:
             records = _records(function_graphs)
             for log in _logs:
