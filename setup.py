@@ -14,7 +14,7 @@ setup(
     extras_require={
         "cpu": ["tensorflow-cpu>=2.16"],
         "gpu": ["tensorflow[and-cuda]>=2.16", "nvidia-ml-py>=12"],
-        "test": ["pytest>=8", "hypothesis>=6", "matplotlib>=3.7"],
+        "test": ["pytest>=8", "pytest-xdist>=3", "hypothesis>=6", "matplotlib>=3.7"],
         "plot": ["matplotlib>=3.7"],
     },
     entry_points={

@@ -17,6 +17,16 @@ RESULT = "TFPLACE-RESULT:"
 pytest_plugins = ["pytester"]
 
 
+# x on CPU:0 and y on CPU:1 of two logical CPUs; tests append code indented by 4 spaces.
+TWO_CPUS_XY = """
+    import tensorflow as tf, tfplace
+    tfplace.configure(logical_cpus=2)
+    with tf.device("CPU:0"):
+        x = tf.ones((2, 2))
+    with tf.device("CPU:1"):
+        y = tf.ones((2, 2))
+"""
+
 PRELUDE = "import json as _json\ndef report(obj):\n    print({!r} + _json.dumps(obj), flush=True)\n".format(RESULT)
 
 

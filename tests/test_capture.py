@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from conftest import ROOT, line_of, run_python
+from conftest import ROOT, TWO_CPUS_XY, line_of, run_python
 
 GUIDE_LINE = "Executing op MatMul in device /job:localhost/replica:0/task:0/device:CPU:0"
 
@@ -93,21 +93,15 @@ def test_last_words_before_abort_reach_stderr():
     assert "last words before abort" in done.stderr
 
 
-COPIES = """
-        import tensorflow as tf, tfplace
-        tfplace.configure(logical_cpus=2)
-        with tf.device("CPU:0"):
-            x = tf.ones((2, 2))
+COPIES = TWO_CPUS_XY + """
+    with tfplace.capture_placement() as implicit:
         with tf.device("CPU:1"):
-            y = tf.ones((2, 2))
-        with tfplace.capture_placement() as implicit:
-            with tf.device("CPU:1"):
-                z = x + y  # the copy
-        with tfplace.capture_placement() as explicit:
-            with tf.device("CPU:1"):
-                w = tfplace.to_device(x, "CPU:1") + y
-                s = tf.identity(x) + y
-        report({"copies": [list(c[:5]) for c in implicit.copies], "explicit": len(explicit.copies)})
+            z = x + y  # the copy
+    with tfplace.capture_placement() as explicit:
+        with tf.device("CPU:1"):
+            w = tfplace.to_device(x, "CPU:1") + y
+            s = tf.identity(x) + y
+    report({"copies": [list(c[:5]) for c in implicit.copies], "explicit": len(explicit.copies)})
 """
 
 

@@ -1,15 +1,6 @@
 """transfer_guard() and device_guard(): stop at an implicit copy or a misplaced op, naming the line."""
 
-from conftest import line_of
-
-SETUP = """
-    import tensorflow as tf, tfplace
-    tfplace.configure(logical_cpus=2)
-    with tf.device("CPU:0"):
-        x = tf.ones((2, 2))
-    with tf.device("CPU:1"):
-        y = tf.ones((2, 2))
-"""
+from conftest import TWO_CPUS_XY as SETUP, line_of
 
 DISALLOW = SETUP + """
     try:
