@@ -29,17 +29,17 @@ def test_disallow_raises_at_the_implicit_copy_and_explicit_copies_pass(python):
 
 def test_log_level_logs_each_copy_and_goes_on(python):
     code = SETUP + """
-        import io, logging as std_logging
-        from absl import logging
-        stream = io.StringIO()
-        handler = std_logging.StreamHandler(stream)
-        logging.get_absl_logger().addHandler(handler)
-        with tfplace.transfer_guard("log"):
-            with tf.device("CPU:1"):
-                a = x + y  # first copy
-                b = x * y  # second copy
-        logging.get_absl_logger().removeHandler(handler)
-        report({"lines": stream.getvalue().splitlines(), "a": a.numpy().tolist(), "b": b.numpy().tolist()})
+    import io, logging as std_logging
+    from absl import logging
+    stream = io.StringIO()
+    handler = std_logging.StreamHandler(stream)
+    logging.get_absl_logger().addHandler(handler)
+    with tfplace.transfer_guard("log"):
+        with tf.device("CPU:1"):
+            a = x + y  # first copy
+            b = x * y  # second copy
+    logging.get_absl_logger().removeHandler(handler)
+    report({"lines": stream.getvalue().splitlines(), "a": a.numpy().tolist(), "b": b.numpy().tolist()})
     """
     out = python(code)
     assert out["a"] == [[2.0, 2.0], [2.0, 2.0]] and out["b"] == [[1.0, 1.0], [1.0, 1.0]]
@@ -50,31 +50,31 @@ def test_log_level_logs_each_copy_and_goes_on(python):
 
 def test_nested_allow_and_restoring_the_outer_level(python):
     out = python(SETUP + """
-        from tensorflow.python.eager import context
-        events = []
-        with tfplace.transfer_guard("disallow"):
-            with tfplace.transfer_guard("allow"):
-                with tf.device("CPU:1"):
-                    x + y
-            events.append("allowed inside")
-            try:
-                with tfplace.transfer_guard("allow"):
-                    raise KeyError("leave by exception")
-            except KeyError:
-                pass
-            try:
-                with tf.device("CPU:1"):
-                    x + y
-            except tfplace.ImplicitCopyError:
-                events.append("outer disallows again")
-        with tf.device("CPU:1"):
-            x + y
-        events.append("no guard after")
+    from tensorflow.python.eager import context
+    events = []
+    with tfplace.transfer_guard("disallow"):
+        with tfplace.transfer_guard("allow"):
+            with tf.device("CPU:1"):
+                x + y
+        events.append("allowed inside")
         try:
-            tfplace.transfer_guard("sometimes").__enter__()
-        except tfplace.ConfigurationError as err:
-            events.append(str(err))
-        report({"events": events, "callbacks": len(context.context().op_callbacks)})
+            with tfplace.transfer_guard("allow"):
+                raise KeyError("leave by exception")
+        except KeyError:
+            pass
+        try:
+            with tf.device("CPU:1"):
+                x + y
+        except tfplace.ImplicitCopyError:
+            events.append("outer disallows again")
+    with tf.device("CPU:1"):
+        x + y
+    events.append("no guard after")
+    try:
+        tfplace.transfer_guard("sometimes").__enter__()
+    except tfplace.ConfigurationError as err:
+        events.append(str(err))
+    report({"events": events, "callbacks": len(context.context().op_callbacks)})
     """)
     assert out["events"][:3] == ["allowed inside", "outer disallows again", "no guard after"]
     assert out["events"][3] == ("transfer_guard received level='sometimes' (from argument level): "
