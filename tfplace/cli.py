@@ -24,11 +24,10 @@ from tfplace import settings
 __all__ = ["main"]
 
 # Every environment variable that changes where ops run or what placement logs say.
-PLACEMENT_VARIABLES = (
+PLACEMENT_VARIABLES = tuple(dict.fromkeys((
     "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TF_FORCE_GPU_ALLOW_GROWTH", "TF_GPU_ALLOCATOR",
     "TF_CONFIG", "TF_ENABLE_ONEDNN_OPTS", "TF_XLA_FLAGS", "TF_CPP_MIN_LOG_LEVEL",
-) + tuple(variable for name in settings.NAMES for variable in settings.ENVIRONMENT[name]
-          if variable not in ("TF_FORCE_GPU_ALLOW_GROWTH",))
+    *(variable for name in settings.NAMES for variable in settings.ENVIRONMENT[name]))))
 
 
 def _devices(args: argparse.Namespace) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from collections import Counter
 from typing import Callable, Iterable, Optional
 
 from tfplace.devices import parse_device
+from tfplace.parsing import parse_placement
 from tfplace.records import PLUMBING, CopyRecord, PlacementRecord
 
 __all__ = ["PlacementLog"]
@@ -65,8 +66,6 @@ class PlacementLog:
         """A log of the placement lines in `text`: a saved TensorFlow log (eager lines,
         placer lines, "warn"-policy copy lines). Kernel variants such as oneDNN's
         `_MklMatMul` are read as their op type; each record keeps the printed line."""
-        from tfplace.parsing import parse_placement
-
         parsed = parse_placement(text)
         log = cls()
         log._records.extend(parsed.records)

@@ -34,13 +34,12 @@ _UNSAFE = re.compile(r"[^\w.\-\[\],=+]")
 
 
 def placement(log: PlacementLog) -> dict[str, dict[str, int]]:
-    """Op counts per device, sorted, without function plumbing or function numbers."""
+    """`log.summary()`, sorted, without function plumbing or function numbers."""
     counts: dict[str, Counter] = {}
-    for record in log.records:
-        if record.op in PLUMBING:
-            continue
-        op = _FUNCTION_NUMBER.sub(r"\1", record.op)
-        counts.setdefault(record.device, Counter())[op] += 1
+    for device, ops in log.summary().items():
+        for op, count in ops.items():
+            if op not in PLUMBING:
+                counts.setdefault(device, Counter())[_FUNCTION_NUMBER.sub(r"\1", op)] += count
     return {device: dict(sorted(ops.items())) for device, ops in sorted(counts.items())}
 
 
