@@ -49,6 +49,8 @@ def test_snapshot_missing_written_matching_and_moved(pytester):
         "/device:CPU:0": {"AddV2": 2, "Fill": 2}}
 
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=3)
+    on_workers = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--tfplace-update-snapshots")
+    on_workers.stdout.fnmatch_lines(["tfplace: wrote 3 placement snapshot(s)", "*3 passed*"])  # pytest-xdist
 
     pytester.makepyfile(test_model=TEST_FILE.format(where="CPU:0"))
     moved = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "test_step")

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import pytest
 
@@ -159,6 +159,18 @@ def placement_snapshot(request: pytest.FixtureRequest) -> PlacementSnapshot:
     path = snapshots.path_for(Path(str(request.node.path)), request.node.name)
     return PlacementSnapshot(path, request.config.getoption("tfplace_update_snapshots"),
                              request.config.stash[_WRITTEN])
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: its controller prints the summary
+        workeroutput["tfplace_written"] = [str(path) for path in session.config.stash[_WRITTEN]]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist, in the controller: adds the snapshots a worker wrote to the summary."""
+    node.config.stash[_WRITTEN].extend(getattr(node, "workeroutput", {}).get("tfplace_written", []))
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
