@@ -20,6 +20,12 @@ INTERNALS = [
     ("tensorflow.python.framework.op_def_registry", "get", "op types of kernel variants"),
     ("tensorflow.python.util._pywrap_util_port", "IsMklEnabled", "tfplace env: whether oneDNN is on"),
     ("tensorflow.python.ops.summary_ops_v2", "_current_trace_context", "functions: TensorBoard's graph trace"),
+    ("tensorflow.python.eager.context", "Context.get_function_def", "functions: tf.data and XLA function bodies"),
+    ("tensorflow.python.eager.core", "_status_to_exception", "failed records: every eager op error passes here"),
+    ("tensorflow.python.ops.script_ops", "FuncRegistry.__call__", "threads: tf.py_function on TensorFlow's threads"),
+    ("tensorflow.python.data.ops.dataset_ops", "DatasetV2._functions", "tf.data functions of an iterator's dataset"),
+    ("tensorflow.python.data.ops.dataset_ops", "DatasetV2._inputs", "tf.data functions of an iterator's dataset"),
+    ("tensorflow.python.framework.ops", "_EagerTensorBase.backing_device", "copies: where a tensor's memory is"),
 ]
 
 

@@ -83,13 +83,13 @@ def test_plot_draws_a_png_or_says_what_is_missing(tmp_path):
 
 def test_report_groups_cpu_ops_by_line_and_says_whether_a_gpu_kernel_exists(monkeypatch):
     monkeypatch.setattr(kernels, "device_types", lambda op: frozenset({"CPU", "GPU"} if op == "Cast" else {"CPU"}))
-    log = PlacementLog()
-    log._records += [PlacementRecord("Cast", "", "/device:CPU:0", "execute", "train.py:12")] * 2 + [
-        PlacementRecord("MatMul", "", "/device:GPU:0", "execute", "train.py:13"),
-        PlacementRecord("DecodeJpeg", "", "/device:CPU:0", "execute", "data.py:4"),
-        PlacementRecord("StringFormat", "fmt", "/device:CPU:0", "place")]
-    log._copies += [CopyRecord("AddV2", 1, "/device:CPU:0", "/device:GPU:0", "train.py:20")] * 3 + [
-        CopyRecord("Mul", 0, "/device:GPU:1", "/device:GPU:0", "train.py:30")]
+    log = PlacementLog(
+        [PlacementRecord("Cast", "", "/device:CPU:0", "execute", "train.py:12")] * 2 + [
+            PlacementRecord("MatMul", "", "/device:GPU:0", "execute", "train.py:13"),
+            PlacementRecord("DecodeJpeg", "", "/device:CPU:0", "execute", "data.py:4"),
+            PlacementRecord("StringFormat", "fmt", "/device:CPU:0", "place")],
+        [CopyRecord("AddV2", 1, "/device:CPU:0", "/device:GPU:0", "train.py:20")] * 3 + [
+            CopyRecord("Mul", 0, "/device:GPU:1", "/device:GPU:0", "train.py:30")])
     text = report(log, gpus_visible=True, top=10).splitlines()
     cpu = text.index("ops on the CPU while a GPU was visible:")
     assert text[cpu + 1:cpu + 4] == [

@@ -7,9 +7,10 @@ runtime starts, with or without `configure()`, whatever
 `TF_CPP_MIN_LOG_LEVEL` says, and never touches the process's output.
 
 Captures nest (both logs see the inner block). Ops of the block's thread and
-of the threads TensorFlow starts for it (`MirroredStrategy`'s replicas) are
-recorded; ops of other threads are not, but every function placed while the
-block is open is.
+of the threads TensorFlow starts for it (`MirroredStrategy`'s replicas,
+collective launchers, `tf.py_function`) are recorded, and with
+`all_threads=True` those of every Python thread started in the block; every
+function placed while the block is open is recorded, whichever thread ran it.
 
 Example:
     >>> import tensorflow as tf, tfplace
@@ -22,7 +23,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import warnings
 from typing import Iterator, Optional, Sequence
 
 from tfplace import graphs, hooks
@@ -34,28 +34,37 @@ __all__ = ["capture_placement", "capture_into"]
 
 
 class _Recorder:
-    """The hook listener of one capture: appends records and copies, notes functions placed earlier."""
+    """The hook listener of one capture: the only writer of its log."""
 
-    def __init__(self, log: PlacementLog, sources: bool) -> None:
+    def __init__(self, log: PlacementLog, sources: bool, all_threads: bool) -> None:
+        self.log = log
         self.sources = sources
-        self.append = log._records.append
-        self.copies = log._copies
+        self.all_threads = all_threads
         self.placed_here: set[str] = set()
-        self.placed_before: dict[str, None] = {}
+        self.keys: set[tuple] = set()
 
     def on_op(self, record: PlacementRecord, copies: Sequence[CopyRecord], placed: Optional[bool]) -> None:
-        self.append(record)
-        if copies:
-            self.copies.extend(copies)
-        if placed is not None:
-            if placed:
-                self.placed_here.add(record.op)
-            elif record.op not in self.placed_here:
-                self.placed_before[record.op] = None
+        self.log.add((record,), copies)
+        if placed is None:
+            return
+        if placed:
+            self.placed_here.add(record.op)
+        elif record.op not in self.placed_here:
+            self.placed_here.add(record.op)  # one reason per function
+            self.log.mark_incomplete(
+                f"the block ran function {record.op}, which TensorFlow placed before the block opened; "
+                "TensorFlow places a function once, at its first call (per device), so its nodes are not in "
+                "this log. Open the capture before the function's first call to record them",
+                stacklevel=user_stacklevel())
+
+    def on_records(self, key: tuple, records: Sequence[PlacementRecord]) -> None:
+        if key[0] == "failed" or key not in self.keys:
+            self.keys.add(key)
+            self.log.add(records)
 
 
 @contextlib.contextmanager
-def capture_placement(*, sources: bool = False) -> Iterator[PlacementLog]:
+def capture_placement(*, sources: bool = False, all_threads: bool = False) -> Iterator[PlacementLog]:
     """Records where each op of the block ran, as a `PlacementLog`.
 
     >>> import tensorflow as tf, tfplace
@@ -70,38 +79,25 @@ def capture_placement(*, sources: bool = False) -> Iterator[PlacementLog]:
       sources: fill each record's `source` with the `file.py:LINE` of the
         user's code that ran the op (the first frame outside TensorFlow, Keras
         and tfplace). Copies always carry their source.
+      all_threads: also record the ops of every Python thread started while
+        the block is open (data loaders, say); the threads TensorFlow starts
+        for the block are always recorded.
 
     Yields:
-      The `PlacementLog`, growing while the block runs. If the block ran a
-      function that TensorFlow placed before the block opened, the log's
-      `complete` is False, with `incomplete_reason` and a warning.
+      The `PlacementLog`, growing while the block runs. As soon as the block
+      runs a function that TensorFlow placed before the block opened, the
+      log's `complete` turns False, with `incomplete_reason` and a warning.
     """
-    with capture_into(PlacementLog(), sources=sources) as log:
+    with capture_into(PlacementLog(), sources=sources, all_threads=all_threads) as log:
         yield log
 
 
 @contextlib.contextmanager
-def capture_into(log: PlacementLog, *, sources: bool = False) -> Iterator[PlacementLog]:
+def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool = False) -> Iterator[PlacementLog]:
     """`capture_placement()` filling a given log (the pytest fixture's, made earlier)."""
-    recorder = _Recorder(log, sources)
     graphs.attach(log)
-    log._refresh = graphs.collect
     try:
-        with hooks.listening(recorder):
+        with hooks.listening(_Recorder(log, sources, all_threads)):
             yield log
     finally:
-        log._refresh = None
         graphs.detach(log)
-        if recorder.placed_before:
-            _mark_incomplete(log, list(recorder.placed_before))
-
-
-def _mark_incomplete(log: PlacementLog, functions: list[str]) -> None:
-    names = ", ".join(functions[:5]) + (f" and {len(functions) - 5} more" if len(functions) > 5 else "")
-    log.complete = False
-    log.incomplete_reason = (
-        f"the block ran {len(functions)} function(s) that TensorFlow placed before the block opened ({names}); "
-        "TensorFlow places a function once, at its first call, so their inner nodes are not in this log. "
-        "Open the capture before the function's first call to record them.")
-    warnings.warn(f"tfplace: incomplete placement log: {log.incomplete_reason}", RuntimeWarning,
-                  stacklevel=user_stacklevel())

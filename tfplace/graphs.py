@@ -1,14 +1,29 @@
-"""Function placement from TensorFlow's graph collection: "place" records for every node
-of every function TensorFlow places while a capture is open.
+"""Function placement as TensorFlow's placer decided it: "place", "removed" and "compiled"
+records for every function TensorFlow runs while a capture is open.
 
-While at least one capture is open, TensorFlow's eager context collects the
-graphs of the functions it instantiates (`enable_graph_collection`);
-`collect()` takes them (`export_run_metadata`, which also empties the
-collection) and gives each open log one record per placed node. The
-single-op functions TensorFlow builds to run eager ops are left out: their op
-already has its "execute" record. TensorBoard's `tf.summary.trace_on(graph=True)`
-reads the same collection: the functions a capture takes are missing from its
-trace (with a warning), and collection stays on for it after the capture.
+* Functions TensorFlow instantiates for eager calls (`tf.function`s, Keras
+  steps, SavedModel functions, strategy steps) come from TensorFlow's graph
+  collection (`enable_graph_collection`): each one's graph as written and its
+  graph after placement and Grappler. The placer saw neither: it saw the graph
+  as written after the pre-placement passes (control flow lowered, nested
+  calls inlined), which `tfplace.lowering` rebuilds under the names
+  TensorFlow's placer log prints. Each of those nodes gets the device it has
+  after Grappler; a node Grappler fused or rewrote (`MatMul`+`BiasAdd`+`Relu`
+  into `_FusedMatMul`, `x * x` into `Square`) keeps its own op type and gets
+  the device of the node that absorbed it; a node Grappler removed (a folded
+  constant, an elided `Identity`) is "removed", on "" since nothing records
+  where it was placed.
+* `tf.data` functions (`map`, `filter`, generators, a dataset loop inside a
+  `tf.function`) never reach graph collection: TensorFlow instantiates them
+  when an iterator is made, on the iterator's device, after adding one
+  `FakeSinkN` identity per result. `dataset_records()` rebuilds them from the
+  function library.
+* XLA functions (`jit_compile=True`) are compiled whole on the device of the
+  call, never placed: `compiled_records()`.
+
+Collection runs only while a capture is open; reading it empties it, so
+TensorBoard's `tf.summary.trace_on(graph=True)` misses the functions a capture
+takes (with a warning) and collection stays on for it after the capture.
 
 Example:
     >>> import tensorflow as tf
@@ -17,29 +32,33 @@ Example:
     >>> x = tf.ones(2)           # collection needs the runtime started
     >>> log = PlacementLog()
     >>> graphs.attach(log)
-    >>> _ = tf.function(lambda v: v * 2.0)(x)
+    >>> _ = tf.function(lambda v: v * v)(x)
     >>> graphs.detach(log)
-    >>> [(r.op, r.kind) for r in log.records if r.op == "Mul"]
+    >>> [(r.op, r.kind) for r in log.records if r.op == "Mul"]   # Grappler runs Square
     [('Mul', 'place')]
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import warnings
-from typing import Any
+from typing import Any, Iterable, Optional
 
+from tensorflow.core.framework import function_pb2, graph_pb2
 from tensorflow.python.eager import context
+from tensorflow.python.framework import dtypes as tf_dtypes
 from tensorflow.python.ops import summary_ops_v2
 
-from tfplace import kernels, tfstate
+from tfplace import kernels, lowering, tfstate
 from tfplace.devices import canonical_name
 from tfplace.placement_log import PlacementLog
 from tfplace.records import PLUMBING, PlacementRecord
 from tfplace.sources import user_stacklevel
 
-__all__ = ["attach", "detach", "collect", "start"]
+__all__ = ["attach", "detach", "collect", "start", "is_xla", "compiled_records", "dataset_records",
+           "dataset_function_names", "iterator_records"]
 
 _lock = threading.RLock()
 _logs: list[PlacementLog] = []  # the open captures' logs, in every thread
@@ -64,7 +83,7 @@ def start() -> None:
 
 
 def attach(log: PlacementLog) -> None:
-    """Gives `log` the "place" records of every function placed from now until `detach(log)`."""
+    """Gives `log` the records of every function placed from now until `detach(log)`."""
     with _lock:
         _logs.append(log)
         start()
@@ -82,32 +101,250 @@ def detach(log: PlacementLog) -> None:
             _collecting = False
 
 
-_NUMBERED = re.compile(r"_\d+$")
+def _is_eager_op_wrapper(graph: graph_pb2.GraphDef) -> bool:
+    """True for the function TensorFlow wraps around one eager op (or several, collected together).
 
-
-def _is_eager_op_wrapper(function_graphs: Any) -> bool:
-    """True for the function TensorFlow wraps around one eager op.
-
-    Its nodes are that op, named after it and pinned to a full device name, and
-    its arguments are named after the op's inputs (`a`, `b` for MatMul;
-    `inputs_0`, ... for a list), where a user's function names them after its
-    Python parameters.
+    Its one node is that op, named after it and pinned to a full device name,
+    and its arguments and results are named after the op's inputs and outputs
+    (`a`, `b`, `product_RetVal` for MatMul), where a user's function names
+    them after its Python parameters. When an eager op fails, the next
+    wrapper's nodes are collected with its own.
     """
-    graph = function_graphs.pre_optimization_graph
     nodes = [n for n in graph.node if n.op not in PLUMBING]
     if not nodes or not all(n.name == n.op and n.device.startswith("/job:") for n in nodes):
         return False
     ops = {kernels.op_type(n.op) for n in nodes}
-    inputs = kernels.input_names(ops.pop()) if len(ops) == 1 else frozenset()
-    return all(_NUMBERED.sub("", n.name).replace("__", "_") in inputs
-               for n in graph.node if n.op in ("_Arg", "_DeviceArg"))
+    return all(any(kernels.is_wrapper_plumbing(n.name, op) for op in ops) for n in graph.node if n.op in PLUMBING)
 
 
-def _records(function_graphs: Any) -> list[PlacementRecord]:
-    placed = function_graphs.post_optimization_graph.node or [
+@functools.lru_cache(maxsize=256)
+def _dtype_name(enum: int) -> str:
+    return tf_dtypes.as_dtype(enum).name
+
+
+def dtypes_of(node: Any) -> tuple[tuple[str, str], ...]:
+    """The type attributes of a NodeDef, e.g. `(("T", "float32"),)`."""
+    found = []
+    for key in sorted(node.attr):
+        value = node.attr[key]
+        kind = value.WhichOneof("value")
+        if kind == "type":
+            found.append((key, _dtype_name(value.type)))
+        elif kind == "list" and value.list.type:
+            found.append((key, ",".join(_dtype_name(t) for t in value.list.type)))
+    return tuple(found)
+
+
+def _requested(spec: str) -> str:
+    if not spec:
+        return ""
+    try:
+        return canonical_name(spec)
+    except ValueError:  # a partial spec such as "/job:localhost"
+        return ""
+
+
+# Grappler names a node it rewrites "<Optimizer>/<Rewrite>_<original name>[/<part>]".
+_REWRITTEN = re.compile(r"^[A-Z][A-Za-z]*/[A-Z][A-Za-z]*_(.+)$")
+
+
+def _producer(tensor: str) -> str:
+    return tensor.lstrip("^").split(":", 1)[0]
+
+
+def placed_records(nodes: list[lowering.PlacerNode], placed: Iterable[Any]) -> list[PlacementRecord]:
+    """The placer's nodes, each on its device after Grappler (`placed`: the NodeDefs that ran)."""
+    after = {n.name: n for n in placed}
+    devices: dict[str, str] = {}
+    for name, node in after.items():
+        match = _REWRITTEN.match(name)
+        if match:
+            original = match[1]
+            while original and original not in after:
+                devices.setdefault(original, node.device)
+                original = original.rpartition("/")[0]
+    rewritten = {n.name for n in nodes if n.name in after and kernels.op_type(after[n.name].op) != n.op}
+    consumers: dict[str, list[str]] = {}
+    for node in nodes:
+        for tensor in node.inputs:
+            if not tensor.startswith("^"):
+                consumers.setdefault(_producer(tensor), []).append(node.name)
+    absorbed: dict[str, str] = {}
+    missing = [n.name for n in nodes if n.name not in after and n.name not in devices]
+    changed = True
+    while changed:  # MatMul -> BiasAdd -> Relu (a _FusedMatMul named Relu): both absorbed into Relu
+        changed = False
+        for name in missing:
+            if name in absorbed:
+                continue
+            for consumer in consumers.get(name, ()):
+                if consumer in rewritten:
+                    absorbed[name] = after[consumer].device
+                elif consumer in absorbed:
+                    absorbed[name] = absorbed[consumer]
+                else:
+                    continue
+                changed = True
+                break
+    records = []
+    for node in nodes:
+        hit = after.get(node.name)
+        requested = _requested(node.requested)
+        if hit is not None:
+            dtypes = dtypes_of(hit) if node.name not in rewritten else ()
+            records.append(PlacementRecord(node.op, node.name, canonical_name(hit.device), "place",
+                                           requested=requested, dtypes=dtypes))
+            continue
+        device = devices.get(node.name) or absorbed.get(node.name)
+        kind = "place" if device else "removed"
+        records.append(PlacementRecord(node.op, node.name, canonical_name(device) if device else "", kind,
+                                       requested=requested))
+    return records
+
+
+def _function_records(function_graphs: Any) -> list[PlacementRecord]:
+    graph = function_graphs.pre_optimization_graph
+    placed = list(function_graphs.post_optimization_graph.node) or [
         n for g in function_graphs.partition_graphs for n in g.node]
-    return [PlacementRecord(kernels.op_type(n.op), n.name, canonical_name(n.device), "place")
-            for n in placed if n.device]
+    records = placed_records(lowering.placer_nodes(graph), [n for n in placed if n.device])
+    names, device = _graph_datasets(graph, placed)
+    if names:
+        records.extend(dataset_records(names, device, graph.library))
+    return records
+
+
+# Ops whose function attributes are tf.data functions, instantiated when an iterator is made.
+def _is_dataset_op(op: str) -> bool:
+    return "Dataset" in op or op in ("MapDefun",)
+
+
+def _function_attrs(node: Any) -> list[str]:
+    names = []
+    for key in sorted(node.attr):
+        value = node.attr[key]
+        if value.WhichOneof("value") == "func":
+            names.append(value.func.name)
+    return names
+
+
+def _graph_datasets(graph: graph_pb2.GraphDef, placed: list[Any]) -> tuple[list[str], str]:
+    """The tf.data functions a function's graph uses (in its nodes or its bodies), and their device."""
+    devices = {n.name: n.device for n in placed}
+    names: list[str] = []
+    device = ""
+    for node in graph.node:
+        if _is_dataset_op(node.op):
+            names += _function_attrs(node)
+            device = device or devices.get(node.name, "")
+    for function in graph.library.function:
+        for node in function.node_def:
+            if _is_dataset_op(node.op):
+                names += _function_attrs(node)
+    return names, device or context.context().device_name or "/device:CPU:0"
+
+
+def _function_def(name: str, library: Optional[function_pb2.FunctionDefLibrary]) -> Optional[function_pb2.FunctionDef]:
+    if library is not None:
+        for function in library.function:
+            if function.signature.name == name:
+                return function
+    try:
+        return context.context().get_function_def(name)
+    except Exception:  # pylint: disable=broad-except  # not registered in this context
+        return None
+
+
+def _with_fake_sinks(function: function_pb2.FunctionDef) -> function_pb2.FunctionDef:
+    """The function as tf.data instantiates it: one `FakeSink<i>` Identity per result."""
+    copy = function_pb2.FunctionDef()
+    copy.CopyFrom(function)
+    taken = {n.name for n in copy.node_def}
+    for index, output in enumerate(copy.signature.output_arg):
+        name = f"FakeSink{index}"
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        node = copy.node_def.add(name=name, op="Identity", input=[copy.ret[output.name]])
+        node.attr["T"].type = output.type
+        copy.ret[output.name] = f"{name}:output:0"
+    return copy
+
+
+def dataset_function_names(names: Iterable[str], library: Optional[function_pb2.FunctionDefLibrary] = None) -> list[str]:
+    """`names` and every tf.data function their bodies use (a `flat_map` making a generator dataset)."""
+    todo, seen = list(names), {}
+    while todo:
+        name = todo.pop(0)
+        if name in seen:
+            continue
+        function = _function_def(name, library)
+        seen[name] = None
+        if function is not None:
+            todo += [f for n in function.node_def if _is_dataset_op(n.op) for f in _function_attrs(n)]
+    return list(seen)
+
+
+@functools.lru_cache(maxsize=256)
+def iterator_records(names: tuple[str, ...], device: str) -> tuple[PlacementRecord, ...]:
+    """`dataset_records()` of the functions an eager iterator instantiates (cached: functions never change)."""
+    return tuple(dataset_records(names, device))
+
+
+def dataset_records(names: Iterable[str], device: str,
+                    library: Optional[function_pb2.FunctionDefLibrary] = None) -> list[PlacementRecord]:
+    """"place" records of tf.data functions (and those they use), instantiated on `device`."""
+    device = canonical_name(device)
+    records: list[PlacementRecord] = []
+    full_library = function_pb2.FunctionDefLibrary()
+    if library is not None:
+        full_library.CopyFrom(library)
+    for name in dataset_function_names(names, library):
+        function = _function_def(name, library)
+        if function is None:
+            continue
+        graph = lowering.function_graph_def(_with_fake_sinks(function), _library_for(function, full_library))
+        for node in lowering.placer_nodes(graph):
+            requested = _requested(node.requested)
+            records.append(PlacementRecord(node.op, node.name, requested or device, "place",
+                                           requested=requested))
+    return records
+
+
+def _library_for(function: function_pb2.FunctionDef,
+                 library: function_pb2.FunctionDefLibrary) -> function_pb2.FunctionDefLibrary:
+    """`library` plus the functions `function`'s control flow calls, from the eager context."""
+    known = {f.signature.name for f in library.function}
+    todo = [function]
+    while todo:
+        current = todo.pop()
+        for node in current.node_def:
+            for name in _function_attrs(node):
+                if name not in known and not _is_dataset_op(node.op):
+                    found = _function_def(name, None)
+                    if found is not None:
+                        library.function.add().CopyFrom(found)
+                        known.add(name)
+                        todo.append(found)
+    return library
+
+
+@functools.lru_cache(maxsize=1024)
+def is_xla(function: str) -> bool:
+    """True if the eager function `function` (e.g. "__inference_f_12") is compiled by XLA."""
+    definition = _function_def(function, None)
+    return definition is not None and definition.attr["_XlaMustCompile"].b
+
+
+@functools.lru_cache(maxsize=256)
+def compiled_records(function: str, device: str) -> tuple[PlacementRecord, ...]:
+    """"compiled" records of an XLA function's nodes, all on `device` (XLA places a function whole)."""
+    definition = _function_def(function, None)
+    if definition is None:
+        return ()
+    graph = lowering.function_graph_def(definition, function_pb2.FunctionDefLibrary())
+    device = canonical_name(device)
+    return tuple(PlacementRecord(kernels.op_type(n.op), n.name, device, "compiled", requested=_requested(n.device),
+                                 dtypes=dtypes_of(n)) for n in graph.node)
 
 
 def collect() -> int:
@@ -116,7 +353,7 @@ def collect() -> int:
         if not _collecting:
             return 0
         metadata = context.context().export_run_metadata()
-        functions = [f for f in metadata.function_graphs if not _is_eager_op_wrapper(f)]
+        functions = [f for f in metadata.function_graphs if not _is_eager_op_wrapper(f.pre_optimization_graph)]
         if functions and _tensorboard_tracing():
             warnings.warn(
                 "tfplace: a placement capture and tf.summary.trace_on(graph=True) both read TensorFlow's "
@@ -124,7 +361,7 @@ def collect() -> int:
                 "functions placed while the capture was open. Trace for TensorBoard "
                 "outside the capture.", RuntimeWarning, stacklevel=user_stacklevel())
         for function_graphs in functions:
-            records = _records(function_graphs)
+            records = _function_records(function_graphs)
             for log in _logs:
-                log.add_places(records)
+                log.add(records)
         return len(functions)

@@ -49,10 +49,13 @@ def _describe_copy(copy: CopyRecord) -> str:
 class _TransferGuard:
     """One thread's transfer guard: the levels of its nested blocks, innermost last."""
 
-    sources = False
+    sources = all_threads = False
 
     def __init__(self) -> None:
         self.levels: list[str] = []
+
+    def on_records(self, key: tuple, records: Sequence[PlacementRecord]) -> None:
+        """Function nodes are placed by TensorFlow's placer, not guarded here."""
 
     def on_op(self, record: PlacementRecord, copies: Sequence[CopyRecord], placed: Optional[bool]) -> None:
         if not copies or self.levels[-1] == "allow":
@@ -101,11 +104,14 @@ def transfer_guard(level: str = "disallow") -> Iterator[None]:
 
 
 class _DeviceGuard:
-    sources = False
+    sources = all_threads = False
 
     def __init__(self, wanted: Device, allow_ops: frozenset[str]) -> None:
         self.wanted = wanted.name
         self.allow_ops = allow_ops
+
+    def on_records(self, key: tuple, records: Sequence[PlacementRecord]) -> None:
+        """Function nodes are placed by TensorFlow's placer, not guarded here."""
 
     def on_op(self, record: PlacementRecord, copies: Sequence[CopyRecord], placed: Optional[bool]) -> None:
         if record.device == self.wanted or record.op in self.allow_ops:

@@ -1,32 +1,38 @@
 """TensorFlow's op callbacks, turned into placement events for captures and guards.
 
-`listening(listener)` registers one op callback for the calling thread (the
-threads TensorFlow starts for it, such as `MirroredStrategy`'s replica
-threads, inherit it) and calls `listener.on_op(record, copies, placed)` after
-every eager op:
+`listening(listener)` registers one op callback for the calling thread and
+calls, for every eager op of the block:
 
-* `record`: the op's `PlacementRecord` (kind "execute"), with its source line
-  when a listener asked for `sources`;
-* `copies`: the op's implicit copies (`CopyRecord`s): inputs on another device
-  than the op, except host-memory arguments of its kernel, resource handles,
-  and explicit copies (`tf.identity` under a device, `tfplace.to_device`);
-* `placed`: for a function call, whether TensorFlow placed the function just
-  now (True) or earlier (False); None for other ops.
+* `listener.on_op(record, copies, placed)` after the op ran: `record` its
+  "execute" `PlacementRecord` (with its source line when a listener asked for
+  `sources`); `copies` its implicit copies (`CopyRecord`s): inputs whose memory
+  (`backing_device`) is elsewhere than the op needs it, except resource
+  handles and explicit copies (`tf.identity` under a device,
+  `tfplace.to_device`); values TensorFlow keeps in host memory (strings, int32
+  on accelerators, a kernel's host-memory arguments) are needed on the host;
+  `placed`: for a function call, whether TensorFlow placed the function just
+  now (True) or earlier (False); None for other ops;
+* `listener.on_records(key, records)` for the functions an op runs that graph
+  collection does not report: an XLA function's "compiled" nodes, the `tf.data`
+  functions an iterator instantiates, and a "failed" record when an eager op
+  raises (`key` names the event, so that a listener can keep it once).
 
-Graph construction also calls the callback; it returns at once. When the last
-listener of a thread leaves, the callback is removed: nothing stays behind.
-TensorFlow's `remove_op_callback` switches every thread back to its fast path
-when one thread's last callback goes; `listening` removes its callback itself
-and keeps the callback path while another thread still listens, so captures
-in concurrent threads keep seeing their function calls.
+Threads: the threads TensorFlow starts for the block inherit the callback
+(`MirroredStrategy`'s replica threads, the thread pool of a collective
+all-reduce, the threads that run `tf.py_function`); a listener whose
+`all_threads` is True also gets the ops of every Python thread started while
+it listens. When the last listener of the process leaves, every patch and
+callback is removed: nothing stays behind.
 
 Example:
     >>> import tensorflow as tf
     >>> from tfplace import hooks
     >>> class Printer:
-    ...     sources = False
+    ...     sources = all_threads = False
     ...     def on_op(self, record, copies, placed):
     ...         print(record.op, record.device)
+    ...     def on_records(self, key, records):
+    ...         pass
     >>> x = tf.ones(2)
     >>> with hooks.listening(Printer()):
     ...     _ = x * 3.0
@@ -36,74 +42,145 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import functools
+import re
+import sys
 import threading
-from typing import Any, Iterator, Optional, Protocol, Sequence
+from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
-import tensorflow as tf
-from tensorflow.python.eager import context, execute
+from tensorflow.core.framework import types_pb2
+from tensorflow.python.eager import context, core, execute
 from tensorflow.python.framework import op_callbacks, op_def_registry
+from tensorflow.python.ops import script_ops
 
 from tfplace import graphs, kernels
 from tfplace.devices import canonical_name
 from tfplace.records import CopyRecord, PlacementRecord
-from tfplace.sources import user_line
+from tfplace.sources import started_by_framework, user_line
 
-__all__ = ["Listener", "listening", "EXPLICIT_COPIES"]
+__all__ = ["Listener", "listening", "EXPLICIT_COPIES", "ITERATOR_OPS"]
 
 EXPLICIT_COPIES = frozenset({"Identity", "IdentityN"})
+# Eager ops that instantiate the tf.data functions of their dataset (input 0).
+ITERATOR_OPS = frozenset({"MakeIterator", "ReduceDataset", "DatasetToSingleElement", "MultiDeviceIteratorInit"})
+_ON_HOST = frozenset({types_pb2.DT_STRING, types_pb2.DT_RESOURCE})
+_RESOURCE = types_pb2.DT_RESOURCE
+_INT32 = types_pb2.DT_INT32
 _HOST = "/job:localhost/replica:0/task:0/device:CPU:0"
 _local = threading.local()
 _lock = threading.Lock()
-_listening_threads = 0  # threads (not counting inheriting replica threads) with a hook registered
+_hooks: list["_Hook"] = []  # one per listening thread (threads inheriting one are not counted)
+_patched: dict[tuple[Any, str], Any] = {}
 
 
 class Listener(Protocol):
-    """What `listening()` calls after each eager op."""
+    """What `listening()` calls."""
 
     sources: bool
+    all_threads: bool
 
     def on_op(self, record: PlacementRecord, copies: Sequence[CopyRecord], placed: Optional[bool]) -> None:
         ...
 
+    def on_records(self, key: tuple, records: Sequence[PlacementRecord]) -> None:
+        ...
 
-def _device_of(inputs: Sequence[Any]) -> str:
-    """Where an op without outputs ran: with its resource, else where it was asked to run."""
-    for tensor in inputs:
-        if tensor.dtype == tf.resource:
-            return tensor.device
-    return context.context().device_name or _HOST
+
+@functools.lru_cache(maxsize=4096)
+def _type_attrs(op: str) -> frozenset[str]:
+    op_def = op_def_registry.get(op)
+    if op_def is None:
+        return frozenset()
+    return frozenset(a.name for a in op_def.attr if a.type in ("type", "list(type)"))
+
+
+@functools.lru_cache(maxsize=4096)
+def _dtypes(values: tuple) -> tuple[tuple[str, str], ...]:
+    from tensorflow.python.framework import dtypes as tf_dtypes
+
+    def name(value: Any) -> str:
+        if isinstance(value, (list, tuple)):
+            return ",".join(tf_dtypes.as_dtype(v).name for v in value)
+        return tf_dtypes.as_dtype(value).name
+
+    return tuple((key, name(value)) for key, value in values if value != ())
+
+
+def _type_values(op_type: Any, attrs: Any) -> tuple:
+    op = op_type.decode() if isinstance(op_type, bytes) else op_type
+    names = _type_attrs(op)
+    if not names or not attrs:
+        return ()
+    return tuple(dict((attrs[i], tuple(attrs[i + 1]) if isinstance(attrs[i + 1], list) else attrs[i + 1])
+                      for i in range(0, len(attrs), 2) if attrs[i] in names).items())
+
+
+def _host_of(full: str) -> str:
+    return full.rpartition("/device:")[0] + "/device:CPU:0" if "/device:" in full else _HOST
 
 
 def _copies(op: str, inputs: Sequence[Any], full: str, device: str) -> list[CopyRecord]:
+    """Inputs whose memory is elsewhere than where the op needs them."""
     found: list[CopyRecord] = []
+    device_type = device.rsplit(":", 2)[-2]
+    host_inputs = kernels.host_memory_inputs(op, device_type, len(inputs))
+    host = _host_of(full)
     for index, tensor in enumerate(inputs):
-        where = tensor.device
-        if where == full or not where:
+        dtype = tensor._datatype_enum()  # pylint: disable=protected-access
+        if dtype == _RESOURCE:
             continue
-        dtype = tensor.dtype
-        if dtype == tf.resource:
-            continue
-        device_type = device.rsplit(":", 2)[-2]
-        if device_type != "CPU" and dtype == tf.int32:  # int32 lives in host memory on accelerators
-            continue
-        if index in kernels.host_memory_inputs(op, device_type, len(inputs)):
-            continue
-        found.append(CopyRecord(op, index, canonical_name(where), device))
+        on_host = dtype in _ON_HOST or (dtype == _INT32 and device_type != "CPU") or index in host_inputs
+        where = tensor.backing_device
+        if where and where != (host if on_host else full):
+            found.append(CopyRecord(op, index, canonical_name(where), canonical_name(host if on_host else full)))
     return found
 
 
-def _describe(op_type: Any, full: str) -> tuple[str, str, bool, PlacementRecord]:
-    """(op type, canonical device, whether it is a function call, its record without source) of an op."""
+def _canonical_or_empty(name: Optional[str]) -> str:
+    return canonical_name(name) if name else ""
+
+
+_known: dict[tuple, tuple[str, bool, PlacementRecord]] = {}  # (op, device, requested, attrs) -> description
+_sourced: dict[tuple[PlacementRecord, str], PlacementRecord] = {}  # one record per op, device and line
+
+
+def _describe(op_type: Any, full: str, requested: Optional[str], types: tuple) -> tuple[str, bool, PlacementRecord]:
+    """(op type, whether it is a function call, its record without source) of an eager op."""
     op = op_type.decode() if isinstance(op_type, bytes) else op_type
     function = op.startswith("__") and op_def_registry.get(op) is None
     if not function:
         op = kernels.op_type(op)
-    device = canonical_name(full)
-    return op, device, function, PlacementRecord(op, "", device, "execute")
+    record = PlacementRecord(op, "", canonical_name(full), "execute", requested=_canonical_or_empty(requested),
+                             dtypes=_dtypes(types))
+    return op, function, record
 
 
-_known: dict[tuple[Any, str], tuple[str, str, bool, PlacementRecord]] = {}
-_sourced: dict[tuple[PlacementRecord, str], PlacementRecord] = {}  # one record per op, device and line
+def _dataset_functions(variant: Any) -> list[str]:
+    """The tf.data functions of the Python dataset whose variant tensor is `variant` (found on the stack)."""
+    from tensorflow.python.data.ops import dataset_ops
+
+    frame = sys._getframe(2)
+    for _ in range(12):
+        if frame is None:
+            break
+        for value in frame.f_locals.values():
+            if isinstance(value, dataset_ops.DatasetV2) and getattr(value, "_variant_tensor_attr", None) is variant:
+                return _functions_of(value)
+        frame = frame.f_back
+    return []
+
+
+def _functions_of(dataset: Any) -> list[str]:
+    names: list[str] = []
+    todo, seen = [dataset], set()
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        names += [wrapper.function.name for wrapper in current._functions()]  # pylint: disable=protected-access
+        todo += list(current._inputs())  # pylint: disable=protected-access
+    return [n.decode() if isinstance(n, bytes) else n for n in names]
 
 
 class _Hook:
@@ -111,65 +188,182 @@ class _Hook:
 
     def __init__(self) -> None:
         self.listeners: list[Listener] = []
-        self.calls: tuple[Any, ...] = ()
+        self.calls: tuple[Callable, ...] = ()
         self.sources = False
 
     def update(self) -> None:
         self.calls = tuple(listener.on_op for listener in self.listeners)
         self.sources = any(listener.sources for listener in self.listeners)
 
+    def records(self, key: tuple, records: Sequence[PlacementRecord]) -> None:
+        for listener in tuple(self.listeners):
+            listener.on_records(key, records)
+
     def __call__(self, op_type: Any, inputs: Sequence[Any], attrs: Any, outputs: Any,
                  op_name: Optional[str] = None, graph: Any = None) -> None:
-        graphs.start()
-        if graph is not None:
+        if graph is not None or not self.calls:
             return None
+        graphs.start()
         full = outputs[0].device if outputs else _device_of(inputs)
-        known = _known.get((op_type, full))
-        if known is None:
-            known = _known[(op_type, full)] = _describe(op_type, full)
-        op, device, function, record = known
+        requested = context.context().device_name
+        try:
+            known = _known[(op_type, full, requested, attrs)]
+        except KeyError:
+            known = _describe(op_type, full, requested, _type_values(op_type, attrs))
+            if len(_known) > 100_000:
+                _known.clear()
+            _known[(op_type, full, requested, attrs)] = known
+        except TypeError:  # a list-valued attribute (strides): key on the type attributes alone
+            types = _type_values(op_type, attrs)
+            known = _known.get((op_type, full, requested, types)) or _known.setdefault(
+                (op_type, full, requested, types), _describe(op_type, full, requested, types))
+        op, function, record = known
         placed: Optional[bool] = None
         copies: Sequence[CopyRecord] = ()
+        later: Optional[tuple[tuple, Sequence[PlacementRecord]]] = None
         if function:
-            placed = graphs.collect() > 0
+            if graphs.is_xla(op):
+                later = ("compiled", op, record.device), graphs.compiled_records(op, full)
+                placed = True
+            else:
+                placed = graphs.collect() > 0
         elif inputs and op not in EXPLICIT_COPIES:
             for tensor in inputs:
-                if tensor.device != full:
-                    copies = _copies(op, inputs, full, device)
+                if tensor.backing_device != full:
+                    copies = _copies(op, inputs, full, record.device)
                     break
+            if op in ITERATOR_OPS:
+                names = _dataset_functions(inputs[0])
+                if op == "ReduceDataset":
+                    names += [attrs[i + 1].decode() if isinstance(attrs[i + 1], bytes) else attrs[i + 1]
+                              for i in range(0, len(attrs), 2) if attrs[i] == "f"]
+                if names:
+                    later = ("dataset", tuple(names), record.device), graphs.iterator_records(tuple(names), full)
         if self.sources or copies:
             source = user_line()
             if copies:
                 copies = [copy._replace(source=source) for copy in copies]
             if self.sources:
-                key = (record, source)
-                record = _sourced.get(key) or _sourced.setdefault(key, record._replace(source=source))
+                sourced = (record, source)
+                record = _sourced.get(sourced) or _sourced.setdefault(sourced, record._replace(source=source))
         for call in self.calls:
             call(record, copies, placed)
+        if later is not None:
+            self.records(*later)
         return None
 
 
+def _device_of(inputs: Sequence[Any]) -> str:
+    """Where an op without outputs ran: with its resource, else where it was asked to run."""
+    for tensor in inputs:
+        if tensor._datatype_enum() == _RESOURCE:  # pylint: disable=protected-access
+            return tensor.device
+    return context.context().device_name or _HOST
+
+
+def _thread_hooks() -> list[_Hook]:
+    """The hooks this thread runs: its own, or those it inherited (replica threads)."""
+    return [c for c in context.context().op_callbacks if isinstance(c, _Hook)]
+
+
+# An eager op that raises: TensorFlow's message names the op ("[Op:MatMul]") and, when a
+# kernel ran, its device ("{{function_node __wrapped__MatMul_device_/job:.../device:CPU:0}}").
+_FAILED_OP = re.compile(r"\[Op:([^\]\s]+)\]")
+_FAILED_DEVICE = re.compile(r"__wrapped__\w*?_device_(/job:[^/}]+/replica:\d+/task:\d+/device:[A-Za-z_]+:\d+)")
+
+
+def _status_to_exception(status: Any) -> Any:
+    error = _patched[(core, "_status_to_exception")](status)
+    hooks = _thread_hooks()
+    if hooks:
+        message = str(getattr(error, "message", ""))
+        op = _FAILED_OP.search(message)
+        if op is not None:
+            device = _FAILED_DEVICE.search(message)
+            requested = context.context().device_name
+            where = device[1] if device else requested or _HOST
+            name = kernels.op_type(op[1]) if not op[1].startswith("__") else op[1]
+            record = PlacementRecord(name, "", canonical_name(where), "failed",
+                                     source=user_line() if any(h.sources for h in hooks) else "",
+                                     requested=_canonical_or_empty(requested))
+            for hook in hooks:
+                hook.records(("failed", id(error)), [record])
+    return error
+
+
+def _start(thread: threading.Thread) -> None:
+    hooks = _thread_hooks()
+    if hooks and (started_by_framework(2) or any(l.all_threads for h in hooks for l in h.listeners)):
+        thread.run = _inheriting(thread.run, hooks)  # type: ignore[method-assign]
+    _patched[(threading.Thread, "start")](thread)
+
+
+@contextlib.contextmanager
+def _hooks_in_this_thread(hooks: Sequence[_Hook]) -> Iterator[None]:
+    """Runs the block with `hooks` added to this thread's op callbacks, then takes them out again.
+
+    A `MirroredStrategy` replica thread replaces its callback list with its
+    parent's (which holds the parent's hooks): only the list they were added
+    to loses them.
+    """
+    ctx = context.context()
+    added = [h for h in hooks if h not in ctx.op_callbacks]
+    for hook in added:
+        op_callbacks.add_op_callback(hook)
+    callbacks = ctx.op_callbacks
+    try:
+        yield
+    finally:
+        for hook in added:
+            if hook in callbacks:
+                callbacks.remove(hook)
+
+
+def _inheriting(run: Callable[[], None], hooks: list[_Hook]) -> Callable[[], None]:
+    def run_with_hooks() -> None:
+        with _hooks_in_this_thread(hooks):
+            run()
+
+    return run_with_hooks
+
+
+def _py_function_call(registry: Any, token: Any, device: Any, args: Any) -> Any:
+    """Runs a `tf.py_function` (on a TensorFlow thread) with the listening threads' hooks."""
+    with _hooks_in_this_thread(list(_hooks)):
+        return _patched[(script_ops.FuncRegistry, "__call__")](registry, token, device, args)
+
+
+_PATCHES = ((core, "_status_to_exception", _status_to_exception),
+            (threading.Thread, "start", _start),
+            (script_ops.FuncRegistry, "__call__", _py_function_call))
+
+
 def _register(hook: _Hook) -> None:
-    global _listening_threads
     with _lock:
         op_callbacks.add_op_callback(hook)
-        _listening_threads += 1
+        _hooks.append(hook)
+        if len(_hooks) == 1:
+            for owner, name, replacement in _PATCHES:
+                _patched[(owner, name)] = getattr(owner, name)
+                setattr(owner, name, replacement)
 
 
 def _unregister(hook: _Hook) -> None:
-    """Removes this thread's callback; leaves the callback path on while another thread listens."""
-    global _listening_threads
+    """Removes this thread's callback; the patches and the callback path go with the last one."""
     with _lock:
-        _listening_threads -= 1
+        _hooks.remove(hook)
         ctx = context.context()
         ctx.remove_op_callback(hook)
-        if not ctx.op_callbacks and not _listening_threads:
-            execute.execute = execute.quick_execute  # what op_callbacks.remove_op_callback does
+        if not _hooks:
+            for owner, name, _ in _PATCHES:
+                setattr(owner, name, _patched.pop((owner, name)))
+            if not ctx.op_callbacks:
+                execute.execute = execute.quick_execute  # what op_callbacks.remove_op_callback does
 
 
 @contextlib.contextmanager
 def listening(listener: Listener) -> Iterator[None]:
-    """Calls `listener.on_op` after every eager op of this thread (and its replica threads) in the block."""
+    """Calls `listener` for every eager op of this thread (and the threads it starts, see above) in the block."""
     hook: Optional[_Hook] = getattr(_local, "hook", None)
     if hook is None:
         hook = _local.hook = _Hook()

@@ -20,12 +20,13 @@ Example:
 from __future__ import annotations
 
 import functools
+import re
 from typing import Optional
 
 from tensorflow.python.framework import kernels as tf_kernels
 from tensorflow.python.framework import op_def_registry
 
-__all__ = ["op_type", "input_names", "host_memory_inputs", "device_types"]
+__all__ = ["op_type", "is_wrapper_plumbing", "host_memory_inputs", "device_types"]
 
 _VARIANT_PREFIXES = ("_MklNative", "_Mkl")
 
@@ -45,10 +46,24 @@ def op_type(name: str) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def input_names(op: str) -> frozenset[str]:
-    """The names of `op`'s inputs in its op definition (`MatMul`: a, b); empty for an unknown op."""
+def _arguments(op: str) -> tuple[frozenset[str], frozenset[str]]:
     op_def = op_def_registry.get(op)
-    return frozenset(arg.name for arg in op_def.input_arg) if op_def is not None else frozenset()
+    if op_def is None:
+        return frozenset(), frozenset()
+    return frozenset(a.name for a in op_def.input_arg), frozenset(a.name for a in op_def.output_arg)
+
+
+_NUMBERED = re.compile(r"_\d+$")
+
+
+def is_wrapper_plumbing(node: str, op: str) -> bool:
+    """True if `node` names an argument or result node of the one-op function TensorFlow
+    builds to run eager `op`: named after the op's inputs (`a`, `input__dataset`,
+    `inputs_0`) or outputs (`product_RetVal`, `components_0_RetVal`)."""
+    inputs, outputs = _arguments(op)
+    result = node.endswith("_RetVal")
+    base = _NUMBERED.sub("", node[:-7] if result else node).replace("__", "_")
+    return base in (outputs if result else inputs)
 
 
 @functools.lru_cache(maxsize=4096)

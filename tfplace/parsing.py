@@ -66,14 +66,14 @@ def _read_body(body: str) -> Any:
     """The record (or copy) of one placement statement without its prefix."""
     match = _EXECUTE_RE.fullmatch(body)
     if match:
-        return PlacementRecord(op_type(match[1]), "", canonical_name(match[2]), "execute", "", body)
+        return PlacementRecord(op_type(match[1]), "", canonical_name(match[2]), "execute", line=body)
     match = _COPY_RE.fullmatch(body)
     if match:
         return CopyRecord(op_type(match[1]), int(match[2]), canonical_name(match[4]), canonical_name(match[3]), "", body)
     match = _PLACE_RE.fullmatch(body)
     if match is None:
         raise ValueError(f"not a placement statement: {body!r}")
-    return PlacementRecord(op_type(match[2]), match[1], canonical_name(match[3]), "place", "", body)
+    return PlacementRecord(op_type(match[2]), match[1], canonical_name(match[3]), "place", line=body)
 
 
 _MARKERS = ("Executing op ", "): /job:", "before computing ")

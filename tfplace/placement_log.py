@@ -7,13 +7,18 @@ Example:
     >>> log.devices_for("MatMul"), log.ops_on("cpu:0")
     (('/device:CPU:0',), ('MatMul',))
     >>> log.assert_placed("MatMul", "/job:localhost/replica:0/task:0/device:CPU:0")
+    >>> log.to_json()["records"][0]["kind"]
+    'execute'
 """
 
 from __future__ import annotations
 
+import threading
+import warnings
 from collections import Counter
-from typing import Callable, Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
+from tfplace import kernels
 from tfplace.devices import parse_device
 from tfplace.parsing import parse_placement
 from tfplace.records import PLUMBING, CopyRecord, PlacementRecord
@@ -26,51 +31,87 @@ _TABLE_ROWS = 20
 class PlacementLog:
     """The placement events of a block.
 
+    A capture (`tfplace.capture_placement`) writes a log through `add()` and
+    `mark_incomplete()`, its only writers; everything else only reads. While
+    the capture is open the log grows (a test can assert inside the block);
+    reading it never changes it.
+
     Attributes:
-      records: `PlacementRecord`s (op, name, device, kind, source, line) in order.
-      copies: `CopyRecord`s (op, input_index, from_device, to_device, source,
-        line) of implicit cross-device copies.
-      Both grow while the capture is open (a test can assert inside the
-        block) and are final once it ends.
-      complete: False when the block ran something whose placement was
-        decided before it opened (a function placed earlier): its inner nodes
-        are not in the log.
-      incomplete_reason: why, when `complete` is False.
+      records: `PlacementRecord`s in order (see `tfplace.records`).
+      copies: `CopyRecord`s of implicit cross-device copies.
+      complete: False as soon as the block ran something whose placement was
+        decided before it opened (a function placed earlier) or that tfplace
+        cannot see; `incomplete_reason` says what.
     """
 
-    def __init__(self) -> None:
-        self._records: list[PlacementRecord] = []
-        self._copies: list[CopyRecord] = []
-        self.complete = True
-        self.incomplete_reason = ""
-        self._refresh: Optional[Callable[[], object]] = None
+    def __init__(self, records: Iterable[PlacementRecord] = (), copies: Iterable[CopyRecord] = ()) -> None:
+        self._records: list[PlacementRecord] = list(records)
+        self._copies: list[CopyRecord] = list(copies)
+        self._reasons: list[str] = []
+        self._lock = threading.Lock()
 
-    def add_places(self, records: list[PlacementRecord]) -> None:
-        """Appends the "place" records of a function placed while the log was open."""
+    def add(self, records: Sequence[PlacementRecord] = (), copies: Sequence[CopyRecord] = ()) -> None:
+        """Appends events (the capture's writer; each extend is atomic, so threads may add at once)."""
         self._records.extend(records)
+        if copies:
+            self._copies.extend(copies)
+
+    def mark_incomplete(self, reason: str, *, stacklevel: int = 2) -> None:
+        """Records that the log misses something, and warns once per distinct reason."""
+        with self._lock:
+            if reason in self._reasons:
+                return
+            self._reasons.append(reason)
+        warnings.warn(f"tfplace: incomplete placement log: {reason}", RuntimeWarning, stacklevel=stacklevel + 1)
+
+    @property
+    def complete(self) -> bool:
+        """True while nothing the block ran escaped the log."""
+        return not self._reasons
+
+    @property
+    def incomplete_reason(self) -> str:
+        """Why the log is incomplete ("" when it is complete)."""
+        return "; ".join(self._reasons)
 
     @property
     def records(self) -> list[PlacementRecord]:
-        """The placement records so far (functions placed so far included, while the capture is open)."""
-        if self._refresh is not None:
-            self._refresh()
-        return self._records
+        """The placement records so far, in order (a copy)."""
+        return list(self._records)
 
     @property
     def copies(self) -> list[CopyRecord]:
-        """The implicit-copy records so far."""
-        return self._copies
+        """The implicit-copy records so far, in order (a copy)."""
+        return list(self._copies)
+
+    def to_json(self) -> dict[str, Any]:
+        """Every record and copy, and the completeness, as JSON-ready data."""
+        return {"complete": self.complete, "incomplete_reason": self.incomplete_reason,
+                "records": [r.to_json() for r in self._records], "copies": [c.to_json() for c in self._copies]}
 
     @classmethod
     def from_text(cls, text: str) -> "PlacementLog":
         """A log of the placement lines in `text`: a saved TensorFlow log (eager lines,
-        placer lines, "warn"-policy copy lines). Kernel variants such as oneDNN's
-        `_MklMatMul` are read as their op type; each record keeps the printed line."""
+        placer lines, "warn"-policy copy lines).
+
+        It holds the records a capture of the same run holds: the placer lines
+        of the one-op functions TensorFlow builds to run each eager op are
+        left out, and kernel variants such as oneDNN's `_MklMatMul` are read
+        as their op type. Constants TensorFlow materializes from Python values
+        (`_EagerConst`) run in TensorFlow's C++ code, where a capture cannot
+        see them: they are left out too. Each record keeps its printed line. A saved log
+        cannot tell which nodes the graph optimizer removed or which
+        functions XLA compiled: every placer line is a "place" record.
+
+        Raises:
+          TypeError: `text` is not a `str` (decode bytes first).
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"PlacementLog.from_text received {type(text).__name__} (from argument text): "
+                            "allowed is str, the text of a saved TensorFlow log; decode bytes first, "
+                            "e.g. data.decode('utf-8', 'replace')")
         parsed = parse_placement(text)
-        log = cls()
-        log._records.extend(parsed.records)
-        log._copies.extend(parsed.copies)
-        return log
+        return cls(_without_eager_wrappers(parsed.records), parsed.copies)
 
     def _select(self, op: Optional[str] = None, device: Optional[str] = None) -> Iterable[PlacementRecord]:
         where = parse_device(device, origin="PlacementLog's argument device").name if device is not None else None
@@ -135,10 +176,41 @@ class PlacementLog:
                 f"{self.table(op)}")
 
     def __len__(self) -> int:
-        return len(self.records)
+        return len(self._records)
 
     def __repr__(self) -> str:
-        return f"<PlacementLog: {len(self.records)} records, {len(self.copies)} copies, complete={self.complete}>"
+        return f"<PlacementLog: {len(self._records)} records, {len(self._copies)} copies, complete={self.complete}>"
 
     def __str__(self) -> str:
         return self.table()
+
+
+def _wrapper_size(group: list[PlacementRecord], op: str) -> int:
+    """How many records at the end of `group` are the one-op function TensorFlow built to run eager `op`."""
+    size, seen = 0, False
+    for record in reversed(group):
+        if record.op == op and record.name == op and not seen:
+            seen = True
+        elif not (record.op in PLUMBING and kernels.is_wrapper_plumbing(record.name, op)):
+            break
+        size += 1
+    return size if seen else 0
+
+
+def _without_eager_wrappers(records: list[PlacementRecord]) -> list[PlacementRecord]:
+    """`records` read from a log, without eager-op wrapper functions and `_EagerConst` events.
+
+    TensorFlow prints the placer lines of the function it builds for an eager
+    op just before that op's "Executing op" line.
+    """
+    kept: list[PlacementRecord] = []
+    group_start = 0
+    for record in records:
+        if record.kind != "execute":
+            kept.append(record)
+            continue
+        del kept[len(kept) - _wrapper_size(kept[group_start:], record.op):]
+        if record.op != "_EagerConst":
+            kept.append(record)
+        group_start = len(kept)
+    return kept

@@ -2,18 +2,22 @@
 
 Example:
     >>> from tfplace.records import PlacementRecord
-    >>> PlacementRecord("MatMul", "", "/device:CPU:0", "execute", "train.py:12").op
-    'MatMul'
+    >>> record = PlacementRecord("MatMul", "", "/device:CPU:0", "execute", "train.py:12")
+    >>> record.op, record.kind, record.to_json()["device"]
+    ('MatMul', 'execute', '/device:CPU:0')
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-__all__ = ["PlacementRecord", "CopyRecord", "PLUMBING"]
+__all__ = ["PlacementRecord", "CopyRecord", "PLUMBING", "KINDS"]
 
 # Nodes TensorFlow adds to every function for its arguments and results.
 PLUMBING = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval"})
+
+# What a record says happened (see `PlacementRecord.kind`).
+KINDS = ("execute", "failed", "place", "removed", "compiled")
 
 
 class PlacementRecord(NamedTuple):
@@ -21,13 +25,22 @@ class PlacementRecord(NamedTuple):
 
     Attributes:
       op: the op type as the user knows it, e.g. "MatMul" (never a kernel
-        variant such as oneDNN's `_MklMatMul`); for an eager call of a
-        function, the function's name.
-      name: the node name of a function's node ("place"), "" for eager ops.
-      device: the canonical device name, e.g. "/device:CPU:0".
-      kind: "execute" (an eager op ran) or "place" (a function's node was placed).
+        variant such as oneDNN's `_MklMatMul`, nor a graph-optimizer fusion);
+        for an eager call of a function, the function's name.
+      name: the node name of a function's node, as TensorFlow's placer log
+        prints it; "" for eager ops.
+      device: the canonical device name, e.g. "/device:CPU:0" ("" for a
+        "removed" node whose device cannot be known).
+      kind: "execute" (an eager op ran), "failed" (an eager op raised),
+        "place" (the placer placed a function's node), "removed" (the placer
+        placed it, the graph optimizer removed it before running) or
+        "compiled" (a node of a function XLA compiled, on the device it ran).
       source: "file.py:LINE" of the user's code that ran the op, when asked
         for (`capture_placement(sources=True)`), else "".
+      requested: the canonical name of the device the program asked for, ""
+        when none: the `tf.device` scope of an eager op, the device written
+        on a function's node.
+      dtypes: the op's type attributes, e.g. `(("T", "float32"),)`.
       line: the text TensorFlow printed, for records read from a saved log
         (`PlacementLog.from_text`), else "".
     """
@@ -37,17 +50,25 @@ class PlacementRecord(NamedTuple):
     device: str
     kind: str
     source: str = ""
+    requested: str = ""
+    dtypes: tuple[tuple[str, str], ...] = ()
     line: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as JSON-ready data (`dtypes` as a list of pairs)."""
+        data = self._asdict()
+        data["dtypes"] = [list(pair) for pair in self.dtypes]
+        return data
 
 
 class CopyRecord(NamedTuple):
-    """An implicit cross-device copy: an eager op read an input that lives on another device.
+    """An implicit cross-device copy: an eager op read an input whose memory is on another device.
 
     Attributes:
       op: the op type that needed the copy, e.g. "AddV2".
       input_index: which of its inputs was copied.
-      from_device: where the input lived (canonical name).
-      to_device: where the op ran (canonical name).
+      from_device: where the input's memory was (canonical name).
+      to_device: where the op needed it (canonical name).
       source: "file.py:LINE" of the user's code that ran the op ("" when unknown).
       line: the text TensorFlow printed, for copies read from a saved log.
     """
@@ -58,3 +79,7 @@ class CopyRecord(NamedTuple):
     to_device: str
     source: str = ""
     line: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The copy as JSON-ready data."""
+        return self._asdict()

@@ -13,7 +13,7 @@ import os
 import sys
 from types import CodeType
 
-__all__ = ["user_line", "user_stacklevel", "shown_path"]
+__all__ = ["user_line", "user_stacklevel", "shown_path", "started_by_framework"]
 
 
 def _package_dir(name: str) -> str:
@@ -25,6 +25,8 @@ def _package_dir(name: str) -> str:
 
 _INTERNAL = tuple(d for d in map(_package_dir, ("tensorflow", "keras", "tf_keras", "tfplace")) if d) + tuple(
     os.path.join(os.path.dirname(os.__file__), name) for name in ("threading.py", "contextlib.py"))
+_FRAMEWORKS = tuple(d for d in map(_package_dir, ("tensorflow", "keras", "tf_keras")) if d)
+_STDLIB = os.path.join(os.path.dirname(os.__file__), "")
 _where: dict[CodeType, str] = {}  # code object -> shown path, "" for internal code
 
 
@@ -68,3 +70,15 @@ def user_stacklevel() -> int:
             return level
         frame, level = frame.f_back, level + 1  # type: ignore[assignment]
     return 1
+
+
+def started_by_framework(depth: int = 2) -> bool:
+    """True if the first frame, from `depth` frames up (2: the caller's caller), outside
+    Python's standard library is TensorFlow or Keras code: a thread TensorFlow starts, say."""
+    frame = sys._getframe(depth)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_STDLIB) or "site-packages" in filename:
+            return filename.startswith(_FRAMEWORKS)
+        frame = frame.f_back  # type: ignore[assignment]
+    return False

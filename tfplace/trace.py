@@ -1,7 +1,7 @@
 """`tfplace trace`: run a Python script under a capture and report where its placement goes wrong.
 
 The script runs as `__main__` with its own `sys.argv`, under
-`capture_placement(sources=True)`. After its output comes a report: ops per
+`capture_placement(sources=True, all_threads=True)`. After its output comes a report: ops per
 device; ops that ran on the CPU while a GPU was visible, by source line, with
 whether the op has a GPU kernel at all (TensorFlow's kernel registry knows);
 implicit copies by source line, most frequent first. The script's exit status
@@ -67,7 +67,7 @@ def run_script(path: str, args: Sequence[str]) -> tuple[PlacementLog, int]:
     sys.path.insert(0, os.path.dirname(script))
     status = 0
     try:
-        with capture_placement(sources=True) as log:
+        with capture_placement(sources=True, all_threads=True) as log:
             try:
                 runpy.run_path(path, run_name="__main__")
             except SystemExit as done:
@@ -134,18 +134,8 @@ def report(log: PlacementLog, *, gpus_visible: bool, top: int = 10) -> str:
 
 def to_json(log: PlacementLog, *, script: str, args: Sequence[str], exit_status: int) -> dict[str, Any]:
     """Every record and copy of the trace, as JSON-ready data."""
-    return {
-        "script": script,
-        "args": list(args),
-        "exit_status": exit_status,
-        "complete": log.complete,
-        "incomplete_reason": log.incomplete_reason,
-        "summary": log.summary(),
-        "records": [{"op": r.op, "name": r.name, "device": r.device, "kind": r.kind, "source": r.source}
-                    for r in log.records],
-        "copies": [{"op": c.op, "input_index": c.input_index, "from_device": c.from_device,
-                    "to_device": c.to_device, "source": c.source} for c in log.copies],
-    }
+    return {"script": script, "args": list(args), "exit_status": exit_status, "summary": log.summary(),
+            **log.to_json()}
 
 
 def write_json(path: str, data: dict[str, Any]) -> None:

@@ -1,0 +1,233 @@
+"""Function placement as TensorFlow decides it: place, removed, compiled and failed records,
+tf.data functions, copies from where memory is, TensorFlow's threads, a live `complete`."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import PRELUDE, ROOT, result_of, run_python
+
+TWO_CPUS = """
+import tensorflow as tf, tfplace
+tfplace.configure(logical_cpus=2)
+"""
+
+
+def run_file(tmp_path, code: str, *, env: dict | None = None):
+    """Runs `code` from a file (autograph reads a function's source) and returns what it reported."""
+    path = tmp_path / "program.py"
+    path.write_text(PRELUDE + textwrap.dedent(code), encoding="utf-8")
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, cwd=ROOT, timeout=240,
+                          env=env)
+    return result_of(done)
+
+
+@pytest.mark.parametrize("onednn", ["1", "0"])
+def test_keras_fit_records_dense_layers_under_their_own_op_types(tmp_path, onednn):
+    import os
+    out = run_file(tmp_path, TWO_CPUS + """
+        import numpy as np, keras
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"),
+                                  keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)])
+        model.compile("adam", "mse")
+        x, y = np.ones((32, 4), np.float32), np.ones((32, 1), np.float32)
+        with tfplace.capture_placement() as log:
+            model.fit(x, y, epochs=1, batch_size=8, verbose=0)
+        checks = {}
+        for op in ("MatMul", "BiasAdd", "Relu"):
+            try:
+                log.assert_placed(op, "CPU:0")
+                checks[op] = "ok"
+            except AssertionError as err:
+                checks[op] = str(err)
+        report({"checks": checks, "complete": log.complete,
+                "variants": sorted({r.op for r in log.records if r.op.startswith(("_Fused", "_Mkl"))}),
+                "sinks": len([r for r in log.records if r.name.startswith("FakeSink")]),
+                "kinds": sorted({r.kind for r in log.records})})
+    """, env={**os.environ, "TF_ENABLE_ONEDNN_OPTS": onednn})
+    assert out["checks"] == {"MatMul": "ok", "BiasAdd": "ok", "Relu": "ok"}
+    assert out["variants"] == []
+    assert out["sinks"] > 0, "the dataset's functions have records"
+    assert out["complete"] is True
+    assert {"execute", "place"} <= set(out["kinds"])
+
+
+def test_dataset_map_function_recorded_eagerly_and_inside_a_function(tmp_path):
+    out = run_file(tmp_path, """
+        import tensorflow as tf, tfplace
+        ds = tf.data.Dataset.range(8).map(lambda x: x * 2).batch(2)
+        with tfplace.capture_placement() as eager:
+            total = sum(int(tf.reduce_sum(b)) for b in ds)
+        @tf.function
+        def loop():
+            s = tf.constant(0, tf.int64)
+            for b in ds:
+                s += tf.reduce_sum(b)
+            return s
+        with tfplace.capture_placement() as inside:
+            total_in = int(loop())
+        def muls(log):
+            return sorted({(r.name, r.device, r.kind) for r in log.records if r.op == "Mul"})
+        report({"total": [total, total_in], "eager": muls(eager), "inside": muls(inside),
+                "complete": [eager.complete, inside.complete]})
+    """)
+    assert out["total"] == [56, 56]
+    assert ["mul", "/device:CPU:0", "place"] in out["eager"]
+    assert ["mul", "/device:CPU:0", "place"] in out["inside"]
+    assert out["complete"] == [True, True]
+
+
+def test_xla_function_is_compiled_whole_on_the_calls_device(tmp_path):
+    out = run_file(tmp_path, TWO_CPUS + """
+        @tf.function(jit_compile=True)
+        def scaled(v):
+            with tf.device("CPU:1"):
+                return v * 5.0
+        with tfplace.capture_placement() as log:
+            with tf.device("CPU:0"):
+                y = scaled(tf.ones(3))
+        report({"compiled": sorted({(r.op, r.device, r.requested) for r in log.records if r.kind == "compiled"}),
+                "complete": log.complete, "reason": log.incomplete_reason, "y": y.numpy().tolist()})
+    """)
+    assert ["Mul", "/device:CPU:0", "/device:CPU:1"] in out["compiled"]
+    assert {device for _, device, _ in out["compiled"]} == {"/device:CPU:0"}
+    assert out["complete"] is True, out["reason"]
+    assert out["y"] == [5.0] * 3
+
+
+def test_failed_eager_op_is_recorded_where_it_ran_and_the_error_propagates(python):
+    out = python(TWO_CPUS + """
+        with tfplace.capture_placement() as log:
+            try:
+                tf.matmul(tf.ones((2, 3)), tf.ones((2, 3)))
+                raised = None
+            except tf.errors.InvalidArgumentError as err:
+                raised = type(err).__name__
+            with tf.device("CPU:1"):
+                try:
+                    tf.matmul(tf.ones((2, 3)), tf.ones((2, 3)))
+                except tf.errors.InvalidArgumentError:
+                    pass
+        report({"raised": raised, "failed": [(r.op, r.device, r.requested) for r in log.records
+                                             if r.kind == "failed"]})
+    """)
+    assert out["raised"] == "InvalidArgumentError"
+    assert out["failed"] == [["MatMul", "/device:CPU:0", ""], ["MatMul", "/device:CPU:1", "/device:CPU:1"]]
+
+
+def test_copies_follow_where_the_memory_is(tmp_path):
+    out = run_file(tmp_path, TWO_CPUS + """
+        with tfplace.capture_placement() as strings:
+            with tf.device("CPU:1"):
+                s = tf.constant(["a", "b"])
+                joined = tf.strings.join([s, s])
+        @tf.function
+        def on_cpu1(v):
+            with tf.device("CPU:1"):
+                return v * 3.0
+        x = tf.ones(3)
+        with tfplace.capture_placement() as function_output:
+            with tf.device("CPU:0"):
+                out = on_cpu1(x)
+                z = out + 1.0
+        report({"backing": out.backing_device, "device": out.device,
+                "strings": [tuple(c[:4]) for c in strings.copies],
+                "output": [tuple(c[:4]) for c in function_output.copies]})
+    """)
+    assert out["device"].endswith("CPU:0") and out["backing"].endswith("CPU:1")
+    assert out["strings"] == []
+    assert out["output"] == [["AddV2", 0, "/device:CPU:1", "/device:CPU:0"]]
+
+
+def test_complete_is_live_and_an_incomplete_snapshot_fails_whatever_the_order(pytester):
+    body = """
+        step(tf.ones(2))
+        print("LIVE", request.node.name, placement_log.complete)   # read inside the block
+        placement_snapshot.assert_match(placement_log)
+    """
+    pytester.makepyfile(test_order=textwrap.dedent("""
+        import tensorflow as tf
+
+        @tf.function
+        def step(v):
+            return v * 2.0
+
+        def test_a(request, placement_log, placement_snapshot):{body}
+        def test_b(request, placement_log, placement_snapshot):{body}
+    """).format(body=textwrap.indent(textwrap.dedent(body), "    ")))
+    snapshots = pytester.path / "__placement__" / "test_order"
+    for first, second in (("test_a", "test_b"), ("test_b", "test_a")):
+        for path in snapshots.glob("*.json"):
+            path.unlink()
+        result = pytester.runpytest_subprocess("-p", "tfplace", "-s", "-W", "ignore", "--tfplace-update-snapshots",
+                                               f"test_order.py::{first}", f"test_order.py::{second}")
+        result.assert_outcomes(passed=1, failed=1)
+        result.stdout.fnmatch_lines([f"LIVE {first} True", f"LIVE {second} False",
+                                     f"*_ {second} _*", "E*incomplete placement log cannot be compared*step*"])
+        assert sorted(p.name for p in snapshots.glob("*.json")) == [f"{first}.json"]
+
+
+def test_from_text_equals_the_capture_of_the_same_run_for_the_guides_first_cell(tmp_path):
+    program = tmp_path / "guide.py"
+    program.write_text(PRELUDE + textwrap.dedent("""
+        import tensorflow as tf, tfplace
+        tf.debugging.set_log_device_placement(True)
+        with tfplace.capture_placement() as log:
+            a = tf.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+            b = tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+            c = tf.matmul(a, b)
+        report([[r.op, r.name, r.device, r.kind] for r in log.records])
+    """), encoding="utf-8")
+    done = subprocess.run([sys.executable, str(program)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    captured = result_of(done)
+    out = run_python(f"""
+        import tfplace
+        log = tfplace.PlacementLog.from_text({done.stderr!r})
+        report([[r.op, r.name, r.device, r.kind] for r in log.records])
+    """)
+    assert captured == [["MatMul", "", "/device:CPU:0", "execute"]]
+    assert result_of(out) == captured
+
+
+def test_trace_reports_the_ops_of_a_thread_the_script_starts(tmp_path):
+    script = tmp_path / "threaded.py"
+    script.write_text(textwrap.dedent("""
+        import threading
+        import tensorflow as tf
+
+        def work():
+            x = tf.ones((2, 2))
+            for _ in range(10):
+                x = tf.matmul(x, x)
+
+        worker = threading.Thread(target=work)
+        worker.start()
+        worker.join()
+    """), encoding="utf-8")
+    out_json = tmp_path / "trace.json"
+    done = subprocess.run([sys.executable, "-m", "tfplace", "trace", f"--json={out_json}", str(script)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = json.loads(out_json.read_text())["records"]
+    assert len([r for r in records if r["op"] == "MatMul" and r["kind"] == "execute"]) == 10
+    assert "MatMul 10" in done.stdout
+
+
+def test_reading_a_log_changes_nothing(python):
+    out = python("""
+        import tensorflow as tf, tfplace
+        x = tf.ones(2)
+        f = tf.function(lambda v: v + 1.0)
+        with tfplace.capture_placement() as log:
+            f(x)
+            sizes = [len(log), len(log.records), repr(log).count("records")]
+            log.records.clear()
+            after = len(log)
+        report({"sizes": sizes, "after": after, "json": sorted(log.to_json())})
+    """)
+    assert out["sizes"][0] == out["sizes"][1] > 1
+    assert out["after"] == out["sizes"][0]
+    assert out["json"] == ["complete", "copies", "incomplete_reason", "records"]
