@@ -272,7 +272,7 @@ def _with_fake_sinks(function: function_pb2.FunctionDef) -> function_pb2.Functio
 
 def dataset_function_names(names: Iterable[str], library: Optional[function_pb2.FunctionDefLibrary] = None) -> list[str]:
     """`names` and every tf.data function their bodies use (a `flat_map` making a generator dataset)."""
-    todo, seen = list(names), {}
+    todo, seen = list(names), dict[str, None]()
     while todo:
         name = todo.pop(0)
         if name in seen:

@@ -44,7 +44,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-import sys
 import threading
 from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
@@ -53,7 +52,7 @@ from tensorflow.python.eager import context, core, execute
 from tensorflow.python.framework import op_callbacks, op_def_registry
 from tensorflow.python.ops import script_ops
 
-from tfplace import graphs, kernels
+from tfplace import datasets, graphs, kernels
 from tfplace.devices import canonical_name
 from tfplace.records import CopyRecord, PlacementRecord
 from tfplace.sources import started_by_framework, user_line
@@ -66,6 +65,7 @@ ITERATOR_OPS = frozenset({"MakeIterator", "ReduceDataset", "DatasetToSingleEleme
 _ON_HOST = frozenset({types_pb2.DT_STRING, types_pb2.DT_RESOURCE})
 _RESOURCE = types_pb2.DT_RESOURCE
 _INT32 = types_pb2.DT_INT32
+_VARIANT = types_pb2.DT_VARIANT
 _HOST = "/job:localhost/replica:0/task:0/device:CPU:0"
 _local = threading.local()
 _lock = threading.Lock()
@@ -155,34 +155,6 @@ def _describe(op_type: Any, full: str, requested: Optional[str], types: tuple) -
     return op, function, record
 
 
-def _dataset_functions(variant: Any) -> list[str]:
-    """The tf.data functions of the Python dataset whose variant tensor is `variant` (found on the stack)."""
-    from tensorflow.python.data.ops import dataset_ops
-
-    frame = sys._getframe(2)
-    for _ in range(12):
-        if frame is None:
-            break
-        for value in frame.f_locals.values():
-            if isinstance(value, dataset_ops.DatasetV2) and getattr(value, "_variant_tensor_attr", None) is variant:
-                return _functions_of(value)
-        frame = frame.f_back
-    return []
-
-
-def _functions_of(dataset: Any) -> list[str]:
-    names: list[str] = []
-    todo, seen = [dataset], set()
-    while todo:
-        current = todo.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        names += [wrapper.function.name for wrapper in current._functions()]  # pylint: disable=protected-access
-        todo += list(current._inputs())  # pylint: disable=protected-access
-    return [n.decode() if isinstance(n, bytes) else n for n in names]
-
-
 class _Hook:
     """The op callback of one thread (and of the threads that inherit it)."""
 
@@ -227,13 +199,17 @@ class _Hook:
                 placed = True
             else:
                 placed = graphs.collect() > 0
+                names = [n for t in inputs if t._datatype_enum() == _VARIANT  # pylint: disable=protected-access
+                         for n in datasets.functions_of(t)] if placed else []
+                if names:
+                    later = ("dataset", tuple(names), record.device), graphs.iterator_records(tuple(names), full)
         elif inputs and op not in EXPLICIT_COPIES:
             for tensor in inputs:
                 if tensor.backing_device != full:
                     copies = _copies(op, inputs, full, record.device)
                     break
             if op in ITERATOR_OPS:
-                names = _dataset_functions(inputs[0])
+                names = datasets.functions_of(inputs[0])
                 if op == "ReduceDataset":
                     names += [attrs[i + 1].decode() if isinstance(attrs[i + 1], bytes) else attrs[i + 1]
                               for i in range(0, len(attrs), 2) if attrs[i] == "f"]

@@ -262,11 +262,21 @@ def _instantiate(fdef: function_pb2.FunctionDef, attr: Mapping, lib: Mapping):
             for s in (specs[i] for i in order)]
 
 
-def function_graph_def(function_def: function_pb2.FunctionDef,
-                       library: function_pb2.FunctionDefLibrary) -> graph_pb2.GraphDef:
+def function_graph_def(function_def: function_pb2.FunctionDef, library: function_pb2.FunctionDefLibrary,
+                       *, fake_sinks: bool = False) -> graph_pb2.GraphDef:
     """The GraphDef TensorFlow builds from a FunctionDef to instantiate it (the form
-    `placer_nodes` reads), for functions that graph collection does not report (tf.data functions)."""
+    `placer_nodes` reads), for functions that graph collection does not report (tf.data functions).
+
+    `fake_sinks`: the function belongs to a dataset that tf.data's graph rewrites went through
+    (rewrite_utils.cc AddFakeSinks): they leave one `FakeSink<i>` Identity per output in it.
+    """
     lib = {f.signature.name: f for f in library.function}
+    if fake_sinks:
+        function_def = function_pb2.FunctionDef.FromString(function_def.SerializeToString())
+        for i, out in enumerate(function_def.signature.output_arg):
+            sink = function_def.node_def.add(name=f"FakeSink{i}", op="Identity",
+                                             input=[function_def.ret[out.name]])
+            sink.attr["T"].type = out.type
     specs = _instantiate(function_def, {}, lib)
     graph = graph_pb2.GraphDef()
     graph.library.CopyFrom(library)
