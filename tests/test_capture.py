@@ -182,7 +182,7 @@ def test_functions_placed_before_and_inside_the_block(python):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             with tfplace.capture_placement() as before:
-                early(tf.ones((2, 2)))
+                early(tf.ones((2, 2)))  # placed earlier
             with tfplace.capture_placement() as inside:
                 fresh(tf.ones((2, 2)))
         report({"before": [before.complete, before.incomplete_reason, [r.kind for r in before.records]],
@@ -191,10 +191,11 @@ def test_functions_placed_before_and_inside_the_block(python):
     """
     out = python(code)
     complete, reason, kinds = out["before"]
-    assert complete is False and "placed before the block opened (__inference_early_" in reason
+    assert complete is False and "ran function __inference_early_" in reason
+    assert "placed before the block opened" in reason
     assert "place" not in kinds
     assert out["warnings"] == [f"tfplace: incomplete placement log: {reason}"]
-    assert [f"<string>:{n}" for n in out["lineno"]] == [line_of(code, "as before:")]  # the user's `with` line
+    assert [f"<string>:{n}" for n in out["lineno"]] == [line_of(code, "# placed earlier")]  # the call's line
     complete, places = out["inside"]
     assert complete is True
     assert ["MatMul", "MatMul", "place"] in places and ["Mul", "mul", "place"] in places

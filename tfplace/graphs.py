@@ -63,6 +63,7 @@ __all__ = ["attach", "detach", "collect", "start", "is_xla", "compiled_records",
 _lock = threading.RLock()
 _logs: list[PlacementLog] = []  # the open captures' logs, in every thread
 _collecting = False
+waiting = False  # a capture is open but the runtime had not started: the op callback starts collection
 
 
 def _tensorboard_tracing() -> bool:
@@ -73,13 +74,14 @@ def _tensorboard_tracing() -> bool:
 
 def start() -> None:
     """Starts graph collection if a capture is open and the runtime has started (it never starts the runtime)."""
-    global _collecting
+    global _collecting, waiting
     if _collecting or not _logs:
         return
     with _lock:
         if not _collecting and _logs and tfstate.runtime_started():
             context.context().enable_graph_collection()
             _collecting = True
+        waiting = not _collecting
 
 
 def attach(log: PlacementLog) -> None:
@@ -91,10 +93,11 @@ def attach(log: PlacementLog) -> None:
 
 def detach(log: PlacementLog) -> None:
     """Collects what is pending, then stops feeding `log` (and collecting, after the last log)."""
-    global _collecting
+    global _collecting, waiting
     with _lock:
         collect()
         _logs.remove(log)
+        waiting = waiting and bool(_logs)
         if not _logs and _collecting:
             if not _tensorboard_tracing():  # TensorBoard's trace keeps collecting after the capture
                 context.context().disable_graph_collection()

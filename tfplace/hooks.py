@@ -173,9 +173,10 @@ class _Hook:
 
     def __call__(self, op_type: Any, inputs: Sequence[Any], attrs: Any, outputs: Any,
                  op_name: Optional[str] = None, graph: Any = None) -> None:
+        if graphs.waiting:  # a function's tracing (graph) may come before the first eager op
+            graphs.start()
         if graph is not None or not self.calls:
             return None
-        graphs.start()
         full = outputs[0].device if outputs else _device_of(inputs)
         requested = context.context().device_name
         try:
