@@ -99,3 +99,24 @@ def test_copies_mirrored_and_keras_on_two_logical_cpus(python):
     assert out == {"copy": "/job:localhost/replica:0/task:0/device:CPU:1", "same": True,
                    "mirrored": ["/device:CPU:0", "/device:CPU:1"], "keras_var": ["/device:CPU:0", "/device:CPU:1"],
                    "model": ["/device:CPU:0", "/device:CPU:1"], "try_all": ["/device:CPU:0"]}
+
+
+def test_device_hash_agrees_with_its_canonical_name_and_numpy_arrays_have_no_tensorflow_device(python):
+    out = python("""
+        import numpy as np, tfplace
+        moved = tfplace.to_device(np.ones(3, np.float32), "CPU:0")
+        nested = tfplace.to_device({"a": np.zeros(2), "b": 1.5}, "CPU:0")
+        try:
+            tfplace.devices_of(np.ones(3))
+            error = None
+        except TypeError as err:
+            error = str(err)
+        report({"in_set": "/device:CPU:0" in {tfplace.cpu()}, "gpu_in_set": "/device:GPU:1" in {tfplace.gpu(1)},
+                "as_key": {tfplace.cpu(): 1}.get("/device:CPU:0"), "moved": moved.device,
+                "values": moved.numpy().tolist(), "nested": sorted(v.device for v in nested.values()),
+                "error": error})
+    """)
+    assert out["in_set"] and out["gpu_in_set"] and out["as_key"] == 1
+    assert out["moved"].endswith("/device:CPU:0") and out["values"] == [1.0, 1.0, 1.0]
+    assert all(d.endswith("/device:CPU:0") for d in out["nested"])
+    assert out["error"].startswith("devices_of() received ndarray, which has no device")

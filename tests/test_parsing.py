@@ -2,7 +2,9 @@
 
 from hypothesis import given, settings as hsettings, strategies as st
 
-from tfplace import PlacementLog, parse_placement
+import pytest
+
+from tfplace import CopyRecord, PlacementLog, PlacementRecord, parse_placement
 
 FULL = "/job:localhost/replica:0/task:0/device:{}:{}"
 PREFIX = "I0000 00:00:1795316459.951921    1852 execute.cc:1775] "
@@ -103,4 +105,33 @@ def test_queries_accept_short_device_forms_and_assertions_show_a_table():
     except AssertionError as err:
         message = str(err)
     assert message.splitlines()[0] == "expected MatMul on /device:GPU:0, but it was placed on /device:CPU:1:"
-    assert "MatMul                   /device:CPU:1      execute  1" in message
+    assert "  MatMul  /device:CPU:1  execute   1" in message
+
+
+@pytest.mark.parametrize("value", [b"Executing op MatMul", None, 123])
+def test_from_text_takes_only_str(value):
+    with pytest.raises(TypeError, match=r"PlacementLog.from_text received (bytes|NoneType|int) \(from argument "
+                                        r"text\): allowed is str"):
+        PlacementLog.from_text(value)
+
+
+def test_a_long_line_with_a_placer_marker_is_read_in_linear_time():
+    import time
+    line = "x" * 20_000 + "): /job:" + "y" * 20_000
+    start = time.perf_counter()
+    parsed = parse_placement(line)
+    assert time.perf_counter() - start < 1.0  # quadratic scanning took seconds
+    assert parsed.records == [] and parsed.other == line
+
+
+def test_printed_log_shows_copies_completeness_and_long_op_names():
+    log = PlacementLog(
+        [PlacementRecord("ResourceApplyAdamWithAmsgrad", "", "/device:CPU:0", "execute")] * 2
+        + [PlacementRecord("AddV2", "", "/device:CPU:1", "execute")],
+        [CopyRecord("AddV2", 1, "/device:CPU:0", "/device:CPU:1", "train.py:7")])
+    log.mark_incomplete("the block ran function __inference_f_3, placed earlier")
+    lines = str(log).splitlines()
+    assert lines[0] == "PlacementLog: 3 records, 1 implicit copies, INCOMPLETE"
+    assert "  ResourceApplyAdamWithAmsgrad  /device:CPU:0  execute   2" in lines
+    assert "    AddV2 input #1 /device:CPU:0 -> /device:CPU:1 at train.py:7  x1" in lines
+    assert any("incomplete log: the block ran function __inference_f_3" in line for line in lines)

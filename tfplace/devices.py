@@ -23,6 +23,7 @@ import re
 import threading
 from typing import Any, Optional, Union
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -92,8 +93,8 @@ class Device:
             return self._key() == other._key()
         return NotImplemented
 
-    def __hash__(self) -> int:
-        return hash(self._key())
+    def __hash__(self) -> int:  # equal to its canonical name: "/device:GPU:1" in {gpu(1)}
+        return hash(self.name)
 
     def __enter__(self) -> "Device":
         scope = tf.device(self.name)
@@ -234,6 +235,10 @@ def device(spec: Union[str, Device, Any], *, fallback: bool = True,
 
 
 def _device_string(value: Any) -> str:
+    """The TensorFlow device string of a value ("" for values without one, NumPy arrays included:
+    NumPy 2's `ndarray.device` is "cpu", not a TensorFlow device)."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return ""
     if hasattr(value, "device") and isinstance(value.device, str):
         return value.device
     inner = getattr(value, "value", None)  # Keras 3 Variable

@@ -39,7 +39,7 @@ _COPY = (
     r" but is actually on (" + _DEVICE + r") \(operation running on " + _DEVICE + r"\)\."
     r" This triggers a copy which can be a performance bottleneck\."
 )
-_PLACE = r"([\w.\-/>]+): \((\w+)\): (" + _DEVICE + ")"
+_PLACE = r"(?<![\w.\-/>])([\w.\-/>]+): \((\w+)\): (" + _DEVICE + ")"
 _NO_GROUPS = re.compile(r"(?<!\\)\((?!\?)")
 # One placement statement, with its log prefix (group 1) and its newline.
 _LINE = re.compile(
@@ -81,8 +81,15 @@ _MARKERS = ("Executing op ", "): /job:", "before computing ")
 
 def _split_line(line: str) -> tuple[list[tuple[str, Any]], str]:
     """The statements in a line that may hold several (spliced), and the rest of it."""
-    found = [(prefix, _read_body(body)) for prefix, body in _LINE.findall(line)]
-    return found, _LINE.sub("", line)
+    found: list[tuple[str, Any]] = []
+    rest: list[str] = []
+    end = 0
+    for match in _LINE.finditer(line):  # one pass: linear in the line's length
+        found.append((match[1] or "", _read_body(match[2])))
+        rest.append(line[end:match.start()])
+        end = match.end()
+    rest.append(line[end:])
+    return found, "".join(rest)
 
 
 def parse_placement(text: str) -> Parsed:

@@ -145,15 +145,18 @@ class PlacementLog:
         The arguments and results of TensorFlow's internal functions (`_Arg`,
         `_Retval`, ...) are counted in one line, not listed.
         """
-        records = self.records
-        counts = Counter((r.op, r.device, r.kind) for r in records if r.op not in PLUMBING)
+        records = self._records
+        counts = Counter((r.op, r.device or "(unknown)", r.kind) for r in records if r.op not in PLUMBING)
         plumbing = sum(1 for r in records if r.op in PLUMBING)
         rows = sorted(counts.items(), key=lambda item: (item[0][0] != op, item[0]))
         note = "" if self.complete else "\n  (incomplete log: " + self.incomplete_reason + ")"
         if not rows and not plumbing:
             return "  (no placement events were recorded)" + note
-        lines = [f"  {'op':<24} {'device':<18} {'kind':<8} count"]
-        lines += [f"  {o:<24} {d:<18} {k:<8} {n}" for (o, d, k), n in rows[:_TABLE_ROWS]]
+        shown = rows[:_TABLE_ROWS]
+        width = max([2] + [len(o) for (o, _, _), _ in shown])
+        place = max([6] + [len(d) for (_, d, _), _ in shown])
+        lines = [f"  {'op':<{width}}  {'device':<{place}}  {'kind':<8}  count"]
+        lines += [f"  {o:<{width}}  {d:<{place}}  {k:<8}  {n}" for (o, d, k), n in shown]
         if len(rows) > _TABLE_ROWS:
             lines.append(f"  ... and {len(rows) - _TABLE_ROWS} more rows")
         if plumbing:
@@ -182,7 +185,17 @@ class PlacementLog:
         return f"<PlacementLog: {len(self._records)} records, {len(self._copies)} copies, complete={self.complete}>"
 
     def __str__(self) -> str:
-        return self.table()
+        """The table, the implicit copies and whether the log is complete."""
+        copies = Counter((c.op, c.input_index, c.from_device, c.to_device, c.source) for c in self._copies)
+        lines = [f"PlacementLog: {len(self._records)} records, {len(self._copies)} implicit copies, "
+                 + ("complete" if self.complete else "INCOMPLETE"), self.table()]
+        if copies:
+            lines.append("  implicit copies:")
+            lines += [f"    {op} input #{index} {source} -> {target}" + (f" at {line}" if line else "") + f"  x{n}"
+                      for (op, index, source, target, line), n in copies.most_common(_TABLE_ROWS)]
+            if len(copies) > _TABLE_ROWS:
+                lines.append(f"    ... and {len(copies) - _TABLE_ROWS} more")
+        return "\n".join(lines)
 
 
 def _wrapper_size(group: list[PlacementRecord], op: str) -> int:
