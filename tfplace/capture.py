@@ -58,7 +58,7 @@ class _Recorder:
                 stacklevel=user_stacklevel())
 
     def on_records(self, key: tuple, records: Sequence[PlacementRecord]) -> None:
-        if key[0] == "failed" or key not in self.keys:
+        if key[0] != "compiled" or key not in self.keys:  # TensorFlow places tf.data functions per iterator
             self.keys.add(key)
             self.log.add(records)
 

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import json
 import os
 import platform
 import sys
 from typing import Any, Optional, Sequence
 
-from tfplace import settings
+from tfplace import settings  # pure Python: --help and usage errors never import TensorFlow
+from tfplace.errors import ConfigurationError
 
 __all__ = ["main"]
 
@@ -137,32 +139,99 @@ def _setting(name: str):
 
 
 TRACE_USAGE = "tfplace trace [tfplace flags] [--json=FILE] [--plot=FILE.png] [--top=N] script.py [--] [args ...]"
+BOOLEANS = tuple(name for name in settings.NAMES if settings.ALLOWED[name] == "True or False")
+
+
+class _AbslBoolean(argparse.Action):
+    """absl's boolean flag: `--name` sets True, `--noname` False; it never takes the next argument."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: Optional[str] = None) -> None:
+        setattr(namespace, self.dest, option_string == f"--{self.dest}")
 
 
 def _add_trace(commands: Any) -> argparse.ArgumentParser:
     trace = commands.add_parser(
-        "trace", usage=TRACE_USAGE, help="run a script under a capture and report where its placement goes wrong",
+        "trace", usage=TRACE_USAGE, allow_abbrev=False,
+        help="run a script under a capture and report where its placement goes wrong",
         description="Runs script.py as __main__ with its own arguments, then reports ops per device, ops on the "
                     "CPU while a GPU was visible, and implicit copies, each with its source line. "
-                    "The script's exit status is kept.")
+                    "The script's exit status is kept. Boolean flags are written as absl writes them: "
+                    "--soft_placement, --nosoft_placement or --soft_placement=false.")
     for name in settings.NAMES:
-        boolean = settings.ALLOWED[name] == "True or False"
-        trace.add_argument(f"--{name}", type=_setting(name), nargs="?" if boolean else None,
-                           const=True if boolean else None, help="configure() before the script: " + settings.ALLOWED[name])
+        about = "configure() before the script: " + settings.ALLOWED[name]
+        if name in BOOLEANS:
+            trace.add_argument(f"--{name}", f"--no{name}", dest=name, action=_AbslBoolean, help=about)
+        else:
+            trace.add_argument(f"--{name}", type=_setting(name), help=about)
     trace.add_argument("--json", metavar="FILE", help="write every record and copy as JSON")
-    trace.add_argument("--plot", metavar="FILE.png", help="draw ops per device (needs matplotlib: .[plot])")
+    trace.add_argument("--plot", metavar="FILE.png", help="draw ops per device (needs matplotlib: .[plot]); "
+                                                          "the extension picks the format: .png, .svg, .pdf, ...")
     trace.add_argument("--top", metavar="N", type=int, default=10, help="rows per report section (default 10)")
     trace.add_argument("script", help="the Python script to run")
     trace.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     return trace
 
 
-def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: list[str]) -> int:
-    """Runs `tfplace trace`; `passed` are the arguments after a `--`, given to the script unchecked."""
-    import tfplace
-    from tfplace import trace
+def _absl_booleans(trace: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
+    """`tfplace trace`'s arguments, with each `--name=value` of a boolean flag before the script
+    read as `--name` or `--noname`; the script and its own arguments are left as they are."""
+    takes_value = {"--json", "--plot", "--top"} | {f"--{name}" for name in settings.NAMES if name not in BOOLEANS}
+    read: list[str] = []
+    rest = iter(argv)
+    for arg in rest:
+        if not arg.startswith("-") or arg == "-":  # the script
+            return [*read, arg, *rest]
+        option, given, text = arg.partition("=")
+        if given and option[2:] in BOOLEANS and option.startswith("--"):
+            try:
+                arg = option if settings.parse_text(option[2:], text, f"option {option}") else f"--no{option[2:]}"
+            except ValueError as err:
+                trace.error(str(err))
+        read.append(arg)
+        if arg in takes_value:
+            read.extend(itertools.islice(rest, 1))
+    return read
 
-    own = {"--json", "--plot", "--top"} | {f"--{name}" for name in settings.NAMES}
+
+def _plot_formats() -> dict[str, str]:
+    """The file extensions matplotlib can write, with what each is."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return FigureCanvasBase.get_supported_filetypes()
+
+
+def _output_problem(option: str, path: str, script: str) -> Optional[str]:
+    """Why `--<option>=path` cannot be written, found before the script runs; None when it can."""
+    if not path:
+        return "it is empty; allowed is a file path"
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return f"{path!r} is a folder; allowed is a file path"
+    if not os.path.isdir(folder):
+        return f"its folder {os.path.dirname(path)!r} does not exist; allowed is a file in an existing folder"
+    if os.path.exists(path) and os.path.samefile(path, script):
+        return f"it is the script {script!r}, which it would overwrite"
+    if not os.access(path if os.path.exists(path) else folder, os.W_OK):
+        return f"{path!r} cannot be written (no permission)"
+    if option == "plot":
+        formats = _plot_formats()
+        extension = os.path.splitext(path)[1][1:].lower()
+        if extension not in formats:
+            return (f"matplotlib cannot write {'.' + extension if extension else 'a file without an extension'}: "
+                    "allowed extensions are " + ", ".join(f".{e}" for e in sorted(formats)))
+    return None
+
+
+def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: list[str]) -> int:
+    """Runs `tfplace trace`; `passed` are the arguments after a `--`, given to the script unchecked.
+
+    Every usage error is found before TensorFlow is imported and before the script runs.
+    """
+    own = {"--json", "--plot", "--top"} | {f"--{name}" for name in settings.NAMES} | {f"--no{name}" for name in BOOLEANS}
     for arg in args.args:
         if arg.split("=", 1)[0] in own:
             parser.error(f"{arg!r} comes after the script {args.script!r} (from the command line): tfplace trace's "
@@ -172,11 +241,22 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
         parser.error(f"script {args.script!r} (from argument script) is not a file: give the path of a Python script")
     if args.top < 1:
         parser.error(f"--top={args.top} (from option --top) is not allowed: expected a whole number >= 1")
-    if args.plot:
-        if importlib.util.find_spec("matplotlib") is None:
-            parser.error("--plot needs matplotlib, which is not installed: pip install 'tfplace[plot]' "
-                         "(or pip install matplotlib)")
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        parser.error("--plot needs matplotlib, which is not installed: pip install 'tfplace[plot]' "
+                     "(or pip install matplotlib)")
+    for option in ("json", "plot"):
+        path = getattr(args, option)
+        problem = None if path is None else _output_problem(option, path, args.script)
+        if problem is not None:
+            parser.error(f"--{option}={path!r} (from option --{option}) cannot be written: {problem}")
     given = {name: getattr(args, name) for name in settings.NAMES if getattr(args, name) is not None}
+    try:
+        settings.check_conflicts({name: settings.Sourced(value, f"option --{name}") for name, value in given.items()})
+    except ConfigurationError as err:
+        parser.error(str(err))
+    import tfplace
+    from tfplace import trace
+
     try:
         tfplace.configure(**given)
     except tfplace.Error as err:
@@ -206,8 +286,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     trace = _add_trace(commands)
     argv = list(sys.argv[1:] if argv is None else argv)
     passed: list[str] = []
-    if argv[:1] == ["trace"] and "--" in argv:
-        argv, passed = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    if argv[:1] == ["trace"]:
+        if "--" in argv:
+            argv, passed = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+        argv = ["trace", *_absl_booleans(trace, argv[1:])]
     args = parser.parse_args(argv)
     if args.command == "trace":
         return _trace(trace, args, passed)

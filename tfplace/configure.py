@@ -49,6 +49,11 @@ class Config:
     runtime_started: bool
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
+    def __repr__(self) -> str:
+        """One field per line, as Python would read it back."""
+        fields = "".join(f"    {f.name}={getattr(self, f.name)!r},\n" for f in dataclasses.fields(self))
+        return f"tfplace.Config(\n{fields})"
+
     def __str__(self) -> str:
         rows = [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "sources"]
         width = max(len(name) for name, _ in rows)

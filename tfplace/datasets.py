@@ -3,17 +3,18 @@
 An eager op that makes an iterator (`MakeIterator`, `ReduceDataset`, a
 `tf.function` taking a dataset) receives only the dataset's variant tensor;
 the Python dataset that made it knows its functions (`map`, `filter`,
-generators) and its input datasets. `functions_of(variant)` finds that dataset
+generators) and its input datasets. `pipeline_of(variant)` finds that dataset
 on the caller's stack (where `iter(dataset)` keeps it), else among the
 objects referring to the tensor, and lists the names of its functions and
-those of its inputs.
+those of its inputs, and whether tf.data's graph rewrites will run over it.
 
 Example:
     >>> import tensorflow as tf
     >>> from tfplace import datasets
     >>> ds = tf.data.Dataset.range(4).map(lambda x: x + 1)
-    >>> [name.split("_")[2:4] for name in datasets.functions_of(ds._variant_tensor)]
-    [['Dataset', 'map']]
+    >>> pipeline = datasets.pipeline_of(ds._variant_tensor)
+    >>> [name.split("_")[3:5] for name in pipeline.functions], pipeline.rewritten
+    ([['Dataset', 'map']], True)
 """
 
 from __future__ import annotations
@@ -23,9 +24,13 @@ import sys
 from types import FrameType
 from typing import Any, Optional
 
+from tensorflow.core.framework import types_pb2
 from tensorflow.python.data.ops import dataset_ops
+from tensorflow.python.eager.polymorphic_function.concrete_function import ConcreteFunction
 
-__all__ = ["functions_of"]
+from tfplace import graphs
+
+__all__ = ["pipeline_of"]
 
 _STACK_DEPTH = 12
 
@@ -53,16 +58,59 @@ def _referring(variant: Any) -> Optional[Any]:
     return None
 
 
-def functions_of(variant: Any) -> list[str]:
-    """Names of the tf.data functions of the dataset whose variant tensor is `variant` ([] if none is found)."""
+_HOST_MEMORY = frozenset({types_pb2.DT_INT32, types_pb2.DT_STRING})
+_MAP_DATASETS = frozenset({"_MapDataset", "_ParallelMapDataset"})  # the Python classes of map()
+
+
+def _captures(function: Any) -> tuple[str, ...]:
+    """Where tf.data puts a function's captured inputs (its last arguments): "host" for host-memory
+    types, a resource's device, "" for the function's own device (captured_function.cc)."""
+    kinds = []
+    for tensor in function.captured_inputs:
+        dtype = tensor.dtype.as_datatype_enum
+        if dtype == types_pb2.DT_RESOURCE:
+            kinds.append(tensor.device)
+        else:
+            kinds.append("host" if dtype in _HOST_MEMORY else "")
+    return tuple(kinds)
+
+
+def _functions(dataset: Any) -> list[tuple[str, tuple[str, ...]]]:
+    """A dataset's own functions, with where their captured inputs go: its `map`/`filter`/...
+    functions, and functions it keeps as attributes (a `MultiDeviceIterator`'s per-device generators)."""
+    functions = [wrapper.function for wrapper in dataset._functions()]  # pylint: disable=protected-access
+    functions += [value for value in vars(dataset).values() if isinstance(value, ConcreteFunction)]
+    return [(f.name.decode() if isinstance(f.name, bytes) else f.name, _captures(f)) for f in functions]
+
+
+def _is_generator(dataset: Any) -> bool:
+    """A dataset made by a GeneratorDataset op (`from_generator`'s, a MultiDeviceIterator's per-device
+    ones): TensorFlow cannot serialize it, so tf.data's graph rewrites skip pipelines holding one."""
+    return all(hasattr(dataset, name) for name in ("_init_func", "_next_func", "_finalize_func"))
+
+
+def pipeline_of(variant: Any, own: tuple[str, ...] = ()) -> Optional[graphs.Pipeline]:
+    """The tf.data functions an iterator over the dataset whose variant tensor is `variant`
+    instantiates (None if no Python dataset holds it); `own`: the iterator op's own functions."""
     dataset = _on_stack(variant) or _referring(variant)
-    names: list[str] = []
-    todo, seen = [dataset] if dataset is not None else [], set()
+    if dataset is None:
+        return graphs.Pipeline((), own) if own else None
+    found: dict[str, tuple[str, ...]] = {}
+    maps: list[str] = []
+    todo, seen, generator = [dataset], set(), False
     while todo:
         current = todo.pop()
         if id(current) in seen:
             continue
         seen.add(id(current))
-        names += [wrapper.function.name for wrapper in current._functions()]  # pylint: disable=protected-access
+        functions = _functions(current)
+        found.update(functions)
+        if type(current).__name__ in _MAP_DATASETS:
+            maps += [name for name, kinds in functions if not kinds]
+        generator = generator or _is_generator(current)
         todo += list(current._inputs())  # pylint: disable=protected-access
-    return list(dict.fromkeys(n.decode() if isinstance(n, bytes) else n for n in names))
+    options = dataset.options().experimental_optimization
+    allowed = options.apply_default_optimizations is not False or any(
+        getattr(options, name, None) is True for name in graphs.OPTIMIZATIONS)
+    return graphs.Pipeline(tuple(found), own, allowed and not generator,
+                           tuple((name, kinds) for name, kinds in found.items() if any(kinds)), tuple(maps))

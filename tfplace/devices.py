@@ -38,7 +38,7 @@ __all__ = [
 ACCEPTED_FORMS = "'GPU:1', '/gpu:1', '/device:GPU:1' or '/job:localhost/replica:0/task:0/device:GPU:1'"
 _SPEC = re.compile(
     r"(?:/job:(?P<job>\w+)(?:/replica:(?P<replica>\d+))?(?:/task:(?P<task>\d+))?(?=/))?"
-    r"/?(?:device:)?(?P<type>[A-Za-z][A-Za-z_]*):(?P<index>\d+)"
+    r"/?(?:device:)?(?!(?i:job|replica|task):)(?P<type>[A-Za-z][A-Za-z_]*):(?P<index>\d+)"
 )
 _LOCAL = ("localhost", 0, 0)
 

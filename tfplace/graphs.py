@@ -44,7 +44,7 @@ import functools
 import re
 import threading
 import warnings
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, NamedTuple, Optional
 
 from tensorflow.core.framework import function_pb2, graph_pb2
 from tensorflow.python.eager import context
@@ -58,7 +58,7 @@ from tfplace.records import PLUMBING, PlacementRecord
 from tfplace.sources import user_stacklevel
 
 __all__ = ["attach", "detach", "collect", "start", "is_xla", "compiled_records", "dataset_records",
-           "dataset_function_names", "iterator_records"]
+           "dataset_function_names", "iterator_records", "Pipeline", "ITERATOR_OPS", "MAP_OPS", "OPTIMIZATIONS"]
 
 _lock = threading.RLock()
 _logs: list[PlacementLog] = []  # the open captures' logs, in every thread
@@ -210,9 +210,9 @@ def _function_records(function_graphs: Any) -> list[PlacementRecord]:
     placed = list(function_graphs.post_optimization_graph.node) or [
         n for g in function_graphs.partition_graphs for n in g.node]
     records = placed_records(lowering.placer_nodes(graph), [n for n in placed if n.device])
-    names, device = _graph_datasets(graph, placed)
-    if names:
-        records.extend(dataset_records(names, device, graph.library))
+    pipeline, device = _graph_datasets(graph, placed)
+    if pipeline is not None:
+        records.extend(dataset_records(pipeline, device, graph.library))
     return records
 
 
@@ -230,20 +230,48 @@ def _function_attrs(node: Any) -> list[str]:
     return names
 
 
-def _graph_datasets(graph: graph_pb2.GraphDef, placed: list[Any]) -> tuple[list[str], str]:
-    """The tf.data functions a function's graph uses (in its nodes or its bodies), and their device."""
+# tf.data optimizations an option can turn on (tf.data.experimental.OptimizationOptions).
+OPTIMIZATIONS = ("filter_fusion", "filter_parallelization", "inject_prefetch", "seq_interleave_prefetch",
+                 "map_and_batch_fusion", "map_and_filter_fusion", "map_fusion", "map_parallelization",
+                 "noop_elimination", "parallel_batch", "shuffle_and_repeat_fusion")
+
+
+def _graph_options_allow_rewrites(node: Any) -> bool:
+    from tensorflow.core.framework import dataset_options_pb2
+
+    options = dataset_options_pb2.Options.FromString(node.attr["serialized_options"].s).optimization_options
+    if options.WhichOneof("optional_apply_default_optimizations") and not options.apply_default_optimizations:
+        return any(options.WhichOneof(f"optional_{name}") and getattr(options, name) for name in OPTIMIZATIONS)
+    return True
+
+
+def _graph_datasets(graph: graph_pb2.GraphDef, placed: list[Any]) -> tuple[Optional["Pipeline"], str]:
+    """The tf.data functions a function's graph instantiates (in its nodes or its bodies), and their device."""
     devices = {n.name: n.device for n in placed}
     names: list[str] = []
+    own: list[str] = []
+    maps: list[str] = []
+    rewritten = True
     device = ""
-    for node in graph.node:
-        if _is_dataset_op(node.op):
+    nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
+    for node in nodes:
+        if not _is_dataset_op(node.op):
+            continue
+        if node.op in ITERATOR_OPS:
+            own += _function_attrs(node)
+        else:
             names += _function_attrs(node)
-            device = device or devices.get(node.name, "")
-    for function in graph.library.function:
-        for node in function.node_def:
-            if _is_dataset_op(node.op):
-                names += _function_attrs(node)
-    return names, device or context.context().device_name or "/device:CPU:0"
+            if node.op in MAP_OPS and not node.attr["Targuments"].list.type:
+                maps += _function_attrs(node)
+        if node.op == "OptionsDataset":
+            rewritten = rewritten and _graph_options_allow_rewrites(node)
+        elif node.op == "GeneratorDataset":  # cannot be serialized: tf.data's rewrites skip the pipeline
+            rewritten = False
+        device = device or devices.get(node.name, "")
+    if not names and not own:
+        return None, ""
+    pipeline = Pipeline(tuple(names), tuple(own), rewritten, maps=tuple(maps))
+    return pipeline, device or context.context().device_name or "/device:CPU:0"
 
 
 def _function_def(name: str, library: Optional[function_pb2.FunctionDefLibrary]) -> Optional[function_pb2.FunctionDef]:
@@ -257,20 +285,33 @@ def _function_def(name: str, library: Optional[function_pb2.FunctionDefLibrary])
         return None
 
 
-def _with_fake_sinks(function: function_pb2.FunctionDef) -> function_pb2.FunctionDef:
-    """The function as tf.data instantiates it: one `FakeSink<i>` Identity per result."""
-    copy = function_pb2.FunctionDef()
-    copy.CopyFrom(function)
-    taken = {n.name for n in copy.node_def}
-    for index, output in enumerate(copy.signature.output_arg):
-        name = f"FakeSink{index}"
-        while name in taken:
-            name += "_"
-        taken.add(name)
-        node = copy.node_def.add(name=name, op="Identity", input=[copy.ret[output.name]])
-        node.attr["T"].type = output.type
-        copy.ret[output.name] = f"{name}:output:0"
-    return copy
+# Ops that instantiate the tf.data functions of the dataset they get (their own function attributes,
+# such as ReduceDataset's `f`, are not part of that dataset's graph).
+ITERATOR_OPS = frozenset({"MakeIterator", "ReduceDataset", "DatasetToSingleElement", "MultiDeviceIteratorInit"})
+MAP_OPS = frozenset({"MapDataset", "ParallelMapDataset", "ParallelMapDatasetV2"})
+
+
+class Pipeline(NamedTuple):
+    """What an iterator instantiates: a dataset's functions and the iterator op's own.
+
+    Attributes:
+      functions: the dataset's functions (`map`, `filter`, generators ...).
+      own: the iterator op's own functions (`ReduceDataset`'s reducer).
+      rewritten: tf.data's graph rewrites run over the dataset (its options
+        allow them and it holds no generator dataset), leaving one
+        `FakeSink<i>` Identity per result in each of its functions.
+      captures: (function, kinds) where a function's captured inputs (its
+        last arguments) are not on the iterator's device: "host" (host-memory
+        types go to CPU:0) or a resource's device, "" for the iterator's.
+      maps: functions of `map` datasets without captured inputs: the
+        rewrites drop the identity ones.
+    """
+
+    functions: tuple[str, ...]
+    own: tuple[str, ...] = ()
+    rewritten: bool = True
+    captures: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    maps: tuple[str, ...] = ()
 
 
 def dataset_function_names(names: Iterable[str], library: Optional[function_pb2.FunctionDefLibrary] = None) -> list[str]:
@@ -287,28 +328,55 @@ def dataset_function_names(names: Iterable[str], library: Optional[function_pb2.
     return list(seen)
 
 
+def _identity_map(function: function_pb2.FunctionDef) -> bool:
+    """True for `map(lambda *x: x)`: tf.data's rewrites drop such a map (noop_elimination.cc), so
+    its function is never instantiated. Stateless, each result its own argument through Identity nodes."""
+    if function.signature.is_stateful or len(function.signature.output_arg) != len(function.signature.input_arg):
+        return False
+    nodes = {n.name: n for n in function.node_def}
+    for output, argument in zip(function.signature.output_arg, function.signature.input_arg):
+        tensor = function.ret[output.name]
+        while tensor.split(":", 1)[0] in nodes:
+            node = nodes[tensor.split(":", 1)[0]]
+            if node.op != "Identity":
+                return False
+            tensor = node.input[0]
+        if tensor != argument.name:
+            return False
+    return True
+
+
 @functools.lru_cache(maxsize=256)
-def iterator_records(names: tuple[str, ...], device: str) -> tuple[PlacementRecord, ...]:
-    """`dataset_records()` of the functions an eager iterator instantiates (cached: functions never change)."""
-    return tuple(dataset_records(names, device))
+def iterator_records(pipeline: Pipeline, device: str) -> tuple[PlacementRecord, ...]:
+    """`dataset_records()` of an eager iterator's pipeline (cached: functions never change)."""
+    return tuple(dataset_records(pipeline, device))
 
 
-def dataset_records(names: Iterable[str], device: str,
+def dataset_records(pipeline: Pipeline, device: str,
                     library: Optional[function_pb2.FunctionDefLibrary] = None) -> list[PlacementRecord]:
-    """"place" records of tf.data functions (and those they use), instantiated on `device`."""
+    """"place" records of the tf.data functions an iterator instantiates on `device`."""
     device = canonical_name(device)
     records: list[PlacementRecord] = []
     full_library = function_pb2.FunctionDefLibrary()
     if library is not None:
         full_library.CopyFrom(library)
-    for name in dataset_function_names(names, library):
+    own, maps = set(pipeline.own), set(pipeline.maps)
+    captures = dict(pipeline.captures)
+    host = device.rpartition("/device:")[0] + "/device:CPU:0"
+    for name in dataset_function_names(pipeline.functions + pipeline.own, library):
         function = _function_def(name, library)
-        if function is None:
+        if function is None or (pipeline.rewritten and name in maps and _identity_map(function)):
             continue
-        graph = lowering.function_graph_def(_with_fake_sinks(function), _library_for(function, full_library))
+        kinds = captures.get(name, ())
+        arguments = [a.name for a in function.signature.input_arg]
+        arg_devices = {arg: (host if kind == "host" else canonical_name(kind)) for arg, kind in
+                       zip(arguments[len(arguments) - len(kinds):], kinds) if kind}
+        graph = lowering.function_graph_def(function, _library_for(function, full_library),
+                                            fake_sinks=pipeline.rewritten and name not in own)
         for node in lowering.placer_nodes(graph):
             requested = _requested(node.requested)
-            records.append(PlacementRecord(node.op, node.name, requested or device, "place",
+            where = arg_devices.get(node.name, "") if node.op == "_Arg" else ""
+            records.append(PlacementRecord(node.op, node.name, where or requested or device, "place",
                                            requested=requested))
     return records
 

@@ -49,7 +49,7 @@ from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
 from tensorflow.core.framework import types_pb2
 from tensorflow.python.eager import context, core, execute
-from tensorflow.python.framework import op_callbacks, op_def_registry
+from tensorflow.python.framework import errors, op_callbacks, op_def_registry
 from tensorflow.python.ops import script_ops
 
 from tfplace import datasets, graphs, kernels
@@ -57,11 +57,9 @@ from tfplace.devices import canonical_name
 from tfplace.records import CopyRecord, PlacementRecord
 from tfplace.sources import started_by_framework, user_line
 
-__all__ = ["Listener", "listening", "EXPLICIT_COPIES", "ITERATOR_OPS"]
+__all__ = ["Listener", "listening", "EXPLICIT_COPIES"]
 
 EXPLICIT_COPIES = frozenset({"Identity", "IdentityN"})
-# Eager ops that instantiate the tf.data functions of their dataset (input 0).
-ITERATOR_OPS = frozenset({"MakeIterator", "ReduceDataset", "DatasetToSingleElement", "MultiDeviceIteratorInit"})
 _ON_HOST = frozenset({types_pb2.DT_STRING, types_pb2.DT_RESOURCE})
 _RESOURCE = types_pb2.DT_RESOURCE
 _INT32 = types_pb2.DT_INT32
@@ -113,6 +111,12 @@ def _type_values(op_type: Any, attrs: Any) -> tuple:
         return ()
     return tuple(dict((attrs[i], tuple(attrs[i + 1]) if isinstance(attrs[i + 1], list) else attrs[i + 1])
                       for i in range(0, len(attrs), 2) if attrs[i] in names).items())
+
+
+def _function_name(value: Any) -> str:
+    """The name in a function-valued attribute of an eager op (a name, bytes or a NameAttrList)."""
+    name = getattr(value, "name", value)
+    return name.decode() if isinstance(name, bytes) else str(name)
 
 
 def _host_of(full: str) -> str:
@@ -200,22 +204,21 @@ class _Hook:
                 placed = True
             else:
                 placed = graphs.collect() > 0
-                names = [n for t in inputs if t._datatype_enum() == _VARIANT  # pylint: disable=protected-access
-                         for n in datasets.functions_of(t)] if placed else []
-                if names:
-                    later = ("dataset", tuple(names), record.device), graphs.iterator_records(tuple(names), full)
+                for tensor in inputs if placed else ():
+                    if tensor._datatype_enum() == _VARIANT:  # pylint: disable=protected-access
+                        pipeline = datasets.pipeline_of(tensor)
+                        if pipeline is not None:
+                            later = ("dataset", op), graphs.iterator_records(pipeline, full)
         elif inputs and op not in EXPLICIT_COPIES:
             for tensor in inputs:
                 if tensor.backing_device != full:
                     copies = _copies(op, inputs, full, record.device)
                     break
-            if op in ITERATOR_OPS:
-                names = datasets.functions_of(inputs[0])
-                if op == "ReduceDataset":
-                    names += [attrs[i + 1].decode() if isinstance(attrs[i + 1], bytes) else attrs[i + 1]
-                              for i in range(0, len(attrs), 2) if attrs[i] == "f"]
-                if names:
-                    later = ("dataset", tuple(names), record.device), graphs.iterator_records(tuple(names), full)
+            if op in graphs.ITERATOR_OPS:
+                own = tuple(_function_name(attrs[i + 1]) for i in range(0, len(attrs), 2) if attrs[i] == "f")
+                pipeline = datasets.pipeline_of(inputs[0], own)
+                if pipeline is not None:
+                    later = ("dataset", op), graphs.iterator_records(pipeline, full)
         if self.sources or copies:
             source = user_line()
             if copies:
@@ -249,23 +252,44 @@ _FAILED_OP = re.compile(r"\[Op:([^\]\s]+)\]")
 _FAILED_DEVICE = re.compile(r"__wrapped__\w*?_device_(/job:[^/}]+/replica:\d+/task:\d+/device:[A-Za-z_]+:\d+)")
 
 
-def _status_to_exception(status: Any) -> Any:
-    error = _patched[(core, "_status_to_exception")](status)
+def _record_failure(error: BaseException) -> None:
+    """Gives the listening hooks a "failed" record for an eager op's error (once per error)."""
     hooks = _thread_hooks()
-    if hooks:
-        message = str(getattr(error, "message", ""))
-        op = _FAILED_OP.search(message)
-        if op is not None:
-            device = _FAILED_DEVICE.search(message)
-            requested = context.context().device_name
-            where = device[1] if device else requested or _HOST
-            name = kernels.op_type(op[1]) if not op[1].startswith("__") else op[1]
-            record = PlacementRecord(name, "", canonical_name(where), "failed",
-                                     source=user_line() if any(h.sources for h in hooks) else "",
-                                     requested=_canonical_or_empty(requested))
-            for hook in hooks:
-                hook.records(("failed", id(error)), [record])
+    if not hooks or getattr(error, "_tfplace_recorded", False):
+        return
+    message = str(getattr(error, "message", ""))
+    op = _FAILED_OP.search(message)
+    if op is None:
+        return
+    try:
+        error._tfplace_recorded = True  # type: ignore[attr-defined]
+    except AttributeError:
+        pass
+    device = _FAILED_DEVICE.search(message)
+    requested = context.context().device_name
+    where = device[1] if device else requested or _HOST
+    name = op[1] if op[1].startswith("__") else kernels.op_type(op[1])
+    record = PlacementRecord(name, "", canonical_name(where), "failed",
+                             source=user_line() if any(h.sources for h in hooks) else "",
+                             requested=_canonical_or_empty(requested))
+    for hook in hooks:
+        hook.records(("failed", id(error)), [record])
+
+
+def _status_to_exception(status: Any) -> Any:
+    """Where the fast path's errors become exceptions (`ops.raise_from_not_ok_status`)."""
+    error = _patched[(core, "_status_to_exception")](status)
+    _record_failure(error)
     return error
+
+
+def _execute(*args: Any, **kwargs: Any) -> Any:
+    """`execute.execute` while hooks listen: the slow path, whose errors TensorFlow's C++ code raises."""
+    try:
+        return execute.execute_with_callbacks(*args, **kwargs)
+    except errors.OpError as error:
+        _record_failure(error)
+        raise
 
 
 def _start(thread: threading.Thread) -> None:
@@ -286,7 +310,7 @@ def _hooks_in_this_thread(hooks: Sequence[_Hook]) -> Iterator[None]:
     ctx = context.context()
     added = [h for h in hooks if h not in ctx.op_callbacks]
     for hook in added:
-        op_callbacks.add_op_callback(hook)
+        _add_callback(hook)
     callbacks = ctx.op_callbacks
     try:
         yield
@@ -315,9 +339,14 @@ _PATCHES = ((core, "_status_to_exception", _status_to_exception),
             (script_ops.FuncRegistry, "__call__", _py_function_call))
 
 
+def _add_callback(hook: _Hook) -> None:
+    op_callbacks.add_op_callback(hook)
+    execute.execute = _execute  # add_op_callback installs execute_with_callbacks; _execute wraps it
+
+
 def _register(hook: _Hook) -> None:
     with _lock:
-        op_callbacks.add_op_callback(hook)
+        _add_callback(hook)
         _hooks.append(hook)
         if len(_hooks) == 1:
             for owner, name, replacement in _PATCHES:
@@ -334,8 +363,8 @@ def _unregister(hook: _Hook) -> None:
         if not _hooks:
             for owner, name, _ in _PATCHES:
                 setattr(owner, name, _patched.pop((owner, name)))
-            if not ctx.op_callbacks:
-                execute.execute = execute.quick_execute  # what op_callbacks.remove_op_callback does
+            # what op_callbacks.remove_op_callback does, keeping other tools' callbacks working
+            execute.execute = execute.execute_with_callbacks if ctx.op_callbacks else execute.quick_execute
 
 
 @contextlib.contextmanager

@@ -2,31 +2,33 @@
 
 Graph collection (`enable_graph_collection()`, `function_graphs[i].pre_optimization_graph`)
 reports a function before the PRE_PLACEMENT passes; the placer log (`name: (Op): device`)
-names the nodes after them. This module replays, in pure Python over protos, what those
-passes do on CPU, in TensorFlow's own order, so every generated name matches the log:
+names the nodes after them. This module replays those passes in pure Python over protos,
+creating nodes in TensorFlow's order, so the `prefix/_N` names of `Graph::NewName` (one
+counter per graph) come out as in the log:
 
-* `LowerFunctionalOpsPass` (lower_functional_ops.cc): walks node ids upwards, nodes added
-  on the way included; lowers `If`/`StatelessIf` (lower_if_op.cc), `Case`/`StatelessCase`
-  (lower_case_op.cc) and `While`/`StatelessWhile` (lower_while_op.cc) marked
-  `_lower_using_switch_merge`, and inlines `PartitionedCall`/`StatefulPartitionedCall` and
-  direct function calls (lower_function_call_op.cc, inline_function_utils.cc). Nodes marked
-  for XLA (`_XlaMustCompile`, `_xla_compile_id`, `_tpu_replicate`) and functions marked
-  `_noinline` or `api_implements` stay as they are; so do `SymbolicGradient` and the
-  function attrs of tf.data ops. Generated names use `Graph::NewName` (`prefix/_N`, one
-  counter per graph).
-* `AccumulateNV2RemovePass` and `ParallelConcatRemovePass` (`<node>/Internal/_N`), and
+* `LowerFunctionalOpsPass` (lower_functional_ops.cc) walks node ids upwards, nodes it adds
+  included: it lowers `If`/`StatelessIf`, `Case`/`StatelessCase` and `While`/`StatelessWhile`
+  marked `_lower_using_switch_merge` (lower_if_op.cc, lower_case_op.cc, lower_while_op.cc) and
+  inlines `PartitionedCall`/`StatefulPartitionedCall` and direct function calls
+  (lower_function_call_op.cc, inline_function_utils.cc). It leaves nodes marked for XLA
+  (`_XlaMustCompile`, `_xla_compile_id`, `_tpu_replicate`), calls of functions marked
+  `_noinline` or `api_implements`, `SymbolicGradient` and tf.data ops' function attrs alone.
+* `AccumulateNV2RemovePass`, `ParallelConcatRemovePass` (`<node>/Internal/_N`) and
   `IsolatePlacerInspectionRequiredOpsPass` (Identity nodes around calls left in the graph
   that return resources).
 
-A FunctionDef becomes a graph as in function.cc / graph_constructor.cc: `_Arg` nodes named
-after the inputs, the body, `<output>_RetVal` nodes, then node ids in topological order,
-lowest index first (`function_graph_def`).
+Not replayed: TPU/XLA-cluster passes, device propagation for TPU, and session settings that
+turn lowering off (single-threaded executor, TFRT, `disable_functional_ops_lowering`).
+
+A FunctionDef becomes a graph as in function.cc and graph_constructor.cc (`function_graph_def`):
+`_Arg` nodes named after the inputs, the body, `<output>_RetVal` nodes, node ids in
+topological order, lowest index first.
 
 `PlacerNode.origin` is the node of the graph as written: `"name"` for the graph's own nodes,
 `"function:name"` for a node inlined from library function `function`, `""` for nodes the
-passes add. `requested` is the NodeDef device; TensorFlow also pins `_Arg` nodes to the
-device of their input, and Func/.../input identities inherit it: pass `arg_devices` (as the
-placer log prints them for the `_Arg` lines) to get those too.
+passes add. `requested` is the NodeDef device. TensorFlow pins `_Arg` nodes to their input's
+device and the Func/<call>/input identities they feed request it: pass `arg_devices` (the
+devices the placer log prints for the `_Arg` lines) to get those too.
 
 Example:
     >>> from google.protobuf import text_format
@@ -49,6 +51,8 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
+import heapq
 from typing import Mapping, NamedTuple, Optional
 
 from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, types_pb2
@@ -70,22 +74,26 @@ class PlacerNode(NamedTuple):
     origin: str
 
 
-class _Edge:
-    __slots__ = ("src", "out", "dst", "slot", "id")
+class _Edge(NamedTuple):
+    src: "_Node"
+    out: int   # -1: control edge
+    dst: "_Node"
+    slot: int  # -1: control edge
+    id: int
 
-    def __init__(self, src, out, dst, slot, eid):
-        self.src, self.out, self.dst, self.slot, self.id = src, out, dst, slot, eid
 
-
+@dataclasses.dataclass(eq=False)
 class _Node:
-    __slots__ = ("id", "name", "op", "device", "assigned", "attr", "ins", "ctrl", "outs", "origin")
-
-    def __init__(self, nid, name, op, device, attr, origin, assigned):
-        self.id, self.name, self.op, self.device, self.attr = nid, name, op, device, attr
-        self.origin, self.assigned = origin, assigned
-        self.ins: list[Optional[_Edge]] = []
-        self.ctrl: list[_Edge] = []
-        self.outs: list[_Edge] = []
+    id: int
+    name: str
+    op: str
+    device: str      # requested
+    attr: dict
+    origin: str
+    assigned: str    # set before placement: pinned `_Arg`s and the loop nodes that copy the pin
+    ins: list = dataclasses.field(default_factory=list)   # data edges by input slot
+    ctrl: list = dataclasses.field(default_factory=list)  # control edges in
+    outs: list = dataclasses.field(default_factory=list)  # all edges out
 
 
 class _Graph:
@@ -244,17 +252,15 @@ def _instantiate(fdef: function_pb2.FunctionDef, attr: Mapping, lib: Mapping):
         pending.append(count)
         for src in [src for src, _ in s[4]] + s[5]:
             consumers[src].append(i)
-    ready, order = sorted(i for i, c in enumerate(pending) if c == 0), []
+    ready, order = [i for i, c in enumerate(pending) if c == 0], []
     while ready:
-        i = ready.pop(0)
+        i = heapq.heappop(ready)
         order.append(i)
         for dst in consumers[i]:
-            if i in next_iters and specs[dst][1] in ("Merge", "RefMerge"):
-                continue
-            pending[dst] -= 1
-            if pending[dst] == 0:
-                ready.append(dst)
-                ready.sort()
+            if i not in next_iters or specs[dst][1] not in ("Merge", "RefMerge"):
+                pending[dst] -= 1
+                if pending[dst] == 0:
+                    heapq.heappush(ready, dst)
     if len(order) < len(specs):
         raise ValueError(f"function {fname!r}: {len(specs) - len(order)} nodes are in a cycle")
     position = {old: new for new, old in enumerate(order)}
@@ -271,11 +277,14 @@ def function_graph_def(function_def: function_pb2.FunctionDef, library: function
     (rewrite_utils.cc AddFakeSinks): they leave one `FakeSink<i>` Identity per output in it.
     """
     lib = {f.signature.name: f for f in library.function}
-    if fake_sinks:
+    if fake_sinks:  # added for tf.data's rewrites, which then point the results back past them
         function_def = function_pb2.FunctionDef.FromString(function_def.SerializeToString())
         for i, out in enumerate(function_def.signature.output_arg):
-            sink = function_def.node_def.add(name=f"FakeSink{i}", op="Identity",
-                                             input=[function_def.ret[out.name]])
+            taken = {n.name for n in function_def.node_def}
+            name, k = f"FakeSink{i}", len(taken) + 1  # grappler's SetUniqueFunctionNodeName
+            while name in taken:
+                name, k = f"FakeSink{i}/_{k}", k + 1
+            sink = function_def.node_def.add(name=name, op="Identity", input=[function_def.ret[out.name]])
             sink.attr["T"].type = out.type
     specs = _instantiate(function_def, {}, lib)
     graph = graph_pb2.GraphDef()
@@ -328,6 +337,8 @@ def _inline(g: _Graph, caller: _Node, keep_fetchable: bool) -> None:
     """RewriteFunctionCallNode + InlineFunctionBody."""
     if caller.op == "SymbolicGradient":
         return
+    if caller.op in _CALLS and "f" not in caller.attr:
+        raise ValueError(f"{caller.op} node {caller.name!r}: expected an attr 'f' naming the function")
     fname = caller.attr["f"].func.name if caller.op in _CALLS else caller.op
     if fname not in g.lib:
         raise ValueError(f"node {caller.name!r} ({caller.op}) calls {fname!r}, which is not in the library")
@@ -380,6 +391,8 @@ def _inline(g: _Graph, caller: _Node, keep_fetchable: bool) -> None:
     if multi:
         names = {body[i][0]: node for i, node in clones.items()}
         for ret_node in fdef.control_ret.values():
+            if ret_node not in names:
+                raise ValueError(f"function {fname!r}: control output {ret_node!r} is not a node of it")
             g.edge(names[ret_node], -1, ocn, -1)
     else:
         for node in outputs:
@@ -404,15 +417,23 @@ def _call_node(g, name, func, device, inputs):
     return g.add(name, func.name, device=device, attr=attrs, inputs=inputs)
 
 
-def _num_outputs(g: _Graph, func: attr_value_pb2.NameAttrList, where: _Node) -> int:
+def _output_types(g: _Graph, func: attr_value_pb2.NameAttrList, where: _Node) -> list[int]:
     if func.name not in g.lib:
         raise ValueError(f"node {where.name!r} ({where.op}) needs function {func.name!r}, which is not in the library")
-    return sum(len(t) for t in _arg_types(g.lib[func.name].signature.output_arg, func.attr))
+    return sum(_arg_types(g.lib[func.name].signature.output_arg, func.attr), [])
+
+
+def _need(n: _Node, *attrs: str) -> None:
+    missing = [a for a in attrs if a not in n.attr]
+    if missing or not n.ins or not all(n.ins):
+        raise ValueError(f"{n.op} node {n.name!r}: expected the attrs {list(attrs)} and connected inputs, "
+                         f"missing {missing or 'an input'}")
 
 
 def _lower_cond(g: _Graph, n: _Node, keep_fetchable: bool) -> None:
     """CondBuilder (If) and CaseBuilder (Case): the NewName calls in TensorFlow's order."""
     case = n.op in _CASE
+    _need(n, *(("branches",) if case else ("then_branch", "else_branch")))
     funcs = list(n.attr["branches"].list.func) if case else [n.attr["then_branch"].func, n.attr["else_branch"].func]
     names = [g.new_name(f"{n.name}/branch{b}") for b in range(len(funcs))] if case else \
         [g.new_name(f"{n.name}/then"), g.new_name(f"{n.name}/else")]
@@ -435,7 +456,7 @@ def _lower_cond(g: _Graph, n: _Node, keep_fetchable: bool) -> None:
         calls.append(_call_node(g, name, func, n.device, [(s, branch_out(b)) for s in switches]))
         g.edge(pivots[b], -1, calls[-1], -1)
     merges = [g.add(g.new_name(f"{n.name}/{'merge' if case else 'output'}"), "Merge", device=n.device,
-                    inputs=[(c, i) for c in calls]) for i in range(_num_outputs(g, funcs[0], n))]
+                    inputs=[(c, i) for c in calls]) for i in range(len(_output_types(g, funcs[0], n)))]
     executed = g.add(g.new_name(f"{n.name}/branch_executed"), "Merge", device=n.device,
                      inputs=[(p, 0) for p in pivots], ctrl=calls)
     if keep_fetchable and merges:
@@ -448,8 +469,9 @@ def _lower_cond(g: _Graph, n: _Node, keep_fetchable: bool) -> None:
 
 def _lower_while(g: _Graph, n: _Node, keep_fetchable: bool) -> None:
     """LowerWhileHelper: resource loop variables get a constant Enter and nothing else."""
-    if "parallel_iterations" not in n.attr or n.attr["parallel_iterations"].i < 1:
-        raise ValueError(f"While node {n.name!r}: expected a parallel_iterations attr > 0")
+    _need(n, "cond", "body", "T", "parallel_iterations")
+    if n.attr["parallel_iterations"].i < 1:
+        raise ValueError(f"{n.op} node {n.name!r}: expected parallel_iterations > 0")
     cond_name, body_name = g.new_name(f"{n.name}/cond"), g.new_name(f"{n.name}/body")
     types = list(n.attr["T"].list.type)
     res = [t == types_pb2.DT_RESOURCE for t in types]
@@ -527,8 +549,7 @@ def _isolate(g: _Graph, n: _Node, names: set) -> None:
     for e in sorted((e for e in n.outs if e.slot >= 0), key=lambda e: e.id):
         used.add(e.out)
         g.edge(g.add(unique(f"{n.name}_{e.dst.name}"), "Identity", inputs=[(n, e.out)]), 0, e.dst, e.slot)
-    for k in range(sum(len(t) for t in _arg_types(g.lib[n.attr["f"].func.name].signature.output_arg,
-                                                 n.attr["f"].func.attr))):
+    for k in range(len(_output_types(g, n.attr["f"].func, n))):
         if k not in used:
             g.add(unique(n.name), "Identity", inputs=[(n, k)])
 
@@ -581,9 +602,9 @@ def placer_nodes(graph_def: graph_pb2.GraphDef, *,
     for n in [n for n in g.nodes if n and n.op == "ParallelConcat"]:
         _internal_rewrite(g, n)
     names = {n.name for n in g.nodes if n}
-    for n in [n for n in g.nodes if n and n.op in _CALLS]:
-        fdef = g.lib.get(n.attr["f"].func.name)
-        if fdef and types_pb2.DT_RESOURCE in sum(_arg_types(fdef.signature.output_arg, n.attr["f"].func.attr), []):
+    for n in [n for n in g.nodes if n and n.op in _CALLS]:  # IsolatePlacerInspectionRequiredOpsPass
+        if n.attr.get("f") and n.attr["f"].func.name in g.lib and \
+                types_pb2.DT_RESOURCE in _output_types(g, n.attr["f"].func, n):
             _isolate(g, n, names)
     result = []
     for n in g.nodes:

@@ -164,19 +164,43 @@ class PlacementLog:
         return "\n".join(lines) + note
 
     def assert_placed(self, op: str, device: str) -> None:
-        """Raises AssertionError, with a table of actual placements, unless `op` ran on `device`."""
+        """Raises AssertionError, with a table of actual placements, unless `op` ran on `device`.
+
+        When `device` exists neither in this process nor in the log, the message says so and lists the devices.
+        """
+        __tracebackhide__ = True
         if not any(True for _ in self._select(op, device)):
             where = ", ".join(self.devices_for(op)) or "no device"
-            raise AssertionError(
-                f"expected {op} on {parse_device(device).name}, but it was placed on {where}:\n{self.table(op)}")
+            absent = self._absent(device)
+            raise AssertionError(f"expected {op} on {parse_device(device).name}, but it was placed on {where}:\n"
+                                 + (f"  ({absent})\n" if absent else "") + self.table(op))
 
     def assert_not_placed(self, op: str, device: str) -> None:
-        """Raises AssertionError, with a table of actual placements, if `op` ran on `device`."""
+        """Raises AssertionError, with a table of actual placements, if `op` ran on `device`.
+
+        When `device` exists neither in this process nor in the log, the assertion holds trivially:
+        it warns, saying so and listing the devices.
+        """
+        __tracebackhide__ = True
         hits = sum(1 for _ in self._select(op, device))
         if hits:
             raise AssertionError(
                 f"expected no {op} on {parse_device(device).name}, but {hits} event(s) were placed there:\n"
                 f"{self.table(op)}")
+        absent = self._absent(device)
+        if absent:
+            warnings.warn(f"tfplace: assert_not_placed({op!r}, {device!r}) holds trivially: {absent}",
+                          RuntimeWarning, stacklevel=2)
+
+    def _absent(self, device: str) -> str:
+        """That `device` exists neither in this process nor in the log, with the devices that do; "" when it exists."""
+        from tfplace import tfstate
+
+        wanted = parse_device(device, origin="PlacementLog's argument device")
+        existing = tfstate.logical_device_names()
+        if wanted.name in existing or any(r.device == wanted.name for r in self._records):
+            return ""
+        return f"{wanted.name} does not exist in this process; its devices are {', '.join(existing)}"
 
     def __len__(self) -> int:
         return len(self._records)

@@ -9,10 +9,14 @@ turns it off. It gives
 * the marker `requires_gpu(n=1)`: skip unless n GPUs are visible;
 * the fixture `placement_snapshot`: `placement_snapshot.assert_match(log)`
   compares a log's op counts per device with `__placement__/<module>/<test>.json`
-  beside the test, written or refreshed with `--tfplace-update-snapshots`;
+  beside the test (one file per test item), written or refreshed with
+  `--tfplace-update-snapshots`;
 * the marker `transfer_guard(level="disallow")`: the test fails at its first
-  implicit cross-device copy;
-* a report header line listing the devices.
+  implicit cross-device copy, and when it asked for a device that does not exist;
+* a report header line listing the devices, when TensorFlow is loaded.
+
+TensorFlow is imported only by a test that uses a fixture or marker of the
+plugin, or by `--tfplace-logical-cpus`: other test runs never import it.
 
 Example::
 
@@ -29,13 +33,17 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Generator, NoReturn, Optional, Sequence
 
 import pytest
 
-if TYPE_CHECKING:  # tfplace imports TensorFlow: only when a test needs it
+from tfplace import settings  # pure Python: no TensorFlow
+
+if TYPE_CHECKING:  # these import TensorFlow: only when a test needs them
     from tfplace.placement_log import PlacementLog
+    from tfplace.records import CopyRecord, PlacementRecord
 
 LOGICAL_CPUS_HELP = (
     "split the host CPU into N logical TensorFlow devices (tfplace.configure(logical_cpus=N)) "
@@ -43,7 +51,7 @@ LOGICAL_CPUS_HELP = (
 )
 REQUIRES_GPU = "requires_gpu(n=1): skip the test unless at least n GPUs (logical ones included) are visible"
 TRANSFER_GUARD = ('transfer_guard(level="disallow"): fail the test at its first implicit cross-device copy '
-                  "(tfplace.transfer_guard around the test body)")
+                  "(tfplace.transfer_guard around the test body), or when it asks for a device that does not exist")
 UPDATE_HELP = "write or refresh the placement snapshots of placement_snapshot.assert_match() instead of comparing"
 
 
@@ -57,8 +65,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _logical_cpus(config: pytest.Config) -> Optional[int]:
-    from tfplace import settings
-
     value = config.getoption("tfplace_logical_cpus")
     source = "option --tfplace-logical-cpus"
     if value is None:
@@ -74,7 +80,7 @@ def _logical_cpus(config: pytest.Config) -> Optional[int]:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", REQUIRES_GPU)
     config.addinivalue_line("markers", TRANSFER_GUARD)
-    config.stash[_WRITTEN] = []
+    config.stash[_WRITTEN] = {}
     count = _logical_cpus(config)
     if count is not None:
         import tfplace
@@ -85,25 +91,65 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"tfplace: {err}") from None
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header(config: pytest.Config) -> Optional[str]:
+    if "tensorflow" not in sys.modules:  # listing devices would import it: a run that never uses it pays nothing
+        return None
     from tfplace import tfstate
 
     return "tfplace devices: " + ", ".join(tfstate.logical_device_names())
 
 
+def _marker_error(item: pytest.Item, marker: str, received: str, allowed: str) -> NoReturn:
+    """Fails the test's setup: its marker was given arguments it does not take."""
+    pytest.fail(f"{item.nodeid}: @pytest.mark.{marker} received {received} (from the marker's arguments): "
+                f"allowed is {allowed}", pytrace=False)
+
+
+def _gpus_wanted(item: pytest.Item, marker: pytest.Mark) -> int:
+    """The `n` of a `requires_gpu` marker, checked."""
+    allowed = "n, a whole number >= 1 (default 1), e.g. @pytest.mark.requires_gpu(n=2)"
+    unknown = ", ".join(f"{key}={value!r}" for key, value in marker.kwargs.items() if key != "n")
+    if unknown or len(marker.args) > 1 or (marker.args and "n" in marker.kwargs):
+        given = [repr(arg) for arg in marker.args] + [f"{k}={v!r}" for k, v in marker.kwargs.items()]
+        _marker_error(item, "requires_gpu", f"({', '.join(given)})", allowed)
+    wanted = marker.kwargs.get("n", marker.args[0] if marker.args else 1)
+    if isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 1:
+        _marker_error(item, "requires_gpu", f"n={wanted!r} ({type(wanted).__name__})", allowed)
+    return wanted
+
+
+def _guard_level(item: pytest.Item, marker: pytest.Mark) -> str:
+    """The level of a `transfer_guard` marker, checked."""
+    from tfplace.guards import LEVELS
+
+    allowed = "level, one of " + ", ".join(repr(level) for level in LEVELS) + " (default 'disallow')"
+    if len(marker.args) > 1 or set(marker.kwargs) - {"level"} or (marker.args and marker.kwargs):
+        given = [repr(arg) for arg in marker.args] + [f"{k}={v!r}" for k, v in marker.kwargs.items()]
+        _marker_error(item, "transfer_guard", f"({', '.join(given)})", allowed)
+    level = marker.kwargs.get("level", marker.args[0] if marker.args else "disallow")
+    if level not in LEVELS:
+        _marker_error(item, "transfer_guard", f"level={level!r}", allowed)
+    return level
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    guard = item.get_closest_marker("transfer_guard")
+    if guard is not None:
+        item.stash[_LEVEL] = _guard_level(item, guard)
     marker = item.get_closest_marker("requires_gpu")
     if marker is None:
         return
-    wanted = marker.kwargs.get("n", marker.args[0] if marker.args else 1)
+    wanted = _gpus_wanted(item, marker)
     import tfplace
 
     have = tfplace.num_gpus()
-    if have < wanted:
-        pytest.skip(f"requires_gpu(n={wanted}): {have} GPU(s) visible")
+    if have < wanted:  # reported at the test, as a skip marker is
+        raise pytest.skip.Exception(f"{item.name} requires_gpu(n={wanted}): it needs {wanted} GPU(s), "
+                                    f"{have} visible", _use_item_location=True)
 
 
 _LOG = pytest.StashKey["PlacementLog"]()
+_LEVEL = pytest.StashKey[str]()
 
 
 @pytest.fixture
@@ -116,83 +162,135 @@ def placement_log(request: pytest.FixtureRequest) -> "PlacementLog":
 
 
 class PlacementSnapshot:
-    """Compares a placement log with the snapshot kept for one test."""
+    """Compares a placement log with the snapshot kept for one test item."""
 
-    def __init__(self, path: Path, update: bool, written: list) -> None:
+    def __init__(self, path: Path, update: bool, written: dict[str, None], test: str) -> None:
         self.path = path
         self.update = update
         self._written = written
+        self._test = test
+        self._used = False
 
     def assert_match(self, log: "PlacementLog") -> None:
         """Raises AssertionError unless `log`'s op counts per device equal the snapshot's.
 
         With `--tfplace-update-snapshots`, writes the snapshot instead.
         """
+        __tracebackhide__ = True
         from tfplace import snapshots
 
+        if self._used:
+            raise AssertionError(f"placement_snapshot.assert_match() was called again in {self._test}: a test item "
+                                 f"has one snapshot ({self.path}); compare one log, at the end of the test")
+        self._used = True
         if not log.complete:
             raise AssertionError(f"an incomplete placement log cannot be compared with a snapshot: "
                                  f"{log.incomplete_reason}")
         actual = snapshots.placement(log)
-        if self.update:
-            snapshots.write(self.path, actual)
-            self._written.append(self.path)
-            return
-        if not self.path.exists():
-            raise AssertionError(f"no placement snapshot at {self.path}: run pytest with "
-                                 "--tfplace-update-snapshots to write it, then review and commit it")
-        expected = snapshots.read(self.path)
+        try:
+            if self.update:
+                snapshots.write(self.path, actual)
+                self._written[str(self.path)] = None
+                return
+            if not self.path.exists():
+                raise AssertionError(f"no placement snapshot at {self.path}: run pytest with "
+                                     "--tfplace-update-snapshots to write it, then review and commit it")
+            expected = snapshots.read(self.path)
+        except snapshots.SnapshotError as err:
+            raise AssertionError(str(err)) from None
         if expected != actual:
             lines = "\n  ".join(snapshots.differences(expected, actual))
             raise AssertionError(f"placement differs from the snapshot {self.path}:\n  {lines}\n"
                                  "If the new placement is right, run pytest with --tfplace-update-snapshots.")
 
 
-_WRITTEN = pytest.StashKey[list]()
+_WRITTEN = pytest.StashKey[dict]()  # the snapshot files written, in order (a dict: each counted once)
 
 
 @pytest.fixture
 def placement_snapshot(request: pytest.FixtureRequest) -> PlacementSnapshot:
-    """`placement_snapshot.assert_match(log)`: the log's placement against `__placement__/<module>/<test>.json`."""
+    """`placement_snapshot.assert_match(log)`: the log's placement against the test item's snapshot file."""
     from tfplace import snapshots
 
-    path = snapshots.path_for(Path(str(request.node.path)), request.node.name)
-    return PlacementSnapshot(path, request.config.getoption("tfplace_update_snapshots"),
-                             request.config.stash[_WRITTEN])
+    node = request.node
+    names = [parent.name for parent in node.listchain() if isinstance(parent, pytest.Class)] + [node.name]
+    return PlacementSnapshot(snapshots.path_for(Path(str(node.path)), names),
+                             request.config.getoption("tfplace_update_snapshots"),
+                             request.config.stash[_WRITTEN], node.nodeid)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # a pytest-xdist worker: its controller prints the summary
-        workeroutput["tfplace_written"] = [str(path) for path in session.config.stash[_WRITTEN]]
+        workeroutput["tfplace_written"] = list(session.config.stash[_WRITTEN])
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
     """pytest-xdist, in the controller: adds the snapshots a worker wrote to the summary."""
-    node.config.stash[_WRITTEN].extend(getattr(node, "workeroutput", {}).get("tfplace_written", []))
+    written = node.config.stash[_WRITTEN]
+    written.update(dict.fromkeys(getattr(node, "workeroutput", {}).get("tfplace_written", [])))
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
-    written = config.stash.get(_WRITTEN, [])
+    written = config.stash.get(_WRITTEN, {})
     if written:
         terminalreporter.write_line(f"tfplace: wrote {len(written)} placement snapshot(s)")
 
 
-@pytest.hookimpl(hookwrapper=True, trylast=True)
-def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+class _AskedDevices:
+    """Hook listener: the devices the test's eager ops asked for (`tf.device`), with the first line asking."""
+
+    sources = all_threads = False
+
+    def __init__(self) -> None:
+        self.asked: dict[str, str] = {}
+
+    def on_op(self, record: "PlacementRecord", copies: "Sequence[CopyRecord]", placed: Optional[bool]) -> None:
+        if record.requested and record.requested not in self.asked:
+            from tfplace.sources import user_line
+
+            self.asked[record.requested] = user_line()
+
+    def on_records(self, key: tuple, records: "Sequence[PlacementRecord]") -> None:
+        """Function nodes: placed by TensorFlow's placer, where the eager call asked."""
+
+
+def _check_asked(item: pytest.Item, asked: dict[str, str]) -> None:
+    """Fails a transfer_guard test that asked for a device this process does not have."""
+    from tfplace import tfstate
+
+    existing = tfstate.logical_device_names()
+    missing = [f"{device} (at {where or 'an unknown line'})" for device, where in asked.items()
+               if device not in existing and device.startswith("/device:")]
+    if missing:
+        pytest.fail(
+            f"{item.nodeid}: @pytest.mark.transfer_guard guarded nothing between devices that do not exist: the "
+            f"test asked for {', '.join(missing)}, and this process has only {', '.join(existing)}, so TensorFlow "
+            "ran those ops elsewhere and copied nothing. Give the test its devices (--tfplace-logical-cpus=N or "
+            "ini tfplace_logical_cpus for CPUs), or skip it where they are missing (@pytest.mark.requires_gpu(n=...))",
+            pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
     """Captures (placement_log) and guards (transfer_guard marker) around the test body, in its thread."""
     log = item.stash.get(_LOG, None)
-    marker = item.get_closest_marker("transfer_guard")
-    if log is None and marker is None:
-        yield
-        return
+    level = item.stash.get(_LEVEL, None)
+    if log is None and level is None:
+        return (yield)
+    from tfplace import hooks
     from tfplace.capture import capture_into
     from tfplace.guards import transfer_guard
 
+    asked = _AskedDevices()
     with contextlib.ExitStack() as stack:
         if log is not None:
             stack.enter_context(capture_into(log))
-        if marker is not None:
-            stack.enter_context(transfer_guard(marker.kwargs.get("level", marker.args[0] if marker.args else "disallow")))
-        yield
+        if level is not None:
+            stack.enter_context(hooks.listening(asked))
+            stack.enter_context(transfer_guard(level))
+        result = yield
+    if level is not None and level != "allow":
+        _check_asked(item, asked.asked)
+    return result

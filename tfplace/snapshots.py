@@ -17,20 +17,28 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from tfplace.placement_log import PlacementLog
 from tfplace.records import PLUMBING
 
-__all__ = ["placement", "differences", "path_for", "read", "write", "FORMAT"]
+__all__ = ["placement", "differences", "path_for", "read", "write", "FORMAT", "SnapshotError"]
 
 FORMAT = 1
+UPDATE = "--tfplace-update-snapshots"
 _FUNCTION_NUMBER = re.compile(r"^(__.+?)_\d+$")
-_UNSAFE = re.compile(r"[^\w.\-\[\],=+]")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-\[\],=+]")
+_LONGEST = 120  # characters of a file name before its hash
+_SHAPE = ('{"tfplace_snapshot": %d, "placement": {device: {op: count}}}, as pytest %s writes it' % (FORMAT, UPDATE))
+
+
+class SnapshotError(ValueError):
+    """A snapshot file that cannot be read or written; the message names the file and the way out."""
 
 
 def placement(log: PlacementLog) -> dict[str, dict[str, int]]:
@@ -63,19 +71,76 @@ def differences(expected: dict[str, dict[str, int]], actual: dict[str, dict[str,
     return lines
 
 
-def path_for(test_file: Path, test_name: str) -> Path:
-    """`__placement__/<module>/<test>.json` beside the test file (one file per parametrized case)."""
-    return test_file.parent / "__placement__" / test_file.stem / (_UNSAFE.sub("_", test_name) + ".json")
+def path_for(test_file: Path, names: Sequence[str]) -> Path:
+    """`__placement__/<module>/<Class.test[id]>.json` beside the test file: one file per test item.
+
+    `names` are the item's classes and its name with the parameter id, e.g.
+    `["TestA", "test_step[a:b]"]`. A name that had to be made safe for a file
+    system, or shortened, ends with a hash of the whole name, so no two items share a file.
+
+    >>> path_for(Path("tests/test_model.py"), ["TestA", "test_step[a/b]"]).name
+    'TestA.test_step[a_b]-9a6b222cf3.json'
+    """
+    name = ".".join(names)
+    safe = _UNSAFE.sub("_", name)[:_LONGEST]
+    if safe != name:  # unchanged names end with a letter, digit, "_" or "]": never with this "-" and hash
+        safe += "-" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:10]
+    return test_file.parent / "__placement__" / test_file.stem / (safe + ".json")
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_placement(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(ops, dict) and all(map(_is_count, ops.values())) for ops in value.values())
 
 
 def read(path: Path) -> dict[str, dict[str, int]]:
-    """The placement kept in a snapshot file."""
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    """The placement kept in a snapshot file.
+
+    Raises:
+      SnapshotError: the file cannot be read, or is not a snapshot of this format.
+    """
+    def bad(what: str) -> SnapshotError:
+        return SnapshotError(f"the placement snapshot {path} {what}: allowed is {_SHAPE}; "
+                             f"run pytest with {UPDATE} to rewrite it, then review and commit it")
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise bad(f"cannot be read ({err.strerror or err})") from None
+    except UnicodeDecodeError as err:
+        raise bad(f"is not UTF-8 text ({err.reason} at byte {err.start})") from None
+    try:
+        data: Any = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise bad(f"is not JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise bad(f"holds a JSON {type(data).__name__}, not an object")
+    for key in ("tfplace_snapshot", "placement"):
+        if key not in data:
+            raise bad(f"has no {json.dumps(key)} key")
+    if not _is_count(data["tfplace_snapshot"]) or data["tfplace_snapshot"] != FORMAT:
+        raise bad(f"has \"tfplace_snapshot\": {json.dumps(data['tfplace_snapshot'])}, "
+                  f"not the format {FORMAT} this tfplace reads")
+    if not _is_placement(data["placement"]):
+        raise bad(f"has \"placement\": {json.dumps(data['placement'])[:200]}, not op counts per device")
     return data["placement"]
 
 
 def write(path: Path, counts: dict[str, dict[str, int]]) -> None:
-    """Keeps `counts` in a snapshot file, creating its folders."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps({"tfplace_snapshot": FORMAT, "placement": counts}, indent=2, sort_keys=True)
-    path.write_text(text + "\n", encoding="utf-8")
+    """Keeps `counts` in a snapshot file, creating its folders.
+
+    Raises:
+      SnapshotError: `path` is a folder, or cannot be written.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps({"tfplace_snapshot": FORMAT, "placement": counts}, indent=2, sort_keys=True)
+        path.write_text(text + "\n", encoding="utf-8")
+    except OSError as err:
+        raise SnapshotError(f"the placement snapshot {path} cannot be written ({err.strerror or err}): "
+                            f"remove what is in its place, or make its folder writable, "
+                            f"and run pytest with {UPDATE} again") from None

@@ -144,12 +144,30 @@ def write_json(path: str, data: dict[str, Any]) -> None:
         json.dump(data, out, indent=1)
 
 
+def _colours(count: int) -> list[Any]:
+    """`count` distinct colours from matplotlib's qualitative maps, greys left out (grey is "other").
+
+    tab20's dark shades come first, then its light ones: neighbouring bars differ in hue.
+    """
+    from matplotlib import colormaps
+
+    maps = [colormaps[name].colors for name in ("tab20", "tab20b", "tab20c")]
+    ordered = [*maps[0][0::2], *maps[0][1::2], *maps[1], *maps[2]]
+    palette = [c for c in ordered if len(set(c[:3])) > 1]
+    return [palette[i % len(palette)] for i in range(count)]
+
+
 def plot(log: PlacementLog, path: str, *, top: int = 10, title: Optional[str] = None) -> None:
-    """Draws ops per device as stacked bars (the `top` op types, the rest as "other") into `path`."""
+    """Draws ops per device as stacked bars into `path` (its extension picks the format).
+
+    The `top` op types have a colour each, the rest are one grey "other";
+    the legend stands beside the bars, the axis counts whole ops.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     records = [r for r in log.records if _is_op(r.op)]
     totals = Counter(r.op for r in records)
@@ -157,16 +175,26 @@ def plot(log: PlacementLog, path: str, *, top: int = 10, title: Optional[str] = 
     devices = sorted({r.device for r in records})
     counts = {device: Counter(r.op if r.op in kept else "other" for r in records if r.device == device)
               for device in devices}
-    figure, axes = plt.subplots(figsize=(8, 1.2 + 0.6 * max(1, len(devices))))
+    labels = {op: f"{op} ({totals[op]})" for op in kept}
+    stacked = list(zip(kept, _colours(len(kept))))
+    if len(totals) > len(kept):
+        labels["other"] = f"{len(totals) - len(kept)} other op types ({sum(totals.values()) - sum(totals[op] for op in kept)})"
+        stacked.append(("other", "#8c8c8c"))
+    height = max(1.6 + 0.5 * len(devices), 0.9 + 0.24 * len(stacked))
+    figure, axes = plt.subplots(figsize=(9, height))
     left = [0] * len(devices)
-    for op in kept + (["other"] if len(totals) > len(kept) else []):
+    for op, colour in stacked:
         widths = [counts[d][op] for d in devices]
-        axes.barh(devices, widths, left=left, label=op)
+        axes.barh(devices, widths, left=left, label=labels[op], color=colour, edgecolor="white", linewidth=0.5)
         left = [a + b for a, b in zip(left, widths)]
-    axes.set_xlabel("ops")
+    for y, total in enumerate(left):
+        axes.annotate(f" {total}", (total, y), va="center", fontsize="small")
+    axes.invert_yaxis()  # the first device on top
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_xlabel("ops (placement events)")
     axes.set_title(title or "ops per device")
-    if devices:
-        axes.legend(fontsize="small", loc="lower right")
-    figure.tight_layout()
-    figure.savefig(path)
+    if stacked:
+        axes.legend(title="op type (count)", fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                    borderaxespad=0.0, frameon=False)
+    figure.savefig(path, bbox_inches="tight", dpi=120)
     plt.close(figure)

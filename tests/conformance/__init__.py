@@ -1,0 +1,1 @@
+"""Conformance suite: tfplace's captures against TensorFlow's own placement log (see compare.py)."""

@@ -1,0 +1,342 @@
+"""Runs a conformance program under the harness and compares the capture with TensorFlow's own log.
+
+    from conformance import compare
+    result = compare.run_program(compare.PROGRAMS / "a_gpu_guide.py", onednn="0")
+    print(result.problems())            # [] when the capture agrees with TensorFlow's log
+
+The harness runs in a subprocess; its stdout and stderr come back through pipes (nothing is
+redirected inside the program). TensorFlow's stderr is read by `tflog` (never by tfplace), the
+capture is the harness's JSON (`log.to_json()`), and `compare_logs()` checks:
+
+* eager events: TensorFlow's `Executing op` lines and the capture's `execute` + `failed` records,
+  as multisets of (op, device), are equal, except `_EagerConst`: the constants TensorFlow makes
+  from Python values in its C layer, which no Python hook sees (DESIGN.md: not records; counted);
+* function nodes: every placer line that is not an eager op's wrapper has a capture record of
+  kind `place`, `removed` or `compiled` with the same node name and op type, on the same device
+  (a `removed` record with device "" counts); capture `place` records without a placer line are
+  extras, a failure too (`EXTRAS_FAIL`);
+* copies: TensorFlow's "warn"-policy copy lines are a sub-multiset of the capture's copies, as
+  (op, input index, from device, to device), except what DESIGN.md leaves out of the copies:
+  explicit copies (`Identity`/`IdentityN` under a device), host-memory inputs (the line's
+  expected device is not the op's: the kernel keeps that input on the host) and `_EagerConst`'s
+  copies of a Python value to the device it is made on (listed as exempt);
+  capture copies without a line are listed as extras (TensorFlow's own copies under a silent
+  device policy, such as cross-replica reductions, are legitimately there: a human judges);
+* `complete` is what the program declares (`# conformance: expect complete=False`; True
+  otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+if __package__:
+    from . import tflog
+else:  # run as a script
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import tflog
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+PROGRAMS = HERE / "programs"
+HARNESS = HERE / "harness.py"
+
+# Copies DESIGN.md does not count as implicit: `tf.identity` under a device is the explicit way to copy.
+EXPLICIT_COPY_OPS = frozenset({"Identity", "IdentityN"})
+# Constants made from Python values: TensorFlow's C layer runs them, below every Python hook.
+CONSTANT_OP = "_EagerConst"
+# A `place` record is a node "TensorFlow placed while the block was open, under the name its placer log
+# prints": one without a placer line breaks the contract. False reports extras without failing.
+EXTRAS_FAIL = True
+FUNCTION_KINDS = frozenset({"place", "removed", "compiled"})
+EAGER_KINDS = frozenset({"execute", "failed"})
+_EXPECT = re.compile(r"^#\s*conformance:\s*expect\s+complete\s*=\s*(True|False)\s*$", re.M)
+SHOW = 12  # differences listed per check
+
+
+def programs() -> list[Path]:
+    return sorted(PROGRAMS.glob("*.py"))
+
+
+def expected_complete(program: Path) -> bool:
+    m = _EXPECT.search(program.read_text(encoding="utf-8"))
+    return m is None or m.group(1) == "True"
+
+
+@dataclass
+class Result:
+    program: str
+    onednn: str
+    seconds: float = 0.0
+    returncode: int = 0
+    error: str = ""                      # why there is nothing to compare (crash, timeout)
+    capture_source: str = ""             # "to_json" or "records" (harness fallback)
+    # eager
+    eager_tf: int = 0
+    eager_capture: int = 0
+    constants: int = 0                    # TensorFlow's _EagerConst lines, not records (see above)
+    eager_missing: list = field(default_factory=list)    # [(op, device, count, note)] in TF's log, not captured
+    eager_extra: list = field(default_factory=list)      # [(op, device, count)] captured, not in TF's log
+    # function nodes
+    nodes_total: int = 0
+    nodes_matched: int = 0
+    nodes_unmatched: list = field(default_factory=list)  # [str] first ones
+    unmatched_by_op: list = field(default_factory=list)  # [(op, device, count)]
+    place_extras: int = 0
+    place_extra_list: list = field(default_factory=list)  # [str] first ones
+    compiled: int = 0
+    removed: int = 0
+    wrappers: int = 0
+    suspicious: list = field(default_factory=list)
+    # copies
+    copies_tf: int = 0                    # lines that must be captured
+    copies_exempt: list = field(default_factory=list)  # [(reason, op, index, from, to, count)] not required
+    copies_capture: int = 0
+    copies_missing: list = field(default_factory=list)   # [(op, index, from, to, count)]
+    copies_extra: list = field(default_factory=list)     # [(op, index, from, to, count)]
+    # completeness
+    complete_expected: bool = True
+    complete: Optional[bool] = None
+    incomplete_reason: str = ""
+    threads: dict = field(default_factory=dict)
+    stderr_tail: str = ""
+
+    @property
+    def eager_equal(self) -> bool:
+        return not self.error and not self.eager_missing and not self.eager_extra
+
+    def problems(self) -> list[str]:
+        """Readable statements of every disagreement ([] when the capture conforms)."""
+        name = f"{self.program} (TF_ENABLE_ONEDNN_OPTS={self.onednn})"
+        if self.error:
+            return [f"{name}: {self.error}\n{self.stderr_tail}"]
+        out = []
+        if not self.eager_equal:
+            lines = [f"{name}: eager events differ: TensorFlow logged {self.eager_tf} `Executing op` line(s), "
+                     f"the capture has {self.eager_capture} execute/failed record(s)"]
+            lines += [f"    in TF's log, not captured: {op} on {dev} x{n}{note}" for op, dev, n, note in self.eager_missing[:SHOW]]
+            lines += [f"    captured, not in TF's log: {op} on {dev} x{n}" for op, dev, n in self.eager_extra[:SHOW]]
+            more = len(self.eager_missing) + len(self.eager_extra) - 2 * SHOW
+            if more > 0:
+                lines.append(f"    ... and up to {more} more")
+            out.append("\n".join(lines))
+        if self.nodes_matched != self.nodes_total:
+            lines = [f"{name}: {self.nodes_total - self.nodes_matched} of {self.nodes_total} function node(s) in TF's "
+                     "placer log have no place/removed/compiled record (same name, op type and device); by op:"]
+            lines += [f"    {op} on {dev or '?'} x{n}" for op, dev, n in self.unmatched_by_op[:SHOW]]
+            lines.append("  first ones (stderr line: name (op) device):")
+            lines += [f"    {s}" for s in self.nodes_unmatched]
+            out.append("\n".join(lines))
+        if self.place_extras and EXTRAS_FAIL:
+            out.append(f"{name}: {self.place_extras} capture `place` record(s) have no placer line in TF's log; first:\n"
+                       + "\n".join(f"    {s}" for s in self.place_extra_list))
+        if self.copies_missing:
+            out.append(f"{name}: implicit copies TensorFlow logged (warn policy) that the capture lacks:\n"
+                       + "\n".join(f"    {op} input #{i} {a} -> {b} x{n}" for op, i, a, b, n in self.copies_missing[:SHOW]))
+        if self.complete != self.complete_expected:
+            out.append(f"{name}: complete is {self.complete}, expected {self.complete_expected}"
+                       + (f" (reason: {self.incomplete_reason})" if self.incomplete_reason else ""))
+        if self.suspicious:
+            out.append(f"{name}: the referee's wrapper rule is unsure about {len(self.suspicious)} placer group(s): "
+                       + "; ".join(self.suspicious[:3]))
+        return out
+
+    def row(self) -> dict[str, str]:
+        """One line of the benchmark table."""
+        if self.error:
+            return {"program": self.program, "oneDNN": self.onednn, "eager equal": "ERROR", "nodes matched": "-",
+                    "extras": "-", "copies TF/capture": "-", "complete": "-", "seconds": f"{self.seconds:.1f}"}
+        eager = "yes" if self.eager_equal else (f"no (-{sum(n for *_, n, _ in self.eager_missing)}"
+                                                f"/+{sum(n for *_, n in self.eager_extra)})")
+        copies = f"{self.copies_tf}/{self.copies_capture}"
+        exempt = sum(c[-1] for c in self.copies_exempt)
+        if exempt:
+            copies = f"{self.copies_tf}(+{exempt} exempt)/{self.copies_capture}"
+        if self.copies_missing:
+            copies += f" missing {sum(c[-1] for c in self.copies_missing)}"
+        complete = str(self.complete) + ("" if self.complete == self.complete_expected else " (!)")
+        return {"program": self.program, "oneDNN": self.onednn, "eager equal": eager,
+                "nodes matched": f"{self.nodes_matched}/{self.nodes_total}", "extras": str(self.place_extras),
+                "copies TF/capture": copies, "complete": complete, "seconds": f"{self.seconds:.1f}"}
+
+
+def exemption(copy: tflog.Copy) -> Optional[str]:
+    """Why DESIGN.md does not count a TensorFlow copy line as an implicit copy, or None when it does."""
+    if copy.op in EXPLICIT_COPY_OPS:
+        return "explicit copy (tf.identity under a device)"
+    if copy.op == CONSTANT_OP:
+        return "a Python value made into a constant on its device (TensorFlow's C layer)"
+    if copy.to_device != copy.running:
+        return "host-memory input (the kernel keeps it on the host)"
+    return None
+
+
+def _counter_diff(a: Counter, b: Counter) -> list[tuple]:
+    return sorted(((*key, n) for key, n in (a - b).items()), key=lambda t: (-t[-1], t))
+
+
+def compare_logs(result: Result, log: tflog.TfLog, capture: dict) -> Result:
+    """Fills `result` from TensorFlow's parsed log and the capture's JSON."""
+    records = capture.get("records", [])
+    copies = capture.get("copies", [])
+
+    # Eager events.
+    tf_eager = log.eager_multiset()
+    result.constants = sum(n for (op, _), n in tf_eager.items() if op == CONSTANT_OP)
+    tf_eager = Counter({key: n for key, n in tf_eager.items() if key[0] != CONSTANT_OP})
+    cap_eager = Counter((r["op"], r["device"]) for r in records if r["kind"] in EAGER_KINDS)
+    result.eager_tf, result.eager_capture = sum(tf_eager.values()), sum(cap_eager.values())
+    off_main = Counter((e.op, e.device) for e in log.eager if log.main_thread is not None and e.thread != log.main_thread)
+    first_line = {}
+    for e in log.eager:
+        first_line.setdefault((e.op, e.device), e.lineno)
+    result.eager_missing = [
+        (op, dev, n, (f" ({min(n, off_main[(op, dev)])} in other threads)" if off_main[(op, dev)] else "")
+         + f" (TF's first such line: stderr line {first_line[(op, dev)]})")
+        for op, dev, n in _counter_diff(tf_eager, cap_eager)]
+    result.eager_extra = _counter_diff(cap_eager, tf_eager)
+
+    # Function nodes: a placer line takes a `place` record, else a `removed` one on its device, else a
+    # `compiled` one, else a `removed` one without a device.
+    by_kind = {kind: Counter((r["name"], r["op"], r["device"]) for r in records if r["kind"] == kind)
+               for kind in FUNCTION_KINDS}
+    removed_anywhere = Counter((r["name"], r["op"]) for r in records if r["kind"] == "removed" and not r["device"])
+    result.nodes_total = len(log.nodes)
+    unmatched = []
+    for node in log.nodes:
+        key = (node.name, tflog.registered_op(node.op), node.device)
+        for kind in ("place", "removed", "compiled"):
+            if by_kind[kind][key] > 0:
+                by_kind[kind][key] -= 1
+                break
+        else:
+            if removed_anywhere[key[:2]] > 0:
+                removed_anywhere[key[:2]] -= 1
+            else:
+                unmatched.append(node)
+    result.nodes_matched = result.nodes_total - len(unmatched)
+    result.nodes_unmatched = [f"{n.lineno}: {n.name} ({n.op}) {n.device}"
+                              + ("" if log.main_thread in (None, n.thread) else f" [thread {n.thread}]")
+                              for n in unmatched[:SHOW]]
+    result.unmatched_by_op = _counter_diff(Counter((tflog.registered_op(n.op), n.device) for n in unmatched), Counter())
+    extras = +by_kind["place"]
+    result.place_extras = sum(extras.values())
+    result.place_extra_list = [f"{name} ({op}) {dev} x{n}" for name, op, dev, n in _counter_diff(extras, Counter())[:SHOW]]
+    result.compiled = sum(1 for r in records if r["kind"] == "compiled")
+    result.removed = sum(1 for r in records if r["kind"] == "removed")
+    result.wrappers = len(log.wrappers)
+    result.suspicious = [f"Executing op {op} after " + " ".join(f"{n.name}:({n.op})" for n in nodes)
+                         for op, nodes in log.suspicious]
+
+    # Copies.
+    required = Counter((c.op, c.input_index, c.from_device, c.to_device) for c in log.copies
+                       if exemption(c) is None)
+    result.copies_tf = sum(required.values())
+    result.copies_exempt = _counter_diff(Counter((exemption(c), c.op, c.input_index, c.from_device, c.to_device)
+                                                 for c in log.copies if exemption(c)), Counter())
+    cap_copies = Counter((c["op"], c["input_index"], c["from_device"], c["to_device"]) for c in copies)
+    result.copies_capture = sum(cap_copies.values())
+    result.copies_missing = _counter_diff(required, cap_copies)
+    all_tf = log.copy_multiset()
+    result.copies_extra = _counter_diff(cap_copies, all_tf)
+
+    result.complete = capture.get("complete")
+    result.incomplete_reason = capture.get("incomplete_reason", "")
+    result.threads = dict(log.threads)
+    if not log.markers:
+        result.error = "the harness's markers are missing from stderr (did the program crash?)"
+    return result
+
+
+def harness_env(onednn: Optional[str]) -> dict[str, str]:
+    """The environment of a harness run: TensorFlow's logging on, tfplace's settings off."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TFPLACE_", "TF_CPP_"))}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "0"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+    if onednn is not None:
+        env["TF_ENABLE_ONEDNN_OPTS"] = onednn
+    return env
+
+
+def run_program(program: Path | str, onednn: Optional[str] = None, timeout: float = 180,
+                keep: Optional[Path] = None) -> Result:
+    """Runs `program` under the harness in a subprocess and compares (see the module doc).
+
+    `onednn`: "0" or "1" for TF_ENABLE_ONEDNN_OPTS, None to inherit. `keep`: a folder that
+    receives the run's stdout, stderr and capture JSON (also `CONFORMANCE_KEEP=folder`)."""
+    program = Path(program)
+    keep = keep or (Path(os.environ["CONFORMANCE_KEEP"]) if os.environ.get("CONFORMANCE_KEEP") else None)
+    mode = onednn if onednn is not None else os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default")
+    result = Result(program.stem, mode, complete_expected=expected_complete(program))
+    with tempfile.TemporaryDirectory(prefix="conformance-") as tmp:
+        out = Path(tmp) / "capture.json"
+        start = time.perf_counter()
+        try:
+            done = subprocess.run([sys.executable, str(HARNESS), str(program), str(out)], cwd=ROOT,
+                                  env=harness_env(onednn), capture_output=True, text=True, errors="replace",
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired as expired:
+            result.seconds = time.perf_counter() - start
+            result.error = f"timed out after {timeout:.0f} s"
+            tail = expired.stderr or ""
+            result.stderr_tail = (tail.decode(errors="replace") if isinstance(tail, bytes) else tail)[-3000:]
+            return result
+        result.seconds = time.perf_counter() - start
+        result.returncode = done.returncode
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            stem = f"{program.stem}.onednn{mode}"
+            (keep / f"{stem}.stderr").write_text(done.stderr, encoding="utf-8")
+            (keep / f"{stem}.stdout").write_text(done.stdout, encoding="utf-8")
+            if out.exists():
+                (keep / f"{stem}.json").write_text(out.read_text(encoding="utf-8"), encoding="utf-8")
+        if done.returncode != 0 or not out.exists():
+            result.error = f"the harness exited with status {done.returncode}"
+            result.stderr_tail = "\n".join(l for l in done.stderr.splitlines() if "placer.cc" not in l)[-3000:]
+            return result
+        report = json.loads(out.read_text(encoding="utf-8"))
+    result.capture_source = report.get("capture_source", "")
+    return compare_logs(result, tflog.parse(done.stderr), report["capture"])
+
+
+def describe(result: Result) -> str:
+    """Everything a human needs to judge one run: the problems, then the informational extras."""
+    lines = result.problems() or [f"{result.program} (TF_ENABLE_ONEDNN_OPTS={result.onednn}): conforms"]
+    if not result.error:
+        if result.place_extras and not EXTRAS_FAIL:
+            lines.append(f"  {result.place_extras} capture `place` record(s) without a placer line: "
+                         + ", ".join(result.place_extra_list))
+        if result.copies_exempt:
+            lines.append("  TF copy lines exempt by DESIGN.md (not required in the capture):\n" + "\n".join(
+                f"    {op} input #{i} {a} -> {b} x{n}: {why}" for why, op, i, a, b, n in result.copies_exempt[:SHOW]))
+        if result.copies_extra:
+            lines.append("  capture copies without a TF warn line (judge: TF's own copies, e.g. cross-replica "
+                         "reductions, are legitimate):\n" + "\n".join(
+                             f"    {op} input #{i} {a} -> {b} x{n}" for op, i, a, b, n in result.copies_extra[:SHOW]))
+        lines.append(f"  info: {result.wrappers} eager wrapper instance(s) dropped, {result.compiled} compiled and "
+                     f"{result.removed} removed record(s), threads in TF's log {result.threads}, "
+                     f"capture from {result.capture_source}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("programs", nargs="*", help="program files or stems (default: all)")
+    parser.add_argument("--onednn", default=None, help='"0" or "1" (default: inherit)')
+    parser.add_argument("--keep", default=None, help="folder for each run's stdout, stderr and JSON")
+    args = parser.parse_args()
+    chosen = [Path(p) if p.endswith(".py") else PROGRAMS / f"{p}.py" for p in args.programs] or programs()
+    for path in chosen:
+        print(describe(run_program(path, args.onednn, keep=Path(args.keep) if args.keep else None)))
