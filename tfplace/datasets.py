@@ -77,9 +77,12 @@ def _captures(function: Any) -> tuple[str, ...]:
 
 def _functions(dataset: Any) -> list[tuple[str, tuple[str, ...]]]:
     """A dataset's own functions, with where their captured inputs go: its `map`/`filter`/...
-    functions, and functions it keeps as attributes (a `MultiDeviceIterator`'s per-device generators)."""
+    functions, and functions it keeps as attributes (a `MultiDeviceIterator`'s per-device
+    generators, whose init and finalize functions an iterator instantiates when it is made; their
+    next function runs through the source device's iterator and is never placed here)."""
     functions = [wrapper.function for wrapper in dataset._functions()]  # pylint: disable=protected-access
-    functions += [value for value in vars(dataset).values() if isinstance(value, ConcreteFunction)]
+    functions += [value for key, value in vars(dataset).items()
+                  if isinstance(value, ConcreteFunction) and key != "_next_func"]
     return [(f.name.decode() if isinstance(f.name, bytes) else f.name, _captures(f)) for f in functions]
 
 
