@@ -135,3 +135,18 @@ def test_printed_log_shows_copies_completeness_and_long_op_names():
     assert "  ResourceApplyAdamWithAmsgrad  /device:CPU:0  execute   2" in lines
     assert "    AddV2 input #1 /device:CPU:0 -> /device:CPU:1 at train.py:7  x1" in lines
     assert any("incomplete log: the block ran function __inference_f_3" in line for line in lines)
+
+
+def test_from_text_drops_eager_wrappers_of_both_onednn_kernels_and_keeps_a_users_one_op_function():
+    d0 = "/job:localhost/replica:0/task:0/device:CPU:0"
+    text = "\n".join([
+        f"a: (_Arg): {d0}", f"b: (_Arg): {d0}", f"MatMul: (MatMul): {d0}", f"product_RetVal: (_Retval): {d0}",
+        f"a: (_Arg): {d0}", f"b: (_Arg): {d0}", f"_MklMatMul: (_MklMatMul): {d0}", f"product_RetVal: (_Retval): {d0}",
+        f"Executing op _MklMatMul in device {d0}",
+        f"input: (_Arg): {d0}", f"_EagerConst: (_EagerConst): {d0}", f"output_RetVal: (_Retval): {d0}",
+        f"Executing op _EagerConst in device {d0}",
+        f"x: (_Arg): {d0}", f"MatMul: (MatMul): {d0}", f"identity_RetVal: (_Retval): {d0}",
+        f"Executing op __inference_f_3 in device {d0}"])
+    records = [(r.op, r.name, r.kind) for r in PlacementLog.from_text(text).records]
+    assert records == [("MatMul", "", "execute"), ("_Arg", "x", "place"), ("MatMul", "MatMul", "place"),
+                       ("_Retval", "identity_RetVal", "place"), ("__inference_f_3", "", "execute")]

@@ -223,10 +223,11 @@ class PlacementLog:
 
 
 def _wrapper_size(group: list[PlacementRecord], op: str) -> int:
-    """How many records at the end of `group` are the one-op function TensorFlow built to run eager `op`."""
+    """How many records at the end of `group` are the one-op functions TensorFlow built to run
+    eager `op` (oneDNN builds print two: one for `MatMul`, one for its `_MklMatMul` kernel)."""
     size, seen = 0, False
     for record in reversed(group):
-        if record.op == op and record.name == op and not seen:
+        if record.op == op and kernels.op_type(record.name) == op:
             seen = True
         elif not (record.op in PLUMBING and kernels.is_wrapper_plumbing(record.name, op)):
             break

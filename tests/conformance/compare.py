@@ -22,6 +22,8 @@ capture is the harness's JSON (`log.to_json()`), and `compare_logs()` checks:
   copies of a Python value to the device it is made on (listed as exempt);
   capture copies without a line are listed as extras (TensorFlow's own copies under a silent
   device policy, such as cross-replica reductions, are legitimately there: a human judges);
+* `PlacementLog.from_text` on the same stderr gives the capture's eager events and function
+  nodes (a parity check of tfplace against itself, not part of the referee);
 * `complete` is what the program declares (`# conformance: expect complete=False`; True
   otherwise).
 """
@@ -110,6 +112,7 @@ class Result:
     incomplete_reason: str = ""
     threads: dict = field(default_factory=dict)
     stderr_tail: str = ""
+    from_text_differences: list = field(default_factory=list)  # PlacementLog.from_text vs the capture
 
     @property
     def eager_equal(self) -> bool:
@@ -146,6 +149,9 @@ class Result:
         if self.complete != self.complete_expected:
             out.append(f"{name}: complete is {self.complete}, expected {self.complete_expected}"
                        + (f" (reason: {self.incomplete_reason})" if self.incomplete_reason else ""))
+        if self.from_text_differences:
+            out.append(f"{name}: PlacementLog.from_text on TensorFlow's log differs from the capture:\n"
+                       + "\n".join(f"    {line}" for line in self.from_text_differences))
         if self.suspicious:
             out.append(f"{name}: the referee's wrapper rule is unsure about {len(self.suspicious)} placer group(s): "
                        + "; ".join(self.suspicious[:3]))
@@ -167,7 +173,9 @@ class Result:
         complete = str(self.complete) + ("" if self.complete == self.complete_expected else " (!)")
         return {"program": self.program, "oneDNN": self.onednn, "eager equal": eager,
                 "nodes matched": f"{self.nodes_matched}/{self.nodes_total}", "extras": str(self.place_extras),
-                "copies TF/capture": copies, "complete": complete, "seconds": f"{self.seconds:.1f}"}
+                "copies TF/capture": copies, "complete": complete,
+                "from_text": "same" if not self.from_text_differences else f"{len(self.from_text_differences)} diff",
+                "seconds": f"{self.seconds:.1f}"}
 
 
 def exemption(copy: tflog.Copy) -> Optional[str]:
@@ -306,7 +314,31 @@ def run_program(program: Path | str, onednn: Optional[str] = None, timeout: floa
             return result
         report = json.loads(out.read_text(encoding="utf-8"))
     result.capture_source = report.get("capture_source", "")
-    return compare_logs(result, tflog.parse(done.stderr), report["capture"])
+    compare_logs(result, tflog.parse(done.stderr), report["capture"])
+    result.from_text_differences = from_text_parity(done.stderr, report["capture"])
+    return result
+
+
+def from_text_parity(stderr: str, capture: dict) -> list[str]:
+    """Differences between `PlacementLog.from_text` on the block's stderr and the capture (not the
+    referee: tfplace against itself): eager events as (op, device), function nodes as (name, op)."""
+    from tfplace import PlacementLog
+
+    lines = stderr.splitlines()
+    begin = next((i for i, line in enumerate(lines) if line.startswith(tflog.BEGIN)), 0)
+    end = next((i for i, line in enumerate(lines) if line.startswith(tflog.END)), len(lines))
+    read = PlacementLog.from_text("\n".join(lines[begin + 1:end]) + "\n").records
+    records = capture.get("records", [])
+    pairs = (
+        ("eager", Counter((r.op, r.device) for r in read if r.kind == "execute"),
+         Counter((r["op"], r["device"]) for r in records if r["kind"] in EAGER_KINDS)),
+        ("function node", Counter((r.name, r.op) for r in read if r.kind == "place"),
+         Counter((r["name"], r["op"]) for r in records if r["kind"] in ("place", "removed"))))
+    found = []
+    for what, text, captured in pairs:
+        found += [f"from_text has {what} {key} x{n} more" for *key, n in _counter_diff(text, captured)[:SHOW]]
+        found += [f"the capture has {what} {key} x{n} more" for *key, n in _counter_diff(captured, text)[:SHOW]]
+    return found
 
 
 def describe(result: Result) -> str:
