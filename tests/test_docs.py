@@ -19,3 +19,24 @@ def test_docstring_examples_run():
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-5000:]
     assert len(MODULES) >= 20
+
+
+def test_every_link_in_the_docs_points_into_the_repository():
+    import re
+    for doc in ("README.md", "BUILD.md", "DEVELOPERS.md", "examples/README.md"):
+        text = (ROOT / doc).read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)#]+)\)", text):
+            if "://" in target:
+                continue
+            assert (ROOT / doc).parent.joinpath(target).resolve().is_file(), f"{doc} links {target}, not in a clone"
+        assert "../shared" not in text, f"{doc} points outside the repository"
+
+
+def test_config_repr_is_one_field_per_line(python):
+    out = python("""
+        import tfplace
+        report(repr(tfplace.configure()).splitlines())
+    """)
+    assert out[0] == "tfplace.Config(" and out[-1] == ")"
+    assert all(len(line) <= 100 for line in out), out
+    assert any(line.startswith("    soft_placement=") for line in out)

@@ -26,6 +26,9 @@ INTERNALS = [
     ("tensorflow.python.data.ops.dataset_ops", "DatasetV2._functions", "tf.data functions of an iterator's dataset"),
     ("tensorflow.python.data.ops.dataset_ops", "DatasetV2._inputs", "tf.data functions of an iterator's dataset"),
     ("tensorflow.python.framework.ops", "_EagerTensorBase.backing_device", "copies: where a tensor's memory is"),
+    ("tensorflow.python.data.ops.dataset_ops", "DatasetV2.options", "tf.data: whether the graph rewrites run"),
+    ("tensorflow.python.eager.polymorphic_function.concrete_function", "ConcreteFunction",
+     "tf.data: a MultiDeviceIterator's per-device generator functions"),
 ]
 
 
@@ -65,3 +68,13 @@ def test_internals_still_behave_as_relied_on(python):
     assert op.startswith("__inference_") and device.endswith("/device:CPU:0"), out
     assert "MatMul" in out["nodes"] or "_MklMatMul" in out["nodes"], out
     assert out["fill"] == ["dims"], out
+
+
+def test_datasets_keep_their_variant_tensor_where_tfplace_looks(python):
+    out = python("""
+        import tensorflow as tf
+        ds = tf.data.Dataset.range(3).map(lambda x: x + 1)
+        report({"attr": ds.__dict__.get("_variant_tensor_attr") is ds._variant_tensor,
+                "functions": len(ds._functions()), "inputs": len(ds._inputs())})
+    """)
+    assert out == {"attr": True, "functions": 1, "inputs": 1}
