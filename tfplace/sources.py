@@ -46,17 +46,38 @@ def _classify(code: CodeType) -> str:
     return shown
 
 
+_depths: dict[CodeType, int] = {}  # code of the innermost frame -> frames from it to the user's
+
+
+def _shown(code: CodeType) -> str:
+    shown = _where.get(code)
+    return _classify(code) if shown is None else shown
+
+
 def user_line() -> str:
-    """`"file.py:LINE"` of the innermost caller outside TensorFlow, Keras and tfplace ("" if none)."""
-    frame = sys._getframe(1)
+    """`"file.py:LINE"` of the innermost caller outside TensorFlow, Keras and tfplace ("" if none).
+
+    The number of internal frames between a given innermost frame and the user's is remembered,
+    so that a repeated call jumps there (checking it) instead of walking every frame.
+    """
+    innermost = sys._getframe(1).f_code
+    depth = _depths.get(innermost)
+    if depth is not None:
+        try:
+            frame = sys._getframe(1 + depth)
+        except ValueError:
+            frame = None
+        if frame is not None:
+            shown = _shown(frame.f_code)
+            if shown and (depth == 0 or not _shown(sys._getframe(depth).f_code)):
+                return f"{shown}:{frame.f_lineno}"
+    frame, depth = sys._getframe(1), 0
     while frame is not None:
-        code = frame.f_code
-        shown = _where.get(code)
-        if shown is None:
-            shown = _classify(code)
+        shown = _shown(frame.f_code)
         if shown:
+            _depths[innermost] = depth
             return f"{shown}:{frame.f_lineno}"
-        frame = frame.f_back  # type: ignore[assignment]
+        frame, depth = frame.f_back, depth + 1  # type: ignore[assignment]
     return ""
 
 
