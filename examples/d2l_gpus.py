@@ -16,10 +16,12 @@ from absl import app, flags
 
 import tfplace
 import tfplace.flags
+from example_checks import output_file
 
 
 flags.adopt_module_key_flags(tfplace.flags)  # --help lists the tfplace flags
-_REPORT = flags.DEFINE_string("report", None, "Write each step's placement records and values to this JSON file.")
+_REPORT = flags.DEFINE_string("report", None, "Write each step's placement records and values to this JSON file "
+                              "(its folder is checked before the steps run).")
 REPORT: dict[str, dict] = {}
 
 
@@ -45,6 +47,8 @@ def step(title: str) -> None:
 
 def main(argv: list[str]) -> None:
     del argv
+    if _REPORT.value:
+        output_file("report", _REPORT.value)
     run_steps(tfplace.configure())
     if _REPORT.value:
         with open(_REPORT.value, "w", encoding="utf-8") as out:

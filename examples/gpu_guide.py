@@ -12,6 +12,10 @@ included, on stderr.
     python examples/gpu_guide.py --section=log_placement
     python examples/gpu_guide.py --logical_cpus=2 --section=log_placement --log_placement
     python examples/gpu_guide.py --logical_cpus=4 --section=manual_replication
+
+Every section also runs under --device_policy=explicit: manual_replication then
+copies the products to the CPU with `tfplace.to_device` before summing them,
+since that policy refuses the implicit copies of the guide's code.
 """
 
 from __future__ import annotations
@@ -159,14 +163,23 @@ def mirrored_strategy() -> None:
 def manual_replication() -> None:
     import tensorflow as tf
 
+    explicit = tf.config.experimental.get_device_policy() == "explicit"
+    copied = 0
     with tfplace.capture_placement() as log:
         c = []
         for dev in accelerators():
             with dev:
                 a, b = matrices()
                 c.append(tf.matmul(a, b))
+        if explicit:  # the policy refuses AddN's implicit copies from the other devices: copy first
+            on_cpu = tfplace.to_device(c, "/cpu:0")  # the same tensor where it is there already
+            copied = sum(moved is not product for moved, product in zip(on_cpu, c))
+            c = on_cpu
         with tf.device("/cpu:0"):
             matmul_sum = tf.add_n(c)
+    if copied:
+        print(f"--device_policy=explicit: {copied} product(s) copied to /device:CPU:0 with tfplace.to_device "
+              "(the Identity lines) before AddN")
     show(log, matmul_sum)
 
 

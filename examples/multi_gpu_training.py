@@ -5,15 +5,24 @@ GPUs, or as many logical CPUs where there is no GPU, and prints d2l's summary:
 `test acc: 0.NN, N.N sec/epoch on [devices]`.
 
     python examples/multi_gpu_training.py --num_devices=2 --width=0.125 --dataset=synthetic --epochs=3
+
+Flags are checked before training, each failure one line on stderr: more
+--num_devices than devices (exit status 2), a --batch_size that is not a
+multiple of --num_devices (2), a --plot file that cannot be written or
+matplotlib missing (2), Fashion-MNIST that cannot be downloaded (1).
+Under --device_policy=explicit the batches stay on the host until the step
+function copies them (see resnet_training.distribute).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import statistics
 
 from absl import app, flags
 
 import resnet_training as rt
+from example_checks import FAILURE, fail, output_file
 import tfplace
 import tfplace.flags
 
@@ -26,24 +35,39 @@ _LR = flags.DEFINE_float("lr", 0.1, "SGD learning rate.", lower_bound=0.0)
 _EPOCHS = flags.DEFINE_integer("epochs", 10, "Epochs.", lower_bound=1)
 _DATASET = flags.DEFINE_enum("dataset", "fashion_mnist", ["fashion_mnist", "synthetic"], "Data set.")
 _TRAIN_SIZE = flags.DEFINE_integer("train_size", 6000, "Training examples used.", lower_bound=1)
-_PLOT = flags.DEFINE_string("plot", None, "Write a PNG of test accuracy per epoch here (needs matplotlib).")
+_PLOT = flags.DEFINE_string("plot", None, "Write a PNG of test accuracy per epoch here (needs matplotlib; checked before training).")
 
 
 def main(argv: list[str]) -> None:
     del argv
+    count = _NUM_DEVICES.value
+    if _BATCH.value % count:
+        fail(f"--batch_size={_BATCH.value} (flag) is not a multiple of --num_devices={count}: allowed are "
+             f"multiples of {count}, so that each device gets an equal share of every batch")
+    if _PLOT.value:
+        output_file("plot", _PLOT.value)
+        if importlib.util.find_spec("matplotlib") is None:
+            fail(f"--plot={_PLOT.value} (flag) needs matplotlib, which is not installed: "
+                 "pip install -e '.[plot]', or leave --plot out")
     gpus = tfplace.num_gpus()
     if gpus:
-        tfplace.configure()
+        config = tfplace.configure()
     else:  # logical CPUs stand in for GPUs; --logical_cpus, when given, wins
-        tfplace.configure(logical_cpus=flags.FLAGS.logical_cpus or _NUM_DEVICES.value)
+        config = tfplace.configure(logical_cpus=flags.FLAGS.logical_cpus or count)
     kind = "GPU" if gpus else "CPU"
-    devices = [f"{kind}:{i}" for i in range(_NUM_DEVICES.value)]
-    if _BATCH.value % len(devices):
-        raise app.UsageError(f"--batch_size={_BATCH.value} must be a multiple of --num_devices={len(devices)}")
+    existing = [name for name in config.logical_devices if tfplace.parse_device(name).device_type == kind]
+    if len(existing) < count:
+        made = (f"this machine has no GPU and --logical_cpus={flags.FLAGS.logical_cpus} (flag) made "
+                f"{len(existing)} logical CPU(s)" if kind == "CPU" else f"this process sees {len(existing)} GPU(s)")
+        change = ("lower --num_devices, or raise --logical_cpus (without it, --num_devices logical CPUs are made)"
+                  if kind == "CPU" else "lower --num_devices")
+        fail(f"--num_devices={count} (flag) asks for {count} {kind} devices, but {made}: "
+             f"{', '.join(existing)}; allowed is --num_devices from 1 to {len(existing)}: {change}")
+    devices = [f"{kind}:{i}" for i in range(count)]
     try:
         data = rt.load_data(_DATASET.value, train_size=_TRAIN_SIZE.value)
     except RuntimeError as err:
-        raise app.UsageError(str(err)) from None
+        fail(str(err), FAILURE)
     strategy = tfplace.strategy(devices)
     with strategy.scope():
         model = rt.resnet18(rt.NUM_CLASSES, width=_WIDTH.value)

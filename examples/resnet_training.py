@@ -121,7 +121,14 @@ def make_train_step(strategy, model, optimizer, global_batch: int) -> Callable:
 
 
 def distribute(strategy, x, y, global_batch: int, shuffle: bool):
-    """The (x, y) arrays as a distributed dataset of global batches (sharded by data)."""
+    """The (x, y) arrays as a distributed dataset of global batches (sharded by data).
+
+    Under the "explicit" device policy the batches stay on the host: TensorFlow's
+    prefetch of each replica's batch to its device reads the host's iterator
+    from each device, an implicit copy that this policy refuses. The step
+    function then copies them, inside the function, where the policy does not
+    apply.
+    """
     import tensorflow as tf
 
     ds = tf.data.Dataset.from_tensor_slices((x, y))
@@ -130,7 +137,9 @@ def distribute(strategy, x, y, global_batch: int, shuffle: bool):
     ds = ds.batch(global_batch, drop_remainder=True)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    return strategy.experimental_distribute_dataset(ds.with_options(options))
+    on_host = (tf.distribute.InputOptions(experimental_fetch_to_device=False)
+               if tf.config.experimental.get_device_policy() == "explicit" else None)
+    return strategy.experimental_distribute_dataset(ds.with_options(options), on_host)
 
 
 def accuracy(model, x, y, batch: int = 256) -> float:

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from tfplace import PlacementLog
+from tfplace import PlacementLog, parse_placement
 
 
 def run_guide(*args: str) -> str:
@@ -58,6 +58,16 @@ def test_manual_replication_section(guide):
     assert value[count] in out["manual_replication"]
 
 
+def test_manual_replication_under_the_explicit_policy_copies_explicitly():
+    out = sections(run_guide("--logical_cpus=2", "--device_policy=explicit",
+                             "--section=manual_replication"))["manual_replication"]
+    # CPU:1's product is copied to CPU:0 (Identity), then summed there; CPU:0's is used as it is.
+    assert executed(out) == [("MatMul", "/device:CPU:0"), ("MatMul", "/device:CPU:1"),
+                             ("Identity", "/device:CPU:0"), ("AddN", "/device:CPU:0")]
+    assert "--device_policy=explicit: 1 product(s) copied to /device:CPU:0 with tfplace.to_device" in out
+    assert "[[ 44.  56.]\n [ 98. 128.]]" in out
+
+
 def test_mirrored_strategy_section(guide):
     count, out = guide
     devices = {d for op, d in executed(out["mirrored_strategy"]) if op == "VarHandleOp"}
@@ -78,7 +88,7 @@ def test_log_placement_flag_shows_tensorflows_own_lines():
                            "--section=log_placement", "--log_placement"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
-    own = [r for r in PlacementLog.from_text(done.stderr).records if r.kind == "execute"]
+    own = [r for r in parse_placement(done.stderr).records if r.kind == "execute"]  # every line TensorFlow printed
     assert [(r.op, r.device) for r in own][-3:] == [("_EagerConst", "/device:CPU:0")] * 2 + [("MatMul", "/device:CPU:0")]
     assert executed(done.stdout) == [("MatMul", "/device:CPU:0")]  # the records, as without the flag
 

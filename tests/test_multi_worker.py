@@ -1,9 +1,18 @@
-"""examples/multi_worker.py: two real worker processes on 127.0.0.1, and the launcher's failure paths."""
+"""examples/multi_worker.py: two real worker processes on 127.0.0.1, the launcher's failure and
+signal paths, and the worker's checks of TF_CONFIG and of its peers."""
 
 import json
+import os
+import re
+import select
+import signal
+import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+import pytest
 
 from conftest import ROOT
 
@@ -30,10 +39,160 @@ def test_a_dead_worker_makes_the_launcher_fail_quickly():
     assert time.monotonic() - start < 60  # worker 0 would otherwise wait for its peer forever
 
 
-def test_malformed_tf_config_is_a_clear_usage_error():
-    env = {"TF_CONFIG": '{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "chief", "index": 0}}',
-           "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, SCRIPT], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
-    assert done.returncode != 0
-    assert "TF_CONFIG=" in done.stderr and "is not a cluster spec" in done.stderr
+
+
+def closed_port() -> int:
+    """A port of 127.0.0.1 that nobody listens on (just freed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tf_config(*addresses: str, index: int = 0) -> str:
+    return json.dumps({"cluster": {"worker": list(addresses)}, "task": {"type": "worker", "index": index}})
+
+
+def worker_env(config: str) -> dict:
+    return {**os.environ, "TF_CONFIG": config}
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` is still a running (not zombie) worker of these tests."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state != "Z" and (b"multi_worker.py" in command or b"ignore_sigterm" in command)
+
+
+def read_until(proc: subprocess.Popen, pattern: str, timeout: float = 60) -> re.Match:
+    """Reads the process's stdout until a line matches `pattern`."""
+    deadline, seen = time.monotonic() + timeout, []
+    while time.monotonic() < deadline:
+        if select.select([proc.stdout], [], [], 0.5)[0]:
+            line = proc.stdout.readline()
+            seen.append(line)
+            found = re.search(pattern, line)
+            if found:
+                return found
+            if not line:
+                break
+    proc.kill()
+    pytest.fail(f"no line matching {pattern!r} (exit {proc.poll()}): {''.join(seen)[-3000:]}")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_to_the_launcher_stops_its_workers(signum):
+    launcher = subprocess.Popen([sys.executable, SCRIPT, "--launch_local=2", "--epochs=50"], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    pids = [int(p) for p in read_until(launcher, r"launched 2 workers \(pids (\d+), (\d+)\)").groups()]
+    try:
+        assert all(alive(pid) for pid in pids)
+        # children of the launcher: the field after the state in /proc/PID/stat is the parent's pid
+        assert [Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1] for pid in pids] == \
+            [str(launcher.pid)] * 2
+        launcher.send_signal(signum)
+        out, _ = launcher.communicate(timeout=60)
+    finally:
+        launcher.kill()
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert launcher.returncode == 128 + signum, out[-3000:]
+    assert f"launcher: received {signum.name}; passing it to the workers" in out
+    assert not [pid for pid in pids if alive(pid)]
+
+
+IGNORE_SIGTERM = """
+import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as TensorFlow's coordination service does
+print("ready", flush=True)
+time.sleep(300)
+"""
+
+LAUNCH_IT = """
+import sys
+sys.path.insert(0, "examples")
+from absl import flags
+import multi_worker
+flags.FLAGS(["multi_worker.py", "--kill_after=1"])
+sys.exit(multi_worker.launch(2, sys.argv[1], []))
+"""
+
+
+def test_workers_that_ignore_sigterm_are_killed_after_kill_after(tmp_path):
+    worker = tmp_path / "ignore_sigterm.py"
+    worker.write_text(IGNORE_SIGTERM)
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCH_IT, str(worker)], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    found = read_until(launcher, r"launched 2 workers \(pids (\d+), (\d+)\) on .*; logs in (\S+)")
+    pids, logs = [int(found[1]), int(found[2])], Path(found[3])
+    try:
+        deadline = time.monotonic() + 30
+        while not all((logs / f"worker-{i}.log").read_text() == "ready\n" for i in range(2)):
+            assert time.monotonic() < deadline, "the workers did not start"
+            time.sleep(0.05)
+        start = time.monotonic()
+        launcher.send_signal(signal.SIGTERM)
+        out, _ = launcher.communicate(timeout=30)
+        took = time.monotonic() - start
+    finally:
+        launcher.kill()
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert launcher.returncode == 143, out
+    assert f"launcher: SIGKILL for worker pid(s) {pids[0]}, {pids[1]}, still running --kill_after=1 s after SIGTERM" in out
+    assert "--- worker 0 (exit -9)" in out and "--- worker 1 (exit -9)" in out
+    assert 1 <= took < 15
+    assert not [pid for pid in pids if alive(pid)]
+
+
+@pytest.mark.parametrize("config, named", [
+    ("not json", "it is not JSON (Expecting value: line 1 column 1 (char 0))"),
+    (tf_config("127.0.0.1:2222", "127.0.0.1:99999"),
+     "cluster[\"worker\"][1] is '127.0.0.1:99999': the port 99999 is outside 1..65535"),
+    (tf_config("127.0.0.1:2222", "127.0.0.1"), "cluster[\"worker\"][1] is '127.0.0.1', not \"host:port\""),
+    ('{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "chief", "index": 0}}',
+     "the task type 'chief' is not a job of the cluster ('worker')"),
+], ids=["not-json", "port-99999", "no-port", "task-not-in-cluster"])
+def test_bad_tf_config_is_one_line_before_tensorflow_starts(config, named):
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, SCRIPT], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          env=worker_env(config))
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"multi_worker.py: error: TF_CONFIG={config!r} (from environment variable TF_CONFIG) is not a cluster spec: "
+        f"{named}; allowed is JSON like {{\"cluster\": {{\"worker\": [\"host:port\", ...]}}, \"task\": "
+        "{\"type\": \"worker\", \"index\": 0}}, each port in 1..65535"]
+    assert time.monotonic() - start < 20  # no TensorFlow import: a second or two
+
+
+def test_unreachable_peer_fails_within_connect_timeout_naming_it():
+    own, peer = closed_port(), closed_port()
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, SCRIPT, "--connect_timeout=1"], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env=worker_env(tf_config(f"127.0.0.1:{own}", f"127.0.0.1:{peer}")))
+    assert done.returncode == 1, done.stderr[-3000:]
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "multi_worker.py: error: no answer within --connect_timeout=1 s from the peer(s) "
+        f'cluster["worker"][1]=127.0.0.1:{peer} (ConnectionRefusedError'), done.stderr
+    assert "environment variable TF_CONFIG" in lines[0]
+    assert time.monotonic() - start < 30  # today's TensorFlow alone waits for an hour
+
+
+def test_a_cluster_that_never_forms_is_stopped_after_connect_timeout():
+    own = closed_port()
+    with socket.create_server(("127.0.0.1", 0)) as impostor:  # answers, but is no TensorFlow worker
+        peer = impostor.getsockname()[1]
+        start = time.monotonic()
+        done = subprocess.run([sys.executable, SCRIPT, "--connect_timeout=3"], capture_output=True, text=True,
+                              timeout=180, cwd=ROOT,
+                              env=worker_env(tf_config(f"127.0.0.1:{own}", f"127.0.0.1:{peer}")))
+    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+    assert ("multi_worker.py: error: the cluster of environment variable TF_CONFIG did not form within "
+            f'--connect_timeout=3 s after its peers answered (cluster["worker"][1]=127.0.0.1:{peer})') in done.stderr
     assert "Traceback" not in done.stderr
+    assert time.monotonic() - start < 90

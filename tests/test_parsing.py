@@ -129,7 +129,8 @@ def test_printed_log_shows_copies_completeness_and_long_op_names():
         [PlacementRecord("ResourceApplyAdamWithAmsgrad", "", "/device:CPU:0", "execute")] * 2
         + [PlacementRecord("AddV2", "", "/device:CPU:1", "execute")],
         [CopyRecord("AddV2", 1, "/device:CPU:0", "/device:CPU:1", "train.py:7")])
-    log.mark_incomplete("the block ran function __inference_f_3, placed earlier")
+    with pytest.warns(RuntimeWarning, match="incomplete placement log: the block ran function __inference_f_3"):
+        log.mark_incomplete("the block ran function __inference_f_3, placed earlier")
     lines = str(log).splitlines()
     assert lines[0] == "PlacementLog: 3 records, 1 implicit copies, INCOMPLETE"
     assert "  ResourceApplyAdamWithAmsgrad  /device:CPU:0  execute   2" in lines

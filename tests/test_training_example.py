@@ -29,6 +29,16 @@ def test_trains_on_two_logical_cpus_and_prints_d2ls_summary(tmp_path):
         assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_trains_under_the_explicit_device_policy():
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "multi_gpu_training.py"), "--num_devices=2", "--width=0.01",
+         "--dataset=synthetic", "--epochs=1", "--train_size=64", "--batch_size=32", "--device_policy=explicit"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.search(r"^epoch 1/1: loss [\d.]+, test acc", done.stdout, re.M)
+    assert re.search(r"^test acc: 0\.\d\d, .* on \['/device:CPU:0', '/device:CPU:1'\]$", done.stdout, re.M)
+
+
 def _has_matplotlib() -> bool:
     import importlib.util
 
