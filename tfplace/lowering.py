@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from typing import Mapping, NamedTuple, Optional
+from typing import Any, Mapping, NamedTuple, Optional
 
 from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, types_pb2
 from tensorflow.python.framework import op_def_registry
@@ -201,7 +201,8 @@ def _instantiate(fdef: function_pb2.FunctionDef, attr: Mapping, lib: Mapping):
     per node, in the node-id order TensorFlow gives them."""
     sig, fname = fdef.signature, fdef.signature.name
     ints_on_device = _flag(fdef.attr, "experimental_ints_on_device")
-    specs, refs = [], {}  # refs: input string -> [(spec index, output)]
+    specs: list[Any] = []
+    refs: dict[str, list] = {}  # refs: input string -> [(spec index, output)]
 
     def arg_op(kind, dtype):
         return ("_Device" if ints_on_device and dtype == types_pb2.DT_INT32 else "_") + kind
@@ -244,7 +245,8 @@ def _instantiate(fdef: function_pb2.FunctionDef, attr: Mapping, lib: Mapping):
     # GraphConstructor::Convert: Kahn's algorithm, always taking the lowest ready index;
     # a Merge fed by a NextIteration waits for one data input only.
     next_iters = {i for i, s in enumerate(specs) if s[1] in ("NextIteration", "RefNextIteration")}
-    pending, consumers = [], [[] for _ in specs]
+    pending: list[int] = []
+    consumers: list[list[int]] = [[] for _ in specs]
     for i, s in enumerate(specs):
         count = len(s[4]) + len(s[5])
         if s[1] in ("Merge", "RefMerge") and any(src in next_iters for src, _ in s[4]):
@@ -589,9 +591,10 @@ def placer_nodes(graph_def: graph_pb2.GraphDef, *,
         _internal_rewrite(g, n)
     i = 2
     while i < len(g.nodes):  # LowerFunctionalOpsPass: nodes added while it runs included
-        n, i = g.nodes[i], i + 1
-        if n is None or _xla(n):
+        current, i = g.nodes[i], i + 1
+        if current is None or _xla(current):
             continue
+        n = current
         if _is_call(n.op, g.lib):
             _inline(g, n, keep_fetchable)
         elif _flag(n.attr, "_lower_using_switch_merge"):
@@ -607,9 +610,10 @@ def placer_nodes(graph_def: graph_pb2.GraphDef, *,
                 types_pb2.DT_RESOURCE in _output_types(g, n.attr["f"].func, n):
             _isolate(g, n, names)
     result = []
-    for n in g.nodes:
-        if n is None:
+    for node in g.nodes:
+        if node is None:
             continue
+        n = node
         data = [e.src.name + (f":{e.out}" if e.out else "") for e in n.ins if e]
         ctrl = sorted("^" + e.src.name for e in n.ctrl)
         result.append(PlacerNode(n.name, n.op, n.device, tuple(data + ctrl), n.origin))
