@@ -23,11 +23,11 @@ Example:
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Sequence
 
 from tfplace import graphs, hooks
 from tfplace.placement_log import PlacementLog
-from tfplace.records import CopyRecord, PlacementRecord
+from tfplace.records import PlacementRecord
 from tfplace.sources import user_stacklevel
 
 __all__ = ["capture_placement", "capture_into"]
@@ -38,15 +38,13 @@ class _Recorder:
 
     def __init__(self, log: PlacementLog, sources: bool, all_threads: bool) -> None:
         self.log = log
+        self.on_op = log.add_event  # the hot path: one call per eager op
         self.sources = sources
         self.all_threads = all_threads
         self.placed_here: set[str] = set()
         self.keys: set[tuple] = set()
 
-    def on_op(self, record: PlacementRecord, copies: Sequence[CopyRecord], placed: Optional[bool]) -> None:
-        self.log.add((record,), copies)
-        if placed is None:
-            return
+    def on_function(self, record: PlacementRecord, placed: bool) -> None:
         if placed:
             self.placed_here.add(record.op)
         elif record.op not in self.placed_here:

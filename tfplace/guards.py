@@ -57,7 +57,10 @@ class _TransferGuard:
     def on_records(self, key: tuple, records: Sequence[PlacementRecord]) -> None:
         """Function nodes are placed by TensorFlow's placer, not guarded here."""
 
-    def on_op(self, record: PlacementRecord, copies: Sequence[CopyRecord], placed: Optional[bool]) -> None:
+    def on_function(self, record: PlacementRecord, placed: bool) -> None:
+        """A function call's copies come with its `on_op`."""
+
+    def on_op(self, record: PlacementRecord, copies: Sequence[CopyRecord]) -> None:
         if not copies or self.levels[-1] == "allow":
             return
         if self.levels[-1] == "log":
@@ -113,7 +116,10 @@ class _DeviceGuard:
     def on_records(self, key: tuple, records: Sequence[PlacementRecord]) -> None:
         """Function nodes are placed by TensorFlow's placer, not guarded here."""
 
-    def on_op(self, record: PlacementRecord, copies: Sequence[CopyRecord], placed: Optional[bool]) -> None:
+    def on_function(self, record: PlacementRecord, placed: bool) -> None:
+        """A function call's device is checked in its `on_op`."""
+
+    def on_op(self, record: PlacementRecord, copies: Sequence[CopyRecord]) -> None:
         if record.device == self.wanted or record.op in self.allow_ops:
             return
         asked = context.context().device_name or "no device (TensorFlow chose)"

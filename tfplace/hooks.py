@@ -3,15 +3,15 @@
 `listening(listener)` registers one op callback for the calling thread and
 calls, for every eager op of the block:
 
-* `listener.on_op(record, copies, placed)` after the op ran: `record` its
+* `listener.on_op(record, copies)` after the op ran: `record` its
   "execute" `PlacementRecord` (with its source line when a listener asked for
   `sources`); `copies` its implicit copies (`CopyRecord`s): inputs whose memory
   (`backing_device`) is elsewhere than the op needs it, except resource
   handles and explicit copies (`tf.identity` under a device,
   `tfplace.to_device`); values TensorFlow keeps in host memory (strings, int32
   on accelerators, a kernel's host-memory arguments) are needed on the host;
-  `placed`: for a function call, whether TensorFlow placed the function just
-  now (True) or earlier (False); None for other ops;
+* `listener.on_function(record, placed)` after a function call's `on_op`:
+  whether TensorFlow placed the function just now (True) or earlier (False);
 * `listener.on_records(key, records)` for the functions an op runs that graph
   collection does not report: an XLA function's "compiled" nodes, the `tf.data`
   functions an iterator instantiates, and a "failed" record when an eager op
@@ -29,8 +29,10 @@ Example:
     >>> from tfplace import hooks
     >>> class Printer:
     ...     sources = all_threads = False
-    ...     def on_op(self, record, copies, placed):
+    ...     def on_op(self, record, copies):
     ...         print(record.op, record.device)
+    ...     def on_function(self, record, placed):
+    ...         pass
     ...     def on_records(self, key, records):
     ...         pass
     >>> x = tf.ones(2)
@@ -77,7 +79,10 @@ class Listener(Protocol):
     sources: bool
     all_threads: bool
 
-    def on_op(self, record: PlacementRecord, copies: Sequence[CopyRecord], placed: Optional[bool]) -> None:
+    def on_op(self, record: PlacementRecord, copies: Sequence[CopyRecord]) -> None:
+        ...
+
+    def on_function(self, record: PlacementRecord, placed: bool) -> None:
         ...
 
     def on_records(self, key: tuple, records: Sequence[PlacementRecord]) -> None:
@@ -144,19 +149,26 @@ def _canonical_or_empty(name: Optional[str]) -> str:
     return canonical_name(name) if name else ""
 
 
-_known: dict[tuple, tuple[str, bool, PlacementRecord]] = {}  # (op, device, requested, attrs) -> description
+_known: dict[tuple, tuple[str, int, PlacementRecord]] = {}  # (op, device, requested, attrs) -> description
 _sourced: dict[tuple[PlacementRecord, str], PlacementRecord] = {}  # one record per op, device and line
 
 
-def _describe(op_type: Any, full: str, requested: Optional[str], types: tuple) -> tuple[str, bool, PlacementRecord]:
-    """(op type, whether it is a function call, its record without source) of an eager op."""
+# What an eager op is, for the op callback: an op whose inputs may be copied, a function call,
+# an op making an iterator (it instantiates tf.data functions), or an op that copies explicitly.
+_OP, _FUNCTION, _ITERATOR, _EXPLICIT = range(4)
+
+
+def _describe(op_type: Any, full: str, requested: Optional[str], types: tuple) -> tuple[str, int, PlacementRecord]:
+    """(op type, what it is, its record without source) of an eager op."""
     op = op_type.decode() if isinstance(op_type, bytes) else op_type
-    function = op.startswith("__") and op_def_registry.get(op) is None
-    if not function:
+    if op.startswith("__") and op_def_registry.get(op) is None:
+        kind = _FUNCTION
+    else:
         op = kernels.op_type(op)
+        kind = _ITERATOR if op in graphs.ITERATOR_OPS else _EXPLICIT if op in EXPLICIT_COPIES else _OP
     record = PlacementRecord(op, "", canonical_name(full), "execute", requested=_canonical_or_empty(requested),
                              dtypes=_dtypes(types))
-    return op, function, record
+    return op, kind, record
 
 
 class _Hook:
@@ -166,6 +178,7 @@ class _Hook:
         self.listeners: list[Listener] = []
         self.calls: tuple[Callable, ...] = ()
         self.sources = False
+        self.thread_data = context.context()._thread_local_data  # pylint: disable=protected-access  # per thread inside
 
     def update(self) -> None:
         self.calls = tuple(listener.on_op for listener in self.listeners)
@@ -182,7 +195,7 @@ class _Hook:
         if graph is not None or not self.calls:
             return None
         full = outputs[0].device if outputs else _device_of(inputs)
-        requested = context.context().device_name
+        requested = self.thread_data.device_name
         try:
             known = _known[(op_type, full, requested, attrs)]
         except KeyError:
@@ -194,11 +207,16 @@ class _Hook:
             types = _type_values(op_type, attrs)
             known = _known.get((op_type, full, requested, types)) or _known.setdefault(
                 (op_type, full, requested, types), _describe(op_type, full, requested, types))
-        op, function, record = known
-        placed: Optional[bool] = None
+        op, kind, record = known
+        placed = False
         copies: Sequence[CopyRecord] = ()
         later: Optional[tuple[tuple, Sequence[PlacementRecord]]] = None
-        if function:
+        if kind == _OP:
+            for tensor in inputs:
+                if tensor.backing_device != full:
+                    copies = _copies(op, inputs, full, record.device)
+                    break
+        elif kind == _FUNCTION:
             if graphs.is_xla(op):
                 later = ("compiled", op, record.device), graphs.compiled_records(op, full)
                 placed = True
@@ -209,16 +227,11 @@ class _Hook:
                         pipeline = datasets.pipeline_of(tensor)
                         if pipeline is not None:
                             later = ("dataset", op), graphs.iterator_records(pipeline, full)
-        elif inputs and op not in EXPLICIT_COPIES:
-            for tensor in inputs:
-                if tensor.backing_device != full:
-                    copies = _copies(op, inputs, full, record.device)
-                    break
-            if op in graphs.ITERATOR_OPS:
-                own = tuple(_function_name(attrs[i + 1]) for i in range(0, len(attrs), 2) if attrs[i] == "f")
-                pipeline = datasets.pipeline_of(inputs[0], own)
-                if pipeline is not None:
-                    later = ("dataset", op), graphs.iterator_records(pipeline, full)
+        elif kind == _ITERATOR and inputs:
+            own = tuple(_function_name(attrs[i + 1]) for i in range(0, len(attrs), 2) if attrs[i] == "f")
+            pipeline = datasets.pipeline_of(inputs[0], own)
+            if pipeline is not None:
+                later = ("dataset", op), graphs.iterator_records(pipeline, full)
         if self.sources or copies:
             source = user_line()
             if copies:
@@ -227,7 +240,10 @@ class _Hook:
                 sourced = (record, source)
                 record = _sourced.get(sourced) or _sourced.setdefault(sourced, record._replace(source=source))
         for call in self.calls:
-            call(record, copies, placed)
+            call(record, copies)
+        if kind == _FUNCTION:
+            for listener in tuple(self.listeners):
+                listener.on_function(record, placed)
         if later is not None:
             self.records(*later)
         return None

@@ -31,8 +31,8 @@ _TABLE_ROWS = 20
 class PlacementLog:
     """The placement events of a block.
 
-    A capture (`tfplace.capture_placement`) writes a log through `add()` and
-    `mark_incomplete()`, its only writers; everything else only reads. While
+    A capture (`tfplace.capture_placement`) writes a log through `add()`,
+    `add_event()` and `mark_incomplete()`, its only writers; everything else only reads. While
     the capture is open the log grows (a test can assert inside the block);
     reading it never changes it.
 
@@ -53,6 +53,12 @@ class PlacementLog:
     def add(self, records: Sequence[PlacementRecord] = (), copies: Sequence[CopyRecord] = ()) -> None:
         """Appends events (the capture's writer; each extend is atomic, so threads may add at once)."""
         self._records.extend(records)
+        if copies:
+            self._copies.extend(copies)
+
+    def add_event(self, record: PlacementRecord, copies: Sequence[CopyRecord] = ()) -> None:
+        """Appends one event and its copies (`add()` for one eager op, the capture's hot path)."""
+        self._records.append(record)
         if copies:
             self._copies.extend(copies)
 
