@@ -1,6 +1,7 @@
 """The console script, run in subprocesses."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -10,6 +11,36 @@ def tfplace(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     command = shutil.which("tfplace") or sys.executable
     prefix = [] if command.endswith("tfplace") else ["-m", "tfplace"]
     return subprocess.run([command, *prefix, *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+def imported(stderr: str) -> set[str]:
+    """The top-level packages that `PYTHONPROFILEIMPORTTIME=1` (`-X importtime`) says were imported."""
+    return {line.rsplit("|", 1)[1].strip().split(".")[0] for line in stderr.splitlines()
+            if line.startswith("import time:") and "|" in line}
+
+
+def messages(stderr: str) -> str:
+    """`stderr` without the import-time lines."""
+    return "".join(line for line in stderr.splitlines(keepends=True) if not line.startswith("import time:"))
+
+
+def test_help_and_usage_errors_answer_without_importing_tensorflow(tmp_path):
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+    main_help = tfplace("--help", env=env)
+    trace_help = tfplace("trace", "--help", env=env)
+    bad_count = tfplace("devices", "--logical_cpus=0", env=env)
+    bogus = tfplace("bogus", env=env)
+    no_script = tfplace("trace", str(tmp_path / "nowhere.py"), env=env)
+    for done in (main_help, trace_help, bad_count, bogus, no_script):
+        assert "tfplace" in imported(done.stderr) and "tensorflow" not in imported(done.stderr)
+    assert main_help.returncode == 0 and main_help.stdout.startswith("usage: tfplace [-h] {devices,env,trace} ...")
+    assert trace_help.returncode == 0 and trace_help.stdout.startswith("usage: tfplace trace [tfplace flags]")
+    assert "--soft_placement, --nosoft_placement" in trace_help.stdout
+    assert bad_count.returncode == 2 and messages(bad_count.stderr).endswith(
+        "logical_cpus=0 (from option --logical_cpus) is not allowed: expected a whole number >= 1\n")
+    assert bogus.returncode == 2 and "invalid choice: 'bogus'" in messages(bogus.stderr)
+    assert no_script.returncode == 2
+    assert "nowhere.py' (from argument script) is not a file" in messages(no_script.stderr)
 
 
 def test_devices_preview_logical_cpus_without_starting_the_runtime():

@@ -1,6 +1,7 @@
 """Placement snapshots and the transfer_guard marker, through pytester (each run a subprocess)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -60,6 +61,125 @@ def test_snapshot_missing_written_matching_and_moved(pytester):
         "*MatMul moved from /device:CPU:1 to /device:CPU:0: /device:CPU:0 0 -> 1, /device:CPU:1 1 -> 0",
         "*--tfplace-update-snapshots*",
     ])
+
+
+def test_each_test_item_has_its_own_snapshot_file(pytester):
+    pytester.makepyfile(test_items="""
+        import pytest, tensorflow as tf
+
+        def ops(n):
+            for _ in range(n):
+                tf.ones(1) + 1.0
+
+        class TestA:
+            def test_step(self, placement_log, placement_snapshot):
+                ops(1)
+                placement_snapshot.assert_match(placement_log)
+
+        class TestB:
+            def test_step(self, placement_log, placement_snapshot):
+                ops(2)
+                placement_snapshot.assert_match(placement_log)
+
+        def test_step(placement_log, placement_snapshot):
+            ops(3)
+            placement_snapshot.assert_match(placement_log)
+
+        @pytest.mark.parametrize("n", [4, 5, 6], ids=["a:b", "a/b", "a_b"])
+        def test_param(placement_log, placement_snapshot, n):
+            ops(n)
+            placement_snapshot.assert_match(placement_log)
+
+        def test_twice(placement_log, placement_snapshot):
+            ops(1)
+            placement_snapshot.assert_match(placement_log)
+            placement_snapshot.assert_match(placement_log)
+    """)
+    written = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--tfplace-update-snapshots")
+    written.assert_outcomes(passed=6, failed=1)
+    written.stdout.fnmatch_lines(["E*AssertionError: placement_snapshot.assert_match() was called again in "
+                                  "test_items.py::test_twice: a test item has one snapshot (*test_twice.json); "
+                                  "compare one log, at the end of the test",
+                                  "tfplace: wrote 7 placement snapshot(s)"])
+    files = sorted((pytester.path / "__placement__" / "test_items").iterdir())
+    assert len(files) == 7
+    adds = sorted(json.loads(path.read_text())["placement"]["/device:CPU:0"]["AddV2"] for path in files)
+    assert adds == [1, 1, 2, 3, 4, 5, 6]
+    assert {path.name for path in files} >= {"TestA.test_step.json", "TestB.test_step.json", "test_step.json",
+                                             "test_param[a_b].json"}
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "not twice").assert_outcomes(passed=6, deselected=1)
+
+
+def test_path_for_names_every_item_apart():
+    test_file = Path("tests/test_model.py")
+    names = [["TestA", "test_step"], ["TestB", "test_step"], ["test_step"], ["test_p[a:b]"], ["test_p[a/b]"],
+             ["test_p[a_b]"], ["test_p[a_b]-0123456789"], ["test_p[" + "x" * 300 + "]"], ["test_p[" + "x" * 301 + "]"]]
+    paths = [snapshots.path_for(test_file, parts) for parts in names]
+    assert len(set(paths)) == len(paths)
+    assert all(path.parent == Path("tests/__placement__/test_model") for path in paths)
+    assert [path.name for path in paths[:3]] == ["TestA.test_step.json", "TestB.test_step.json", "test_step.json"]
+    assert paths[3].name.startswith("test_p[a_b]-") and paths[4].name.startswith("test_p[a_b]-")
+    assert paths[5].name == "test_p[a_b].json"
+    assert all(len(path.name) <= 140 for path in paths)
+
+
+@pytest.mark.parametrize("content, problem", [
+    ("{not json", "is not JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"),
+    ("[]", "holds a JSON list, not an object"),
+    ('{"placement": {}}', 'has no "tfplace_snapshot" key'),
+    ('{"tfplace_snapshot": 1}', 'has no "placement" key'),
+    ('{"tfplace_snapshot": 99, "placement": {}}', 'has "tfplace_snapshot": 99, not the format 1 this tfplace reads'),
+    ('{"tfplace_snapshot": true, "placement": {}}', 'has "tfplace_snapshot": true, not the format 1'),
+    ('{"tfplace_snapshot": 1, "placement": {"/device:CPU:0": 3}}',
+     'has "placement": {"/device:CPU:0": 3}, not op counts per device'),
+    (None, "cannot be read (Is a directory)"),
+])
+def test_a_file_that_is_not_a_snapshot_is_named_with_the_option_that_rewrites_it(tmp_path, content, problem):
+    path = tmp_path / "test_x.json"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_text(content)
+    with pytest.raises(snapshots.SnapshotError) as raised:
+        snapshots.read(path)
+    assert str(raised.value).startswith(f"the placement snapshot {path} {problem}")
+    assert str(raised.value).endswith("allowed is {\"tfplace_snapshot\": 1, \"placement\": {device: {op: count}}}, "
+                                      "as pytest --tfplace-update-snapshots writes it; run pytest with "
+                                      "--tfplace-update-snapshots to rewrite it, then review and commit it")
+
+
+def test_a_broken_snapshot_fails_the_test_and_a_folder_in_its_place_cannot_be_updated(pytester):
+    pytester.makepyfile(test_broken="""
+        import tensorflow as tf
+
+        def test_bad_json(placement_log, placement_snapshot):
+            tf.ones(1) + 1.0
+            placement_snapshot.assert_match(placement_log)
+
+        def test_folder(placement_log, placement_snapshot):
+            tf.ones(1) + 1.0
+            placement_snapshot.assert_match(placement_log)
+    """)
+    folder = pytester.path / "__placement__" / "test_broken"
+    folder.mkdir(parents=True)
+    (folder / "test_bad_json.json").write_text('{"tfplace_snapshot": 1, "placement": ')
+    (folder / "test_folder.json").mkdir()
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines_random([
+        "E*AssertionError: the placement snapshot */test_bad_json.json is not JSON (Expecting value: *): allowed is "
+        "*run pytest with --tfplace-update-snapshots to rewrite it*",
+        "E*AssertionError: the placement snapshot */test_folder.json cannot be read (Is a directory): allowed is*",
+    ])
+    for raw in ("JSONDecodeError", "IsADirectoryError", "KeyError", "TypeError", "snapshots.py:"):
+        assert raw not in result.stdout.str()
+    updated = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--tfplace-update-snapshots")
+    updated.assert_outcomes(passed=1, failed=1)
+    updated.stdout.fnmatch_lines(["E*AssertionError: the placement snapshot */test_folder.json cannot be written "
+                                  "(Is a directory): remove what is in its place*",
+                                  "tfplace: wrote 1 placement snapshot(s)"])
+    assert json.loads((folder / "test_bad_json.json").read_text())["placement"] == {
+        "/device:CPU:0": {"AddV2": 1, "Fill": 1}}
 
 
 def test_transfer_guard_marker_fails_a_test_with_a_copy(pytester):

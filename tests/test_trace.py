@@ -1,6 +1,8 @@
 """`tfplace trace`: a script run under a capture, its report, JSON, plot and usage errors."""
 
+import fnmatch
 import json
+import os
 import subprocess
 import sys
 
@@ -9,7 +11,7 @@ import pytest
 from tfplace import kernels
 from tfplace.placement_log import PlacementLog
 from tfplace.records import CopyRecord, PlacementRecord
-from tfplace.trace import report
+from tfplace.trace import plot, report
 
 SCRIPT = """\
 import sys
@@ -25,9 +27,9 @@ sys.exit(3)
 """
 
 
-def trace(*args, cwd):
+def trace(*args, cwd, env=None):
     return subprocess.run([sys.executable, "-m", "tfplace", "trace", *args], capture_output=True, text=True,
-                          timeout=300, cwd=cwd)
+                          timeout=300, cwd=cwd, env=env)
 
 
 def test_trace_keeps_argv_and_exit_status_and_names_the_copy(tmp_path):
@@ -41,10 +43,12 @@ def test_trace_keeps_argv_and_exit_status_and_names_the_copy(tmp_path):
     assert "  /device:CPU:1  4 op(s): AddV2 3, Fill 1" in lines
     data = json.loads((tmp_path / "out.json").read_text())
     assert data["exit_status"] == 3 and data["args"] == ["a", "--b"]
-    assert {"op": "AddV2", "name": "", "device": "/device:CPU:1", "kind": "execute", "source": "script.py:9"} \
-        in data["records"]
-    assert data["copies"][0] == {"op": "AddV2", "input_index": 0, "from_device": "/device:CPU:0",
-                                 "to_device": "/device:CPU:1", "source": "script.py:9"}
+    assert {"op": "AddV2", "name": "", "device": "/device:CPU:1", "kind": "execute", "source": "script.py:9",
+            "requested": "/device:CPU:1"} in [{k: r[k] for k in ("op", "name", "device", "kind", "source", "requested")}
+                                              for r in data["records"]]
+    assert {k: v for k, v in data["copies"][0].items() if k != "line"} == {
+        "op": "AddV2", "input_index": 0, "from_device": "/device:CPU:0", "to_device": "/device:CPU:1",
+        "source": "script.py:9"}
 
 
 def test_uncaught_exception_keeps_its_traceback_and_status(tmp_path):
@@ -67,6 +71,76 @@ def test_usage_errors_and_the_separator(tmp_path):
     assert "tfplace trace --logical_cpus=2 args.py" in late.stderr
     passed = trace("args.py", "--", "--json=mine", cwd=tmp_path)
     assert passed.returncode == 0 and passed.stdout.splitlines()[0] == "['--json=mine']"
+
+
+def test_boolean_flags_never_take_the_script_as_their_value(tmp_path):
+    (tmp_path / "soft.py").write_text("import sys, tensorflow as tf\n"
+                                      "print(sys.argv[1:], tf.config.get_soft_device_placement())\n")
+    done = trace("--soft_placement", "soft.py", "a", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[0] == "['a'] True"
+    done = trace("--soft_placement=false", "soft.py", cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.splitlines()[0] == "[] False"
+    done = trace("--soft_placement", "--nosoft_placement", "soft.py", "--soft_placement", cwd=tmp_path)
+    assert done.returncode == 2 and "'--soft_placement' comes after the script 'soft.py'" in done.stderr
+    done = trace("--soft_placement=maybe", "soft.py", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.splitlines()[-1] == (
+        "tfplace trace: error: soft_placement='maybe' (from option --soft_placement) cannot be read as "
+        "soft_placement: expected True or False")
+
+
+def test_output_paths_are_checked_before_the_script_runs(tmp_path):
+    (tmp_path / "ran.py").write_text("open('ran.txt', 'w').close()\n")
+    (tmp_path / "folder").mkdir()
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+    expected = {
+        "--json=missing/out.json": "--json='missing/out.json' (from option --json) cannot be written: its folder "
+                                   "'missing' does not exist; allowed is a file in an existing folder",
+        "--json=folder": "--json='folder' (from option --json) cannot be written: 'folder' is a folder; "
+                         "allowed is a file path",
+        "--json=": "--json='' (from option --json) cannot be written: it is empty; allowed is a file path",
+        "--json=ran.py": "--json='ran.py' (from option --json) cannot be written: it is the script 'ran.py', "
+                         "which it would overwrite",
+        "--plot=out.xyz": "--plot='out.xyz' (from option --plot) cannot be written: matplotlib cannot write .xyz: "
+                          "allowed extensions are *.png*",
+        "--plot=missing/p.png": "--plot='missing/p.png' (from option --plot) cannot be written: its folder "
+                                "'missing' does not exist; allowed is a file in an existing folder",
+    }
+    for option, message in expected.items():
+        if option.startswith("--plot"):
+            pytest.importorskip("matplotlib")
+        done = trace(option, "ran.py", cwd=tmp_path, env=env)
+        errors = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
+        assert done.returncode == 2 and len(errors) == 2 and errors[0].startswith("usage: tfplace trace"), done.stderr
+        assert fnmatch.fnmatchcase(errors[1], "tfplace trace: error: " + message), errors[1]
+        assert not (tmp_path / "ran.txt").exists()
+        assert not any(line.rsplit("|", 1)[1].strip() == "tensorflow"
+                       for line in done.stderr.splitlines() if line.startswith("import time:"))
+
+
+def test_plot_is_readable_with_twenty_op_types(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    drawn = []
+    monkeypatch.setattr(Figure, "savefig", lambda figure, *args, **kwargs: drawn.append(figure))
+    ops = [f"Op{i:02d}" for i in range(20)]
+    log = PlacementLog([PlacementRecord(op, "", device, "execute")
+                        for i, op in enumerate(ops) for device in ("/device:CPU:0", "/device:CPU:1")
+                        for _ in range(1 + i % 3)])
+    plot(log, str(tmp_path / "p.png"), top=15)
+    plot(PlacementLog([PlacementRecord("Mul", "", "/device:CPU:0", "execute")] * 3), str(tmp_path / "q.png"))
+    figure, small = drawn
+    axes = figure.axes[0]
+    labels = [text.get_text() for text in axes.get_legend().get_texts()]
+    assert labels[:2] == ["Op02 (6)", "Op05 (6)"] and labels[-1] == "5 other op types (10)" and len(labels) == 16
+    colours = [tuple(bars.patches[0].get_facecolor()) for bars in axes.containers]
+    assert len(set(colours)) == 16  # "other" too has a colour of its own
+    figure.canvas.draw()
+    assert axes.get_legend().get_window_extent().x0 >= axes.get_window_extent().x1  # beside the bars
+    assert [tick.get_text() for tick in axes.get_yticklabels()] == ["/device:CPU:0", "/device:CPU:1"]
+    ticks = small.axes[0].get_xticks()
+    assert len(ticks) >= 2 and all(tick == int(tick) for tick in ticks)  # whole ops: no 0.5
 
 
 def test_plot_draws_a_png_or_says_what_is_missing(tmp_path):

@@ -6,27 +6,18 @@ Example:
     >>> with tfplace.capture_placement() as log:
     ...     y = tf.matmul(tf.ones((2, 3)), tf.ones((3, 2)))
     >>> log.assert_placed("MatMul", "CPU:0")
+
+Importing `tfplace` does not import TensorFlow: each name below loads its
+module on first use, so that the pytest plugin and `tfplace --help` cost nothing.
 """
 
-from tfplace.capture import capture_placement
-from tfplace.configure import Config, configure
-from tfplace.devices import (
-    Device,
-    cpu,
-    device,
-    devices_of,
-    gpu,
-    num_gpus,
-    parse_device,
-    to_device,
-    try_all_gpus,
-    try_gpu,
-)
-from tfplace.guards import device_guard, transfer_guard
-from tfplace.parsing import parse_placement
-from tfplace.placement_log import PlacementLog
-from tfplace.records import CopyRecord, PlacementRecord
-from tfplace.replication import reduce_on, replicate, split_batch, strategy
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
 from tfplace.errors import (
     ConfigurationError,
     DeviceNotFoundError,
@@ -37,7 +28,31 @@ from tfplace.errors import (
     RuntimeInitializedError,
 )
 
+if TYPE_CHECKING:
+    from tfplace.capture import capture_placement
+    from tfplace.configure import Config, configure
+    from tfplace.devices import (Device, cpu, device, devices_of, gpu, num_gpus, parse_device, to_device,
+                                 try_all_gpus, try_gpu)
+    from tfplace.guards import device_guard, transfer_guard
+    from tfplace.parsing import parse_placement
+    from tfplace.placement_log import PlacementLog
+    from tfplace.records import CopyRecord, PlacementRecord
+    from tfplace.replication import reduce_on, replicate, split_batch, strategy
+
 __version__ = "0.1.0"
+
+# Each public name that needs TensorFlow, and the module that defines it.
+_LAZY = {
+    **dict.fromkeys(("capture_placement",), "tfplace.capture"),
+    **dict.fromkeys(("Config", "configure"), "tfplace.configure"),
+    **dict.fromkeys(("Device", "cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "device", "parse_device",
+                     "to_device", "devices_of"), "tfplace.devices"),
+    **dict.fromkeys(("transfer_guard", "device_guard"), "tfplace.guards"),
+    **dict.fromkeys(("parse_placement",), "tfplace.parsing"),
+    **dict.fromkeys(("PlacementLog",), "tfplace.placement_log"),
+    **dict.fromkeys(("PlacementRecord", "CopyRecord"), "tfplace.records"),
+    **dict.fromkeys(("split_batch", "replicate", "reduce_on", "strategy"), "tfplace.replication"),
+}
 
 __all__ = [
     "Config",
@@ -72,3 +87,27 @@ __all__ = [
     "PlacementError",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Loads a public name's module on first use."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tfplace' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+class _Package(types.ModuleType):
+    """`tfplace`: importing the submodule `tfplace.configure` never hides the function `tfplace.configure`."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not (name in _LAZY and isinstance(value, types.ModuleType)):
+            super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

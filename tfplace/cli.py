@@ -231,7 +231,8 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
 
     Every usage error is found before TensorFlow is imported and before the script runs.
     """
-    own = {"--json", "--plot", "--top"} | {f"--{name}" for name in settings.NAMES} | {f"--no{name}" for name in BOOLEANS}
+    own = {"--json", "--plot", "--top", *(f"--{name}" for name in settings.NAMES),
+           *(f"--no{name}" for name in BOOLEANS)}
     for arg in args.args:
         if arg.split("=", 1)[0] in own:
             parser.error(f"{arg!r} comes after the script {args.script!r} (from the command line): tfplace trace's "

@@ -99,22 +99,26 @@ def pytest_report_header(config: pytest.Config) -> Optional[str]:
     return "tfplace devices: " + ", ".join(tfstate.logical_device_names())
 
 
-def _marker_error(item: pytest.Item, marker: str, received: str, allowed: str) -> NoReturn:
+def _marker_error(item: pytest.Item, marker: pytest.Mark, received: str, allowed: str) -> NoReturn:
     """Fails the test's setup: its marker was given arguments it does not take."""
-    pytest.fail(f"{item.nodeid}: @pytest.mark.{marker} received {received} (from the marker's arguments): "
+    pytest.fail(f"{item.nodeid}: @pytest.mark.{marker.name} received {received} (from the marker's arguments): "
                 f"allowed is {allowed}", pytrace=False)
+
+
+def _marker_value(item: pytest.Item, marker: pytest.Mark, name: str, default: Any, allowed: str) -> Any:
+    """The marker's one argument `name`, given by position or keyword, else `default`."""
+    if len(marker.args) > 1 or set(marker.kwargs) - {name} or (marker.args and marker.kwargs):
+        given = [repr(arg) for arg in marker.args] + [f"{key}={value!r}" for key, value in marker.kwargs.items()]
+        _marker_error(item, marker, f"({', '.join(given)})", allowed)
+    return marker.kwargs.get(name, marker.args[0] if marker.args else default)
 
 
 def _gpus_wanted(item: pytest.Item, marker: pytest.Mark) -> int:
     """The `n` of a `requires_gpu` marker, checked."""
     allowed = "n, a whole number >= 1 (default 1), e.g. @pytest.mark.requires_gpu(n=2)"
-    unknown = ", ".join(f"{key}={value!r}" for key, value in marker.kwargs.items() if key != "n")
-    if unknown or len(marker.args) > 1 or (marker.args and "n" in marker.kwargs):
-        given = [repr(arg) for arg in marker.args] + [f"{k}={v!r}" for k, v in marker.kwargs.items()]
-        _marker_error(item, "requires_gpu", f"({', '.join(given)})", allowed)
-    wanted = marker.kwargs.get("n", marker.args[0] if marker.args else 1)
+    wanted = _marker_value(item, marker, "n", 1, allowed)
     if isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 1:
-        _marker_error(item, "requires_gpu", f"n={wanted!r} ({type(wanted).__name__})", allowed)
+        _marker_error(item, marker, f"n={wanted!r} ({type(wanted).__name__})", allowed)
     return wanted
 
 
@@ -123,12 +127,9 @@ def _guard_level(item: pytest.Item, marker: pytest.Mark) -> str:
     from tfplace.guards import LEVELS
 
     allowed = "level, one of " + ", ".join(repr(level) for level in LEVELS) + " (default 'disallow')"
-    if len(marker.args) > 1 or set(marker.kwargs) - {"level"} or (marker.args and marker.kwargs):
-        given = [repr(arg) for arg in marker.args] + [f"{k}={v!r}" for k, v in marker.kwargs.items()]
-        _marker_error(item, "transfer_guard", f"({', '.join(given)})", allowed)
-    level = marker.kwargs.get("level", marker.args[0] if marker.args else "disallow")
+    level = _marker_value(item, marker, "level", "disallow", allowed)
     if level not in LEVELS:
-        _marker_error(item, "transfer_guard", f"level={level!r}", allowed)
+        _marker_error(item, marker, f"level={level!r}", allowed)
     return level
 
 
@@ -222,7 +223,8 @@ def placement_snapshot(request: pytest.FixtureRequest) -> PlacementSnapshot:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # a pytest-xdist worker: its controller prints the summary
-        workeroutput["tfplace_written"] = list(session.config.stash[_WRITTEN])
+        written: dict = session.config.stash[_WRITTEN]
+        workeroutput["tfplace_written"] = list(written)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -246,11 +248,14 @@ class _AskedDevices:
     def __init__(self) -> None:
         self.asked: dict[str, str] = {}
 
-    def on_op(self, record: "PlacementRecord", copies: "Sequence[CopyRecord]", placed: Optional[bool]) -> None:
+    def on_op(self, record: "PlacementRecord", copies: "Sequence[CopyRecord]") -> None:
         if record.requested and record.requested not in self.asked:
             from tfplace.sources import user_line
 
             self.asked[record.requested] = user_line()
+
+    def on_function(self, record: "PlacementRecord", placed: bool) -> None:
+        """A function call asks for its device in its `on_op`."""
 
     def on_records(self, key: tuple, records: "Sequence[PlacementRecord]") -> None:
         """Function nodes: placed by TensorFlow's placer, where the eager call asked."""

@@ -151,7 +151,7 @@ def _colours(count: int) -> list[Any]:
     """
     from matplotlib import colormaps
 
-    maps = [colormaps[name].colors for name in ("tab20", "tab20b", "tab20c")]
+    maps = [getattr(colormaps[name], "colors") for name in ("tab20", "tab20b", "tab20c")]  # ListedColormaps
     ordered = [*maps[0][0::2], *maps[0][1::2], *maps[1], *maps[2]]
     palette = [c for c in ordered if len(set(c[:3])) > 1]
     return [palette[i % len(palette)] for i in range(count)]
@@ -178,7 +178,8 @@ def plot(log: PlacementLog, path: str, *, top: int = 10, title: Optional[str] = 
     labels = {op: f"{op} ({totals[op]})" for op in kept}
     stacked = list(zip(kept, _colours(len(kept))))
     if len(totals) > len(kept):
-        labels["other"] = f"{len(totals) - len(kept)} other op types ({sum(totals.values()) - sum(totals[op] for op in kept)})"
+        rest = sum(totals.values()) - sum(totals[op] for op in kept)
+        labels["other"] = f"{len(totals) - len(kept)} other op types ({rest})"
         stacked.append(("other", "#8c8c8c"))
     height = max(1.6 + 0.5 * len(devices), 0.9 + 0.24 * len(stacked))
     figure, axes = plt.subplots(figsize=(9, height))
