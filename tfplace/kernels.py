@@ -56,6 +56,7 @@ def _arguments(op: str) -> tuple[frozenset[str], frozenset[str]]:
 _NUMBERED = re.compile(r"_\d+$")
 
 
+@functools.lru_cache(maxsize=4096)
 def is_wrapper_plumbing(node: str, op: str) -> bool:
     """True if `node` names an argument or result node of the one-op function TensorFlow
     builds to run eager `op`: named after the op's inputs (`a`, `input__dataset`,
