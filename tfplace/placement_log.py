@@ -107,7 +107,10 @@ class PlacementLog:
         (`_EagerConst`) run in TensorFlow's C++ code, where a capture cannot
         see them: they are left out too. Each record keeps its printed line. A saved log
         cannot tell which nodes the graph optimizer removed or which
-        functions XLA compiled: every placer line is a "place" record.
+        functions XLA compiled: every placer line is a "place" record. The
+        text is read in order: where several threads' eager ops interleave
+        their wrapper lines (a collective's launch threads), some wrapper
+        nodes can remain as "place" records.
 
         Raises:
           TypeError: `text` is not a `str` (decode bytes first).
