@@ -56,9 +56,11 @@ class _Recorder:
                 stacklevel=user_stacklevel())
 
     def on_records(self, key: tuple, records: Sequence[PlacementRecord]) -> None:
-        if key[0] != "compiled" or key not in self.keys:  # TensorFlow places tf.data functions per iterator
+        if key[0] == "compiled":  # once per function and device; tf.data functions are placed per iterator
+            if key in self.keys:
+                return
             self.keys.add(key)
-            self.log.add(records)
+        self.log.add(records)
 
 
 @contextlib.contextmanager

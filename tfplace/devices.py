@@ -32,7 +32,7 @@ from tfplace.errors import DeviceNotFoundError, DeviceSpecError
 
 __all__ = [
     "Device", "parse_device", "cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus",
-    "device", "to_device", "devices_of", "canonical_name",
+    "device", "to_device", "devices_of", "canonical_name", "requested_name",
 ]
 
 ACCEPTED_FORMS = "'GPU:1', '/gpu:1', '/device:GPU:1' or '/job:localhost/replica:0/task:0/device:GPU:1'"
@@ -154,6 +154,17 @@ def canonical_name(name: str) -> str:
     if found is None:
         found = _canonical[name] = parse_device(name).name
     return found
+
+
+def requested_name(spec: Optional[str]) -> str:
+    """The canonical name of a requested device ("" for none, or for a partial spec such as
+    "/job:localhost" that names no device)."""
+    if not spec:
+        return ""
+    try:
+        return canonical_name(spec)
+    except DeviceSpecError:
+        return ""
 
 
 def cpu() -> Device:

@@ -48,11 +48,10 @@ from typing import Any, Iterable, NamedTuple, Optional
 
 from tensorflow.core.framework import function_pb2, graph_pb2
 from tensorflow.python.eager import context
-from tensorflow.python.framework import dtypes as tf_dtypes
 from tensorflow.python.ops import summary_ops_v2
 
 from tfplace import kernels, lowering, tfstate
-from tfplace.devices import canonical_name
+from tfplace.devices import canonical_name, requested_name
 from tfplace.placement_log import PlacementLog
 from tfplace.records import PLUMBING, PlacementRecord
 from tfplace.sources import user_stacklevel
@@ -107,7 +106,7 @@ def detach(log: PlacementLog) -> None:
 def _is_eager_op_wrapper(graph: graph_pb2.GraphDef) -> bool:
     """True for the function TensorFlow wraps around one eager op (or several, collected together).
 
-    Its one node is that op, named after it and pinned to a full device name,
+    Its node is that op, named after its type and pinned to a full device name,
     and its arguments and results are named after the op's inputs and outputs
     (`a`, `b`, `product_RetVal` for MatMul), where a user's function names
     them after its Python parameters. When an eager op fails, the next
@@ -120,11 +119,6 @@ def _is_eager_op_wrapper(graph: graph_pb2.GraphDef) -> bool:
     return all(any(kernels.is_wrapper_plumbing(n.name, op) for op in ops) for n in graph.node if n.op in PLUMBING)
 
 
-@functools.lru_cache(maxsize=256)
-def _dtype_name(enum: int) -> str:
-    return tf_dtypes.as_dtype(enum).name
-
-
 def dtypes_of(node: Any) -> tuple[tuple[str, str], ...]:
     """The type attributes of a NodeDef, e.g. `(("T", "float32"),)`."""
     found = []
@@ -132,19 +126,10 @@ def dtypes_of(node: Any) -> tuple[tuple[str, str], ...]:
         value = node.attr[key]
         kind = value.WhichOneof("value")
         if kind == "type":
-            found.append((key, _dtype_name(value.type)))
+            found.append((key, kernels.dtype_name(value.type)))
         elif kind == "list" and value.list.type:
-            found.append((key, ",".join(_dtype_name(t) for t in value.list.type)))
+            found.append((key, ",".join(kernels.dtype_name(t) for t in value.list.type)))
     return tuple(found)
-
-
-def _requested(spec: str) -> str:
-    if not spec:
-        return ""
-    try:
-        return canonical_name(spec)
-    except ValueError:  # a partial spec such as "/job:localhost"
-        return ""
 
 
 # Grappler names a node it rewrites "<Optimizer>/<Rewrite>_<original name>[/<part>]".
@@ -192,7 +177,7 @@ def placed_records(nodes: list[lowering.PlacerNode], placed: Iterable[Any]) -> l
     records = []
     for node in nodes:
         hit = after.get(node.name)
-        requested = _requested(node.requested)
+        requested = requested_name(node.requested)
         if hit is not None:
             dtypes = dtypes_of(hit) if node.name not in rewritten else ()
             records.append(PlacementRecord(node.op, node.name, canonical_name(hit.device), "place",
@@ -374,7 +359,7 @@ def dataset_records(pipeline: Pipeline, device: str,
         graph = lowering.function_graph_def(function, _library_for(function, full_library),
                                             fake_sinks=pipeline.rewritten and name not in own)
         for node in lowering.placer_nodes(graph):
-            requested = _requested(node.requested)
+            requested = requested_name(node.requested)
             where = arg_devices.get(node.name, "") if node.op == "_Arg" else ""
             records.append(PlacementRecord(node.op, node.name, where or requested or device, "place",
                                            requested=requested))
@@ -414,7 +399,7 @@ def compiled_records(function: str, device: str) -> tuple[PlacementRecord, ...]:
         return ()
     graph = lowering.function_graph_def(definition, function_pb2.FunctionDefLibrary())
     device = canonical_name(device)
-    return tuple(PlacementRecord(kernels.op_type(n.op), n.name, device, "compiled", requested=_requested(n.device),
+    return tuple(PlacementRecord(kernels.op_type(n.op), n.name, device, "compiled", requested=requested_name(n.device),
                                  dtypes=dtypes_of(n)) for n in graph.node)
 
 

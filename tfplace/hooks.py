@@ -55,7 +55,7 @@ from tensorflow.python.framework import errors, op_callbacks, op_def_registry
 from tensorflow.python.ops import script_ops
 
 from tfplace import datasets, graphs, kernels
-from tfplace.devices import canonical_name
+from tfplace.devices import canonical_name, requested_name
 from tfplace.records import CopyRecord, PlacementRecord
 from tfplace.sources import started_by_framework, user_line
 
@@ -99,12 +99,10 @@ def _type_attrs(op: str) -> frozenset[str]:
 
 @functools.lru_cache(maxsize=4096)
 def _dtypes(values: tuple) -> tuple[tuple[str, str], ...]:
-    from tensorflow.python.framework import dtypes as tf_dtypes
-
     def name(value: Any) -> str:
         if isinstance(value, (list, tuple)):
-            return ",".join(tf_dtypes.as_dtype(v).name for v in value)
-        return tf_dtypes.as_dtype(value).name
+            return ",".join(kernels.dtype_name(v) for v in value)
+        return kernels.dtype_name(value)
 
     return tuple((key, name(value)) for key, value in values if value != ())
 
@@ -145,10 +143,6 @@ def _copies(op: str, inputs: Sequence[Any], full: str, device: str) -> list[Copy
     return found
 
 
-def _canonical_or_empty(name: Optional[str]) -> str:
-    return canonical_name(name) if name else ""
-
-
 _known: dict[tuple, tuple[str, int, PlacementRecord]] = {}  # (op, device, requested, attrs) -> description
 _sourced: dict[tuple[PlacementRecord, str], PlacementRecord] = {}  # one record per op, device and line
 
@@ -166,7 +160,7 @@ def _describe(op_type: Any, full: str, requested: Optional[str], types: tuple) -
     else:
         op = kernels.op_type(op)
         kind = _ITERATOR if op in graphs.ITERATOR_OPS else _EXPLICIT if op in EXPLICIT_COPIES else _OP
-    record = PlacementRecord(op, "", canonical_name(full), "execute", requested=_canonical_or_empty(requested),
+    record = PlacementRecord(op, "", canonical_name(full), "execute", requested=requested_name(requested),
                              dtypes=_dtypes(types))
     return op, kind, record
 
@@ -287,7 +281,7 @@ def _record_failure(error: BaseException) -> None:
     name = op[1] if op[1].startswith("__") else kernels.op_type(op[1])
     record = PlacementRecord(name, "", canonical_name(where), "failed",
                              source=user_line() if any(h.sources for h in hooks) else "",
-                             requested=_canonical_or_empty(requested))
+                             requested=requested_name(requested))
     for hook in hooks:
         hook.records(("failed", id(error)), [record])
 

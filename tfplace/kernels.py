@@ -23,10 +23,11 @@ import functools
 import re
 from typing import Optional
 
+from tensorflow.python.framework import dtypes as tf_dtypes
 from tensorflow.python.framework import kernels as tf_kernels
 from tensorflow.python.framework import op_def_registry
 
-__all__ = ["op_type", "is_wrapper_plumbing", "host_memory_inputs", "device_types"]
+__all__ = ["op_type", "dtype_name", "is_wrapper_plumbing", "host_memory_inputs", "device_types"]
 
 _VARIANT_PREFIXES = ("_MklNative", "_Mkl")
 
@@ -43,6 +44,12 @@ def op_type(name: str) -> str:
                 if op_def_registry.get(candidate) is not None:
                     return candidate
     return name
+
+
+@functools.lru_cache(maxsize=256)
+def dtype_name(enum: int) -> str:
+    """The name of a dtype enum of an attribute, e.g. 1 -> "float32"."""
+    return tf_dtypes.as_dtype(enum).name
 
 
 @functools.lru_cache(maxsize=4096)
