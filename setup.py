@@ -10,6 +10,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["tfplace", "tfplace.*"]),
+    package_data={"tfplace": ["data/gpu_kernels.json.gz"]},
     install_requires=["absl-py>=2.0", "keras>=3.0"],
     extras_require={
         "cpu": ["tensorflow-cpu>=2.16"],

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from tfplace.configure import Config, configure
     from tfplace.devices import (Device, cpu, device, devices_of, gpu, num_gpus, parse_device, to_device,
                                  try_all_gpus, try_gpu)
+    from tfplace.explain import Explanation, Readiness
     from tfplace.guards import device_guard, transfer_guard
     from tfplace.parsing import parse_placement
     from tfplace.placement_log import PlacementLog
@@ -48,6 +49,7 @@ _LAZY = {
     **dict.fromkeys(("Device", "cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "device", "parse_device",
                      "to_device", "devices_of"), "tfplace.devices"),
     **dict.fromkeys(("transfer_guard", "device_guard"), "tfplace.guards"),
+    **dict.fromkeys(("Explanation", "Readiness"), "tfplace.explain"),
     **dict.fromkeys(("parse_placement",), "tfplace.parsing"),
     **dict.fromkeys(("PlacementLog",), "tfplace.placement_log"),
     **dict.fromkeys(("PlacementRecord", "CopyRecord"), "tfplace.records"),
@@ -71,6 +73,8 @@ __all__ = [
     "PlacementLog",
     "PlacementRecord",
     "CopyRecord",
+    "Explanation",
+    "Readiness",
     "parse_placement",
     "transfer_guard",
     "device_guard",

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator, Sequence
 
-from tfplace import graphs, hooks
+from tfplace import function_sources, graphs, hooks
 from tfplace.placement_log import PlacementLog
 from tfplace.records import PlacementRecord
 from tfplace.sources import user_stacklevel
@@ -60,7 +60,7 @@ class _Recorder:
             if key in self.keys:
                 return
             self.keys.add(key)
-        self.log.add(records)
+        self.log.add(records if self.sources else graphs.without_sources(records))
 
 
 @contextlib.contextmanager
@@ -95,9 +95,12 @@ def capture_placement(*, sources: bool = False, all_threads: bool = False) -> It
 @contextlib.contextmanager
 def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool = False) -> Iterator[PlacementLog]:
     """`capture_placement()` filling a given log (the pytest fixture's, made earlier)."""
-    graphs.attach(log)
+    graphs.attach(log, sources=sources)
     try:
-        with hooks.listening(_Recorder(log, sources, all_threads)):
+        with contextlib.ExitStack() as stack:
+            if sources:
+                stack.enter_context(function_sources.watching())
+            stack.enter_context(hooks.listening(_Recorder(log, sources, all_threads)))
             yield log
     finally:
         graphs.detach(log)

@@ -264,9 +264,10 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
         parser.error(str(err))
     script_args = [*args.args, *passed]
     log, status = trace.run_script(args.script, script_args)
-    print(trace.report(log, gpus_visible=tfplace.num_gpus() > 0, top=args.top), flush=True)
+    found = trace.findings(log, gpus_visible=tfplace.num_gpus() > 0)
+    print(trace.report(log, found, top=args.top), flush=True)
     if args.json:
-        trace.write_json(args.json, trace.to_json(log, script=args.script, args=script_args, exit_status=status))
+        trace.write_json(args.json, trace.to_json(log, found, script=args.script, args=script_args, exit_status=status))
         print(f"tfplace trace: wrote {len(log.records)} records and {len(log.copies)} copies to {args.json}")
     if args.plot:
         trace.plot(log, args.plot, top=args.top, title=f"ops per device: {os.path.basename(args.script)}")

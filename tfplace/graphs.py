@@ -44,23 +44,23 @@ import functools
 import re
 import threading
 import warnings
-from typing import Any, Iterable, NamedTuple, Optional
+from typing import Any, Iterable, NamedTuple, Optional, Sequence
 
 from tensorflow.core.framework import function_pb2, graph_pb2
 from tensorflow.python.eager import context
 from tensorflow.python.ops import summary_ops_v2
 
-from tfplace import kernels, lowering, tfstate
+from tfplace import function_sources, kernels, lowering, tfstate
 from tfplace.devices import canonical_name, requested_name
 from tfplace.placement_log import PlacementLog
 from tfplace.records import PLUMBING, PlacementRecord
 from tfplace.sources import user_stacklevel
 
-__all__ = ["attach", "detach", "collect", "start", "is_xla", "compiled_records", "dataset_records",
+__all__ = ["attach", "detach", "collect", "start", "with_sources", "without_sources", "is_xla", "compiled_records", "dataset_records",
            "dataset_function_names", "iterator_records", "Pipeline", "ITERATOR_OPS", "MAP_OPS", "OPTIMIZATIONS"]
 
 _lock = threading.RLock()
-_logs: list[PlacementLog] = []  # the open captures' logs, in every thread
+_logs: list[tuple[PlacementLog, bool]] = []  # the open captures' logs, in every thread, and whether they keep sources
 _collecting = False
 waiting = False  # a capture is open but the runtime had not started: the op callback starts collection
 
@@ -83,10 +83,11 @@ def start() -> None:
         waiting = not _collecting
 
 
-def attach(log: PlacementLog) -> None:
-    """Gives `log` the records of every function placed from now until `detach(log)`."""
+def attach(log: PlacementLog, *, sources: bool = False) -> None:
+    """Gives `log` the records of every function placed from now until `detach(log)` (with the
+    lines of the nodes traced while a sources capture was open, when `sources`)."""
     with _lock:
-        _logs.append(log)
+        _logs.append((log, sources))
         start()
 
 
@@ -95,7 +96,7 @@ def detach(log: PlacementLog) -> None:
     global _collecting, waiting
     with _lock:
         collect()
-        _logs.remove(log)
+        _logs[:] = [entry for entry in _logs if entry[0] is not log]
         waiting = waiting and bool(_logs)
         if not _logs and _collecting:
             if not _tensorboard_tracing():  # TensorBoard's trace keeps collecting after the capture
@@ -117,19 +118,6 @@ def _is_eager_op_wrapper(graph: graph_pb2.GraphDef) -> bool:
         return False
     ops = {kernels.op_type(n.op) for n in nodes}
     return all(any(kernels.is_wrapper_plumbing(n.name, op) for op in ops) for n in graph.node if n.op in PLUMBING)
-
-
-def dtypes_of(node: Any) -> tuple[tuple[str, str], ...]:
-    """The type attributes of a NodeDef, e.g. `(("T", "float32"),)`."""
-    found = []
-    for key in sorted(node.attr):
-        value = node.attr[key]
-        kind = value.WhichOneof("value")
-        if kind == "type":
-            found.append((key, kernels.dtype_name(value.type)))
-        elif kind == "list" and value.list.type:
-            found.append((key, ",".join(kernels.dtype_name(t) for t in value.list.type)))
-    return tuple(found)
 
 
 # Grappler names a node it rewrites "<Optimizer>/<Rewrite>_<original name>[/<part>]".
@@ -179,22 +167,37 @@ def placed_records(nodes: list[lowering.PlacerNode], placed: Iterable[Any]) -> l
         hit = after.get(node.name)
         requested = requested_name(node.requested)
         if hit is not None:
-            dtypes = dtypes_of(hit) if node.name not in rewritten else ()
             records.append(PlacementRecord(node.op, node.name, canonical_name(hit.device), "place",
-                                           requested=requested, dtypes=dtypes))
+                                           requested=requested, dtypes=node.dtypes))
             continue
         device = devices.get(node.name) or absorbed.get(node.name)
         kind = "place" if device else "removed"
         records.append(PlacementRecord(node.op, node.name, canonical_name(device) if device else "", kind,
-                                       requested=requested))
+                                       requested=requested, dtypes=node.dtypes))
     return records
+
+
+def with_sources(records: list[PlacementRecord], lines: list[str]) -> list[PlacementRecord]:
+    """`records` with the lines of the nodes they record (one per record, "" where unknown)."""
+    return [record._replace(source=line) if line else record for record, line in zip(records, lines)]
+
+
+def without_sources(records: Sequence[PlacementRecord]) -> Sequence[PlacementRecord]:
+    """`records` with no source lines, for a capture that did not ask for them."""
+    if not any(r.source for r in records):
+        return records
+    return [r._replace(source="") if r.source else r for r in records]
 
 
 def _function_records(function_graphs: Any) -> list[PlacementRecord]:
     graph = function_graphs.pre_optimization_graph
     placed = list(function_graphs.post_optimization_graph.node) or [
         n for g in function_graphs.partition_graphs for n in g.node]
-    records = placed_records(lowering.placer_nodes(graph), [n for n in placed if n.device])
+    nodes = lowering.placer_nodes(graph)
+    records = placed_records(nodes, [n for n in placed if n.device])
+    if function_sources.watched():
+        top = function_sources.lines_of_graph([n.name for n in graph.node if n.op not in PLUMBING])
+        records = with_sources(records, function_sources.node_sources(nodes, top))
     pipeline, device = _graph_datasets(graph, placed)
     if pipeline is not None:
         records.extend(dataset_records(pipeline, device, graph.library))
@@ -358,11 +361,13 @@ def dataset_records(pipeline: Pipeline, device: str,
                        zip(arguments[len(arguments) - len(kinds):], kinds) if kind}
         graph = lowering.function_graph_def(function, _library_for(function, full_library),
                                             fake_sinks=pipeline.rewritten and name not in own)
-        for node in lowering.placer_nodes(graph):
+        nodes = lowering.placer_nodes(graph)
+        lines = function_sources.node_sources(nodes, function_sources.lines(name))
+        for node, line in zip(nodes, lines):
             requested = requested_name(node.requested)
             where = arg_devices.get(node.name, "") if node.op == "_Arg" else ""
-            records.append(PlacementRecord(node.op, node.name, where or requested or device, "place",
-                                           requested=requested))
+            records.append(PlacementRecord(node.op, node.name, where or requested or device, "place", line,
+                                           requested=requested, dtypes=node.dtypes))
     return records
 
 
@@ -399,8 +404,10 @@ def compiled_records(function: str, device: str) -> tuple[PlacementRecord, ...]:
         return ()
     graph = lowering.function_graph_def(definition, function_pb2.FunctionDefLibrary())
     device = canonical_name(device)
-    return tuple(PlacementRecord(kernels.op_type(n.op), n.name, device, "compiled", requested=requested_name(n.device),
-                                 dtypes=dtypes_of(n)) for n in graph.node)
+    lines = function_sources.lines(function)
+    return tuple(PlacementRecord(kernels.op_type(n.op), n.name, device, "compiled", lines.get(n.name, ""),
+                                 requested=requested_name(n.device), dtypes=kernels.node_dtypes(n.attr))
+                 for n in graph.node)
 
 
 def collect() -> int:
@@ -418,6 +425,7 @@ def collect() -> int:
                 "outside the capture.", RuntimeWarning, stacklevel=user_stacklevel())
         for function_graphs in functions:
             records = _function_records(function_graphs)
-            for log in _logs:
-                log.add(records)
+            plain = without_sources(records)
+            for log, sources in _logs:
+                log.add(records if sources else plain)
         return len(functions)

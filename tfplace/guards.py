@@ -26,9 +26,8 @@ import threading
 from typing import Any, Iterator, Optional, Sequence, Union
 
 from absl import logging
-from tensorflow.python.eager import context
 
-from tfplace import hooks
+from tfplace import explain, hooks, kernel_table, tfstate
 from tfplace.devices import Device, device as resolve_device
 from tfplace.errors import ConfigurationError, ImplicitCopyError, PlacementError
 from tfplace.records import CopyRecord, PlacementRecord
@@ -122,12 +121,21 @@ class _DeviceGuard:
     def on_op(self, record: PlacementRecord, copies: Sequence[CopyRecord]) -> None:
         if record.device == self.wanted or record.op in self.allow_ops:
             return
-        asked = context.context().device_name or "no device (TensorFlow chose)"
+        asked = record.requested or "no device (TensorFlow chose)"
         allowed = ", ".join(sorted(self.allow_ops)) or "none"
         raise PlacementError(
             f"{record.op} ran on {record.device} at {user_line() or 'an unknown line'} (asked for: {asked}), but "
             f"device_guard('{self.wanted}') allows only ops on {self.wanted} and the op types in allow_ops "
-            f"({allowed}). Place it with tf.device('{self.wanted}'), or pass allow_ops=('{record.op}',).")
+            f"({allowed}). Why it ran there: {self.why(record)} Place it with tf.device('{self.wanted}'), or "
+            f"pass allow_ops=('{record.op}',).")
+
+    def why(self, record: PlacementRecord) -> str:
+        """The reason `record` ran where it did (`tfplace.explain`), as "reason: message"."""
+        if record.requested and record.requested == record.device:
+            return f"the program asked for {record.device} with tf.device."
+        found = explain.explain_record(record, devices=tfstate.logical_device_names(), table=kernel_table.live(),
+                                       wanted=record.requested or self.wanted)
+        return f"{found.reason}: {found.message}"
 
 
 @contextlib.contextmanager
@@ -148,7 +156,8 @@ def device_guard(device: Union[str, Device, Any], *, allow_ops: Sequence[str] = 
       DeviceNotFoundError: `device` does not exist (before the block runs).
       ConfigurationError: `allow_ops` is a string rather than a sequence of op types.
       PlacementError: in the block, naming the op, where it ran, where it was
-        asked to run and the user's line.
+        asked to run, the user's line and why it ran there (the reasons of
+        `PlacementLog.explain()`).
     """
     if isinstance(allow_ops, str):
         raise ConfigurationError(

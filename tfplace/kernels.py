@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Optional
+from typing import Any, Mapping, Optional, Sequence
 
+from tensorflow.core.framework import types_pb2
 from tensorflow.python.framework import dtypes as tf_dtypes
 from tensorflow.python.framework import kernels as tf_kernels
 from tensorflow.python.framework import op_def_registry
 
-__all__ = ["op_type", "dtype_name", "is_wrapper_plumbing", "host_memory_inputs", "device_types"]
+__all__ = ["op_type", "dtype_name", "node_dtypes", "is_wrapper_plumbing", "host_memory_inputs", "device_types",
+           "resource_inputs", "output_dtypes", "is_op"]
 
 _VARIANT_PREFIXES = ("_MklNative", "_Mkl")
 
@@ -50,6 +52,52 @@ def op_type(name: str) -> str:
 def dtype_name(enum: int) -> str:
     """The name of a dtype enum of an attribute, e.g. 1 -> "float32"."""
     return tf_dtypes.as_dtype(enum).name
+
+
+def node_dtypes(attr: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The type attributes of a node's attr map (NodeDef.attr), e.g. `(("T", "float32"),)`;
+    a list of types is joined with commas."""
+    found = []
+    for key in sorted(attr):
+        value = attr[key]
+        kind = value.WhichOneof("value")
+        if kind == "type":
+            found.append((key, dtype_name(value.type)))
+        elif kind == "list" and value.list.type:
+            found.append((key, ",".join(dtype_name(t) for t in value.list.type)))
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=4096)
+def is_op(name: str) -> bool:
+    """True if `name` is a registered op type (False for a function's name such as `__inference_f_12`)."""
+    return op_def_registry.get(name) is not None
+
+
+@functools.lru_cache(maxsize=4096)
+def resource_inputs(op: str) -> tuple[str, ...]:
+    """Names of `op`'s inputs that are resources (a variable's handle, a table's ...)."""
+    op_def = op_def_registry.get(op)
+    if op_def is None:
+        return ()
+    return tuple(a.name for a in op_def.input_arg if a.type == types_pb2.DT_RESOURCE)
+
+
+def output_dtypes(op: str, dtypes: Sequence[tuple[str, str]]) -> tuple[str, ...]:
+    """The dtype names of `op`'s outputs, given its type attributes (`()` where unknown)."""
+    op_def = op_def_registry.get(op)
+    if op_def is None:
+        return ()
+    values = dict(dtypes)
+    found: list[str] = []
+    for arg in op_def.output_arg:
+        if arg.type:
+            found.append(dtype_name(arg.type))
+        elif arg.type_attr in values:
+            found.append(values[arg.type_attr])
+        elif arg.type_list_attr in values:
+            found.extend(values[arg.type_list_attr].split(","))
+    return tuple(found)
 
 
 @functools.lru_cache(maxsize=4096)

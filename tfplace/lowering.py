@@ -58,6 +58,8 @@ from typing import Any, Mapping, NamedTuple, Optional
 from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, types_pb2
 from tensorflow.python.framework import op_def_registry
 
+from tfplace import kernels
+
 __all__ = ["PlacerNode", "placer_nodes", "function_graph_def"]
 
 _ARGS, _RETS = ("_Arg", "_DeviceArg"), ("_Retval", "_DeviceRetval")
@@ -66,12 +68,14 @@ _IF, _CASE, _WHILE = ("If", "StatelessIf"), ("Case", "StatelessCase"), ("While",
 
 
 class PlacerNode(NamedTuple):
-    """One node as TensorFlow's placer sees it (see the module docstring for `origin`)."""
+    """One node as TensorFlow's placer sees it (see the module docstring for `origin`);
+    `dtypes` are its type attributes, e.g. `(("T", "float32"),)`."""
     name: str
     op: str
     requested: str
     inputs: tuple[str, ...]
     origin: str
+    dtypes: tuple[tuple[str, str], ...] = ()
 
 
 class _Edge(NamedTuple):
@@ -616,5 +620,5 @@ def placer_nodes(graph_def: graph_pb2.GraphDef, *,
         n = node
         data = [e.src.name + (f":{e.out}" if e.out else "") for e in n.ins if e]
         ctrl = sorted("^" + e.src.name for e in n.ctrl)
-        result.append(PlacerNode(n.name, n.op, n.device, tuple(data + ctrl), n.origin))
+        result.append(PlacerNode(n.name, n.op, n.device, tuple(data + ctrl), n.origin, kernels.node_dtypes(n.attr)))
     return result

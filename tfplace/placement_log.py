@@ -16,12 +16,15 @@ from __future__ import annotations
 import threading
 import warnings
 from collections import Counter
-from typing import Any, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
 
 from tfplace import kernels
 from tfplace.devices import parse_device
 from tfplace.parsing import parse_placement
 from tfplace.records import PLUMBING, CopyRecord, PlacementRecord
+
+if TYPE_CHECKING:
+    from tfplace.explain import Explanation, Readiness
 
 __all__ = ["PlacementLog"]
 
@@ -200,6 +203,41 @@ class PlacementLog:
         if absent:
             warnings.warn(f"tfplace: assert_not_placed({op!r}, {device!r}) holds trivially: {absent}",
                           RuntimeWarning, stacklevel=2)
+
+    def explain(self) -> list["Explanation"]:
+        """Why each op ran where it did, for every record that ran elsewhere than it asked or that
+        asked for nothing and ran on a CPU while a GPU was visible: one `Explanation(record,
+        reason, message)` each, `reason` one of "no-device", "no-kernel", "colocated",
+        "host-memory", "xla", "unknown" (see `tfplace.explain`). Computed when asked, from this
+        process's devices and kernel registry.
+
+        >>> import tensorflow as tf, tfplace
+        >>> with tfplace.capture_placement() as log:
+        ...     with tf.device("GPU:0"):            # no GPU here: soft placement moves it
+        ...         y = tf.ones(2) * 2.0
+        >>> [e.reason for e in log.explain() if e.record.op == "Mul"]
+        ['no-device']
+        """
+        from tfplace import explain, kernel_table, tfstate
+
+        return explain.explain(self._records, devices=tfstate.logical_device_names(), table=kernel_table.live())
+
+    def gpu_readiness(self) -> list["Readiness"]:
+        """The recorded ops that would still run on the CPU on a GPU machine, because
+        TensorFlow's CUDA build has no GPU kernel for them with these dtypes: one
+        `Readiness(op, dtypes, gpu_dtypes, sources, message)` per op type and dtypes. Read from
+        this process's kernel registry when it has GPU kernels, else from tfplace's table of the
+        CUDA build's kernels (a warning says so when that table's TensorFlow version differs).
+
+        >>> import tensorflow as tf, tfplace
+        >>> with tfplace.capture_placement() as log:
+        ...     s = tf.strings.join(["a", "b"])
+        >>> [r.op for r in log.gpu_readiness()]
+        ['StringJoin']
+        """
+        from tfplace import explain, kernel_table
+
+        return explain.gpu_readiness(self._records, kernel_table.gpu_table())
 
     def _absent(self, device: str) -> str:
         """That `device` exists neither in this process nor in the log, with the devices that do; "" when it exists."""

@@ -12,8 +12,9 @@ import importlib.util
 import os
 import sys
 from types import CodeType
+from typing import Any, Sequence
 
-__all__ = ["user_line", "user_stacklevel", "shown_path", "started_by_framework"]
+__all__ = ["user_line", "user_stacklevel", "stack_user_line", "shown_path", "started_by_framework"]
 
 
 def _package_dir(name: str) -> str:
@@ -46,7 +47,8 @@ def _classify(code: CodeType) -> str:
     return shown
 
 
-_depths: dict[CodeType, int] = {}  # code of the innermost frame -> frames from it to the user's
+# code of the innermost frame -> (frames from it to the user's, code of the internal frame just inside the user's)
+_depths: dict[CodeType, tuple[int, Any]] = {}
 
 
 def _shown(code: CodeType) -> str:
@@ -57,27 +59,49 @@ def _shown(code: CodeType) -> str:
 def user_line() -> str:
     """`"file.py:LINE"` of the innermost caller outside TensorFlow, Keras and tfplace ("" if none).
 
-    The number of internal frames between a given innermost frame and the user's is remembered,
-    so that a repeated call jumps there (checking it) instead of walking every frame.
+    How many internal frames lie between a given innermost frame and the user's, and which
+    internal code calls the user's frame, are remembered: a repeated call jumps there and
+    takes it when the same internal code calls a user frame there, else walks every frame
+    (a program run by `runpy` from tfplace's own code has user-looking frames further out).
     """
     innermost = sys._getframe(1).f_code
-    depth = _depths.get(innermost)
-    if depth is not None:
+    known = _depths.get(innermost)
+    if known is not None:
+        depth, boundary = known
         try:
             frame = sys._getframe(1 + depth)
         except ValueError:
             frame = None
         if frame is not None:
             shown = _shown(frame.f_code)
-            if shown and (depth == 0 or not _shown(sys._getframe(depth).f_code)):
+            if shown and (depth == 0 or sys._getframe(depth).f_code is boundary):
                 return f"{shown}:{frame.f_lineno}"
-    frame, depth = sys._getframe(1), 0
+    frame, depth, inner = sys._getframe(1), 0, None
     while frame is not None:
         shown = _shown(frame.f_code)
         if shown:
-            _depths[innermost] = depth
+            _depths[innermost] = (depth, inner)
             return f"{shown}:{frame.f_lineno}"
+        inner = frame.f_code
         frame, depth = frame.f_back, depth + 1  # type: ignore[assignment]
+    return ""
+
+
+_files: dict[str, str] = {}  # file name -> shown path, "" for internal code
+
+
+def stack_user_line(frames: Sequence[Any]) -> str:
+    """`"file.py:LINE"` of the innermost frame outside TensorFlow, Keras and tfplace in a
+    stack saved earlier (outermost first; frames with `filename` and `lineno`, such as a
+    graph op's `traceback`), "" if none."""
+    for index in range(len(frames) - 1, -1, -1):
+        frame = frames[index]
+        filename = frame.filename
+        shown = _files.get(filename)
+        if shown is None:
+            shown = _files[filename] = "" if filename.startswith(_INTERNAL) else shown_path(filename)
+        if shown:
+            return f"{shown}:{frame.lineno}"
     return ""
 
 

@@ -2,19 +2,20 @@
 
 The script runs as `__main__` with its own `sys.argv`, under
 `capture_placement(sources=True, all_threads=True)`. After its output comes a report: ops per
-device; ops that ran on the CPU while a GPU was visible, by source line, with
-whether the op has a GPU kernel at all (TensorFlow's kernel registry knows);
-implicit copies by source line, most frequent first. The script's exit status
-is kept, and an uncaught exception's traceback is printed as Python would.
+device; ops that did not run where they asked, and why (`PlacementLog.explain()`), by source
+line; ops that ran on the CPU while a GPU was visible, and why; implicit copies by source
+line, most frequent first; failed ops; with no GPU visible, the GPU readiness of the
+script's ops (`PlacementLog.gpu_readiness()`). The script's exit status is kept, and an
+uncaught exception's traceback is printed as Python would.
 
     tfplace trace --logical_cpus=2 --json=trace.json train.py --epochs=1
 
 Example:
     >>> from tfplace.placement_log import PlacementLog
-    >>> from tfplace.trace import report
+    >>> from tfplace.trace import Findings, report
     >>> log = PlacementLog.from_text(
     ...     "Executing op MatMul in device /job:localhost/replica:0/task:0/device:CPU:0\\n")
-    >>> print(report(log, gpus_visible=False, top=5).splitlines()[2])
+    >>> print(report(log, Findings(gpus_visible=False), top=5).splitlines()[2])
       /device:CPU:0  1 op(s): MatMul 1
 """
 
@@ -26,14 +27,14 @@ import runpy
 import sys
 import traceback
 from collections import Counter
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
-from tfplace import kernels
 from tfplace.capture import capture_placement
+from tfplace.explain import Explanation, Readiness
 from tfplace.placement_log import PlacementLog
 from tfplace.records import PLUMBING, PlacementRecord
 
-__all__ = ["run_script", "report", "to_json", "write_json", "plot"]
+__all__ = ["run_script", "Findings", "findings", "report", "to_json", "write_json", "plot"]
 
 
 def _exit_status(code: Any) -> int:
@@ -91,14 +92,50 @@ def _rows(counter: Counter, top: int) -> tuple[list, int]:
     return rows[:top], max(0, len(rows) - top)
 
 
-def _where(record: PlacementRecord) -> str:
-    if record.source:
-        return record.source
-    return f"inside a function (node {record.name})" if record.kind == "place" else "an unknown line"
+def _where(source: str) -> str:
+    return source or "an unknown line"
 
 
-def report(log: PlacementLog, *, gpus_visible: bool, top: int = 10) -> str:
-    """The trace report of `log`: ops per device, CPU ops while a GPU was visible, implicit copies."""
+def _key(explanation: Explanation, messages: dict[tuple, str]) -> tuple:
+    """(line, op, requested, device, reason) of an explanation; its first message kept in `messages`."""
+    record = explanation.record
+    key = (_where(record.source), record.op, record.requested, record.device, explanation.reason)
+    messages.setdefault(key, explanation.message)
+    return key
+
+
+class Findings(NamedTuple):
+    """What a trace found beyond the records.
+
+    Attributes:
+      gpus_visible: whether the process saw a GPU.
+      explanations: `log.explain()`.
+      readiness: `log.gpu_readiness()` when no GPU was visible, else None.
+      readiness_source: where the GPU kernels of `readiness` come from.
+    """
+
+    gpus_visible: bool
+    explanations: tuple[Explanation, ...] = ()
+    readiness: Optional[tuple[Readiness, ...]] = None
+    readiness_source: str = ""
+
+
+def findings(log: PlacementLog, *, gpus_visible: bool) -> Findings:
+    """Explanations of `log` and, with no GPU visible, its GPU readiness."""
+    if gpus_visible:
+        return Findings(True, tuple(log.explain()))
+    from tfplace import kernel_table
+
+    table = kernel_table.gpu_table()
+    source = table.source + (f"; {table.mismatch}" if table.mismatch else "")
+    return Findings(False, tuple(log.explain()), tuple(log.gpu_readiness()), source)
+
+
+def report(log: PlacementLog, found: Findings, *, top: int = 10) -> str:
+    """The trace report of `log`: ops per device; ops not where asked, and why, by source line;
+    ops on the CPU while a GPU was visible, and why; implicit copies; failed ops; and, with no
+    GPU visible, the ops that would still run on the CPU on a GPU machine."""
+    explanations, readiness = found.explanations, found.readiness
     records = [r for r in log.records if _is_op(r.op)]
     lines = [f"== tfplace trace: {len(records)} op placement(s), {len(log.copies)} implicit copy(ies)",
              "ops per device:"]
@@ -107,35 +144,58 @@ def report(log: PlacementLog, *, gpus_visible: bool, top: int = 10) -> str:
     for device, ops in sorted((d, ops) for d, ops in per_device.items() if ops):
         shown, more = _rows(ops, top)
         listed = ", ".join(f"{op} {n}" for op, n in shown) + (f", and {more} more op type(s)" if more else "")
-        lines.append(f"  {device}  {sum(ops.values())} op(s): {listed}")
+        lines.append(f"  {device or '(removed before running)'}  {sum(ops.values())} op(s): {listed}")
     if not records:
         lines.append("  (no ops ran)")
+    lines.append("not where asked, and why (by source line):")
+    messages: dict[tuple, str] = {}
+    asked = Counter(_key(e, messages) for e in explanations if e.record.requested)
+    shown, more = _rows(asked, top)
+    for key, n in shown:
+        lines.append(f"  {key[0]}  {key[1]} x{n}: {key[4]}: {messages[key]}")
+    lines.append("  (none)" if not asked else f"  ... and {more} more" if more else "")
     lines.append("ops on the CPU while a GPU was visible:")
-    if not gpus_visible:
+    if not found.gpus_visible:
         lines.append("  (no GPU visible)")
     else:
-        on_cpu = Counter((_where(r), r.op) for r in records if ":CPU:" in r.device)
+        on_cpu = Counter(_key(e, messages) for e in explanations if not e.record.requested)
         shown, more = _rows(on_cpu, top)
-        for (where, op), n in shown:
-            kernel = "has a GPU kernel" if "GPU" in kernels.device_types(op) else "has no GPU kernel"
-            lines.append(f"  {where}  {op} x{n} ({kernel})")
+        for key, n in shown:
+            lines.append(f"  {key[0]}  {key[1]} x{n}: {key[4]}: {messages[key]}")
         lines.append("  (none)" if not on_cpu else f"  ... and {more} more" if more else "")
     lines.append("implicit copies (most frequent first):")
-    copies = Counter((c.source or "an unknown line", c.op, c.input_index, c.from_device, c.to_device)
-                     for c in log.copies)
+    copies = Counter((_where(c.source), c.op, c.input_index, c.from_device, c.to_device) for c in log.copies)
     shown, more = _rows(copies, top)
     for (where, op, index, source, target), n in shown:
         lines.append(f"  {where}  x{n}  {op} input #{index} {source} -> {target}")
     lines.append("  (none)" if not copies else f"  ... and {more} more" if more else "")
+    failed = Counter((_where(r.source), r.op, r.device) for r in log.records if r.kind == "failed")
+    if failed:
+        lines.append("failed ops:")
+        shown, more = _rows(failed, top)
+        lines += [f"  {where}  {op} x{n} on {device}" for (where, op, device), n in shown]
+        lines.append(f"  ... and {more} more" if more else "")
+    if readiness is not None:
+        lines.append(f"GPU readiness: ops that would still run on the CPU on a GPU machine ({found.readiness_source}):")
+        for entry in readiness[:top]:
+            dtypes = " ".join(f"{name}={value}" for name, value in entry.dtypes)
+            at = ", ".join(entry.sources[:3]) + (f" and {len(entry.sources) - 3} more" if len(entry.sources) > 3 else "")
+            lines.append(f"  {entry.op}{' ' + dtypes if dtypes else ''} at {at or 'an unknown line'}: {entry.message}")
+        lines.append("  (none)" if not readiness else
+                     f"  ... and {len(readiness) - top} more" if len(readiness) > top else "")
     if not log.complete:
         lines.append(f"incomplete log: {log.incomplete_reason}")
     return "\n".join(line for line in lines if line)
 
 
-def to_json(log: PlacementLog, *, script: str, args: Sequence[str], exit_status: int) -> dict[str, Any]:
-    """Every record and copy of the trace, as JSON-ready data."""
+def to_json(log: PlacementLog, found: Findings, *, script: str, args: Sequence[str],
+            exit_status: int) -> dict[str, Any]:
+    """Every record and copy of the trace, the explanations and the GPU readiness, as JSON-ready data
+    (`gpu_readiness` is null when a GPU was visible)."""
     return {"script": script, "args": list(args), "exit_status": exit_status, "summary": log.summary(),
-            **log.to_json()}
+            **log.to_json(), "explanations": [e.to_json() for e in found.explanations],
+            "gpu_readiness": None if found.readiness is None else [r.to_json() for r in found.readiness],
+            "gpu_readiness_source": found.readiness_source}
 
 
 def write_json(path: str, data: dict[str, Any]) -> None:

@@ -1,0 +1,221 @@
+"""Why an op ran where it did, and which ops would still run on the CPU on a GPU machine.
+
+Both are pure functions of placement records, a device inventory (the device names that
+exist) and a `KernelTable` (`tfplace.kernel_table`); `PlacementLog.explain()` and
+`PlacementLog.gpu_readiness()` call them with this process's devices and registry.
+
+Reasons, in the order they are tried:
+
+* "xla": the node was compiled by XLA, which places a function whole on the device of its call
+  and ignores `tf.device` inside it;
+* "no-device": the asked device does not exist, so soft placement moved the op;
+* "colocated": the op reads a resource (a variable's handle, say), and TensorFlow runs an op
+  where its resources live, whatever `tf.device` asks;
+* "no-kernel": the op has no kernel for its dtypes on the asked device type;
+* "host-memory": the op computes int32 values, which TensorFlow keeps in host memory on
+  accelerators by design;
+* "unknown": none of these.
+
+Example:
+    >>> from tfplace import explain, kernel_table
+    >>> from tfplace.records import PlacementRecord
+    >>> record = PlacementRecord("MatMul", "", "/device:CPU:0", "execute", requested="/device:GPU:0",
+    ...                          dtypes=(("T", "int32"),))
+    >>> found = explain.explain([record], devices=("/device:CPU:0", "/device:GPU:0"),
+    ...                         table=kernel_table.gpu_table())
+    >>> found[0].reason
+    'no-kernel'
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Iterable, NamedTuple, Optional, Sequence
+
+from tfplace import kernels
+from tfplace.kernel_table import KernelTable
+from tfplace.records import PLUMBING, PlacementRecord
+
+__all__ = ["Explanation", "Readiness", "REASONS", "needs_explaining", "explain_record", "explain", "gpu_readiness"]
+
+REASONS = ("no-device", "no-kernel", "colocated", "host-memory", "xla", "unknown")
+_HOST_VALUES = frozenset({"int32"})
+
+
+class Explanation(NamedTuple):
+    """Why `record` ran elsewhere than it asked (or on a CPU while a GPU was visible).
+
+    Attributes:
+      record: the `PlacementRecord` explained.
+      reason: one of `REASONS`.
+      message: one sentence saying why, and what to do about it.
+    """
+
+    record: PlacementRecord
+    reason: str
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The explanation as JSON-ready data."""
+        return {"record": self.record.to_json(), "reason": self.reason, "message": self.message}
+
+
+class Readiness(NamedTuple):
+    """Recorded ops that would still run on the CPU on a GPU machine: no GPU kernel for their dtypes.
+
+    Attributes:
+      op: the op type.
+      dtypes: its type attributes, e.g. `(("T", "int32"),)`.
+      gpu_dtypes: per type attribute, the dtypes that do have a GPU kernel, e.g.
+        `(("T", ("bfloat16", "float32", ...)),)`; `()` when the op has no GPU kernel at all.
+      sources: the `file.py:LINE`s that ran it (most frequent first; empty without sources).
+      message: one sentence saying so, and what to do about it.
+    """
+
+    op: str
+    dtypes: tuple[tuple[str, str], ...]
+    gpu_dtypes: tuple[tuple[str, tuple[str, ...]], ...]
+    sources: tuple[str, ...]
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The readiness entry as JSON-ready data."""
+        return {"op": self.op, "dtypes": [list(p) for p in self.dtypes],
+                "gpu_dtypes": [[name, list(allowed)] for name, allowed in self.gpu_dtypes],
+                "sources": list(self.sources), "message": self.message}
+
+
+def _type(device: str) -> str:
+    return device.rsplit(":", 2)[-2] if device.count(":") >= 2 else ""
+
+
+def _is_op(record: PlacementRecord) -> bool:
+    return record.kind != "removed" and bool(record.device) and record.op not in PLUMBING
+
+
+def needs_explaining(record: PlacementRecord, gpus_visible: bool) -> bool:
+    """True if `record` ran elsewhere than it asked, or asked for nothing and ran on a CPU while a GPU was visible."""
+    if not _is_op(record):
+        return False
+    if record.requested:
+        return record.requested != record.device
+    return gpus_visible and _type(record.device) == "CPU"
+
+
+def _what(record: PlacementRecord) -> str:
+    return f"{record.op} (node {record.name})" if record.name else record.op
+
+
+def _dtypes_text(dtypes: Iterable[tuple[str, str]]) -> str:
+    return ", ".join(f"{name}={value}" for name, value in dtypes) or "its dtypes"
+
+
+def _allowed_text(allowed: Sequence[tuple[str, tuple[str, ...]]], dtypes: Sequence[tuple[str, str]]) -> str:
+    values = dict(dtypes)
+    shown = [(name, names) for name, names in allowed if values.get(name) not in names] or list(allowed)
+    return "; ".join(f"{name} in {', '.join(names)}" for name, names in shown)
+
+
+def explain_record(record: PlacementRecord, *, devices: Sequence[str], table: KernelTable,
+                   wanted: Optional[str] = None) -> Explanation:
+    """Why `record` ran on its device rather than on `wanted` (default: the device it asked for,
+    else the first GPU of `devices`).
+
+    Args:
+      record: a placement record.
+      devices: canonical names of the devices that exist, e.g. `("/device:CPU:0", "/device:GPU:0")`.
+      table: the kernels of the device types involved.
+      wanted: the device the op should have run on, when not the one it asked for (a guard's).
+    """
+    gpus = [d for d in devices if _type(d) == "GPU"]
+    target = wanted or record.requested or (gpus[0] if gpus else "")
+    asked = f"asked for {target}" if record.requested or wanted else f"asked for no device while {target} was visible"
+    what, device = _what(record), record.device
+    target_type = _type(target)
+    if record.kind == "compiled":
+        return Explanation(record, "xla", (
+            f"{what} was compiled by XLA with its function, which XLA places whole on the device of the call "
+            f"({device}) and ignores tf.device('{record.requested}') inside it: put the tf.device scope around the call of the "
+            f"jit_compile=True function, or drop jit_compile to place its ops yourself."))
+    if target and target not in devices:
+        return Explanation(record, "no-device", (
+            f"{what} asked for {target}, which does not exist here (devices: {', '.join(devices) or 'none'}), "
+            f"so soft placement ran it on {device}: ask for one of those devices, or run where {target} exists."))
+    resources = kernels.resource_inputs(record.op)
+    if resources:
+        scope = f"tf.device('{target}')" if target else "the device you want"
+        return Explanation(record, "colocated", (
+            f"{what} {asked} but reads the resource in its input '{resources[0]}' (a variable or another "
+            f"TensorFlow resource), which lives on {device}, and TensorFlow runs an op where its resources live: "
+            f"create the resource under {scope} to run it there."))
+    if target_type and target_type != _type(device) and kernels.is_op(record.op):
+        if not table.supports(record.op, target_type, record.dtypes):
+            allowed = table.supported_dtypes(record.op, target_type)
+            if not table.kernels(record.op, target_type):
+                return Explanation(record, "no-kernel", (
+                    f"{what} has no {target_type} kernel for any dtype ({table.source}), so it ran on {device}: "
+                    f"keep it off the {target_type} path (in the input pipeline, say) or use ops that have one."))
+            return Explanation(record, "no-kernel", (
+                f"{what} has no {target_type} kernel for {_dtypes_text(record.dtypes)} ({target_type} kernels "
+                f"exist for {_allowed_text(allowed, record.dtypes)}), so it ran on {device}: cast its inputs to "
+                f"one of those dtypes to run it on {target_type}."))
+        outputs = kernels.output_dtypes(record.op, record.dtypes)
+        if _type(device) == "CPU" and outputs and set(outputs) <= _HOST_VALUES:
+            return Explanation(record, "host-memory", (
+                f"{what} computes {', '.join(sorted(set(outputs)))} values, which TensorFlow keeps in host memory "
+                f"on accelerators by design (shapes, indices), so it ran on {device}: nothing to fix unless the "
+                "tensor is large, then compute it in another dtype (int64 or float32)."))
+    return Explanation(record, "unknown", (
+        f"{what} {asked} and ran on {device}; no missing device, resource, kernel gap, host-memory rule or "
+        "XLA explains it (TensorFlow's placer may have colocated it with an input): see TensorFlow's own "
+        "log with tfplace.configure(log_placement=True)."))
+
+
+def explain(records: Iterable[PlacementRecord], *, devices: Sequence[str], table: KernelTable) -> list[Explanation]:
+    """One `Explanation` per record that ran elsewhere than it asked, or that asked for nothing
+    and ran on a CPU while a GPU (one of `devices`) was visible; in record order."""
+    gpus_visible = any(_type(d) == "GPU" for d in devices)
+    found: list[Explanation] = []
+    cache: dict[PlacementRecord, Explanation] = {}
+    for record in records:
+        if not needs_explaining(record, gpus_visible):
+            continue
+        key = record._replace(source="", line="")  # eager ops repeat: explain each kind once
+        explained = cache.get(key)
+        if explained is None:
+            explained = cache[key] = explain_record(key, devices=devices, table=table)
+        found.append(explained._replace(record=record))
+    return found
+
+
+def gpu_readiness(records: Iterable[PlacementRecord], table: KernelTable) -> list[Readiness]:
+    """The recorded ops that have no GPU kernel for their dtypes in `table`: they would run on
+    the CPU on a GPU machine too. One entry per op type and dtypes, most frequent first.
+
+    Left out: function calls and their argument/result nodes, removed and XLA-compiled nodes
+    (XLA compiles its own GPU code), and failed ops (their dtypes are not known).
+    """
+    counts: Counter = Counter()
+    lines: dict[tuple, Counter] = {}
+    for record in records:
+        if not _is_op(record) or record.kind in ("compiled", "failed") or not kernels.is_op(record.op):
+            continue
+        key = (record.op, record.dtypes)
+        counts[key] += 1
+        if record.source:
+            lines.setdefault(key, Counter())[record.source] += 1
+    found = []
+    for (op, dtypes), _ in counts.most_common():
+        if table.supports(op, "GPU", dtypes):
+            continue
+        allowed = table.supported_dtypes(op, "GPU")
+        if not table.kernels(op, "GPU"):
+            message = (f"{op} has no GPU kernel for any dtype ({table.source}), so it runs on the CPU on a GPU "
+                       "machine too: keep it off the GPU path (in the input pipeline, say) or use ops that have one.")
+        else:
+            message = (f"{op} has no GPU kernel for {_dtypes_text(dtypes)} ({table.source}; GPU kernels exist for "
+                       f"{_allowed_text(allowed, dtypes)}), so on a GPU machine it would still run on the CPU: "
+                       "cast its inputs to one of those dtypes.")
+        sources = tuple(line for line, _ in lines.get((op, dtypes), Counter()).most_common())
+        found.append(Readiness(op, dtypes, allowed, sources, message))
+    return found

@@ -1,0 +1,118 @@
+"""The user's line behind each node of the functions traced while a `sources=True` capture is open.
+
+TensorFlow keeps the Python stack of every graph op it creates (`Operation.traceback`).
+While watching, each FuncGraph that becomes a function (`tf.function`s, Keras steps, their
+gradients, `cond`/`while` bodies, `tf.data` functions: all go through
+`atomic_function.from_func_graph`) leaves, per node, the first frame outside TensorFlow,
+Keras and tfplace: the line of user code that created it (a Keras layer's MatMul gets the
+line that called the layer). `node_sources()` hands them to the records of placed nodes,
+through their `origin` (see `tfplace.lowering`). Nothing is patched or kept while no
+sources capture is open.
+
+Example:
+    >>> import tensorflow as tf
+    >>> from tfplace import function_sources
+    >>> with function_sources.watching():
+    ...     f = tf.function(lambda x: x * 2.0).get_concrete_function(tf.TensorSpec([2]))
+    >>> function_sources.lines(f.name.decode())["mul"].startswith("<doctest")
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Iterator, Mapping, Sequence
+
+from tensorflow.python.eager.polymorphic_function import atomic_function
+
+from tfplace.lowering import PlacerNode
+from tfplace.sources import stack_user_line
+
+__all__ = ["watching", "watched", "lines", "lines_of_graph", "node_sources"]
+
+_LIMIT = 4096  # functions remembered (oldest forgotten first)
+_lock = threading.Lock()
+_watchers = 0
+_original: Any = None
+_lines: dict[str, dict[str, str]] = {}  # function name -> node name -> "file.py:LINE"
+_by_nodes: dict[tuple[str, ...], str] = {}  # a function's node names (arguments left out) -> its name
+
+
+def _remember(name: str, graph: Any) -> None:
+    operations = graph.get_operations()
+    found = {}
+    for op in operations:
+        stack = op.traceback  # None for an op made without a Python stack
+        line = stack_user_line(stack) if stack is not None else ""
+        if line:
+            found[op.name] = line
+    with _lock:
+        if len(_lines) >= _LIMIT:
+            del _lines[next(iter(_lines))]
+        _lines[name] = found
+        if len(_by_nodes) >= _LIMIT:
+            del _by_nodes[next(iter(_by_nodes))]
+        _by_nodes[tuple(sorted(op.name for op in operations if op.type != "Placeholder"))] = name
+
+
+def _from_func_graph(name: Any, graph: Any, *args: Any, **kwargs: Any) -> Any:
+    """`atomic_function.from_func_graph` while watching: the function, its nodes' lines remembered."""
+    function = _original(name, graph, *args, **kwargs)
+    made = function.name
+    _remember(made.decode() if isinstance(made, bytes) else str(made), graph)
+    return function
+
+
+@contextlib.contextmanager
+def watching() -> Iterator[None]:
+    """Remembers the lines of the functions traced in the block (nested and threaded blocks share one patch)."""
+    global _watchers, _original
+    with _lock:
+        _watchers += 1
+        if _watchers == 1:
+            _original = atomic_function.from_func_graph
+            atomic_function.from_func_graph = _from_func_graph
+    try:
+        yield
+    finally:
+        with _lock:
+            _watchers -= 1
+            if _watchers == 0:
+                atomic_function.from_func_graph = _original
+                _original = None
+
+
+def watched() -> bool:
+    """True once any function was watched (until then there are no lines to look up)."""
+    return bool(_lines)
+
+
+def lines(function: str) -> Mapping[str, str]:
+    """Node name -> `"file.py:LINE"` of `function` (e.g. "__inference_f_12"), empty if it was not watched."""
+    return _lines.get(function, {})
+
+
+def lines_of_graph(node_names: Sequence[str]) -> Mapping[str, str]:
+    """`lines()` of the watched function whose nodes (arguments and results left out) are `node_names`."""
+    name = _by_nodes.get(tuple(sorted(node_names)))
+    return _lines.get(name, {}) if name else {}
+
+
+def node_sources(nodes: Sequence[PlacerNode], top: Mapping[str, str]) -> list[str]:
+    """The line of each placer node: through its origin (`top` holds the lines of the graph's own
+    nodes); a node the lowering passes added takes the line of the node whose name prefixes its own
+    (`cond/switch_pred/_2` that of `cond`, `Func/call/input/_0` that of `call`)."""
+    by_name: dict[str, str] = {}
+    found = []
+    for node in nodes:
+        function, colon, name = node.origin.rpartition(":")
+        line = (_lines.get(function, {}).get(name, "") if colon else top.get(node.origin, "")) if node.origin else ""
+        prefix = node.name[5:] if node.name.startswith("Func/") else node.name
+        while prefix and not line and not node.origin:
+            line = by_name.get(prefix, "") or top.get(prefix, "")
+            prefix = prefix.rpartition("/")[0]
+        if line:
+            by_name[node.name] = line
+        found.append(line)
+    return found

@@ -1,0 +1,190 @@
+"""Which dtypes an op has a kernel for on a device type: from TensorFlow's kernel registry, or
+from tfplace's table of the GPU kernels of TensorFlow's CUDA build.
+
+`tensorflow-cpu` registers no GPU kernels; the CUDA build (`pip install tensorflow`)
+registers them even on a machine without a GPU. `gpu_table()` reads this process's
+registry when it has GPU kernels, else the table shipped in `tfplace/data/gpu_kernels.json.gz`
+(made by `scripts/gpu_kernel_table.py` from the CUDA build of the TensorFlow version it names).
+A `DEFAULT`-device kernel serves every device type.
+
+Example:
+    >>> from tfplace import kernel_table
+    >>> table = kernel_table.gpu_table()
+    >>> table.supports("MatMul", "GPU", (("T", "float32"),)), table.supports("MatMul", "GPU", (("T", "int32"),))
+    (True, False)
+    >>> "int32" in dict(table.supported_dtypes("MatMul", "GPU"))["T"]
+    False
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import os
+import warnings
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
+
+from tfplace.sources import user_stacklevel
+
+__all__ = ["Kernel", "KernelTable", "live", "shipped", "gpu_table", "TABLE_PATH", "TABLE_FORMAT"]
+
+TABLE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "gpu_kernels.json.gz")
+TABLE_FORMAT = "tfplace-gpu-kernels/1"
+_REGENERATE = "python scripts/gpu_kernel_table.py --tensorflow-version {version}"
+
+
+class Kernel(NamedTuple):
+    """One registered kernel.
+
+    Attributes:
+      device: its device type, e.g. "GPU", "CPU" or "DEFAULT" (any device type).
+      constraints: (type attribute, allowed dtype names) pairs, e.g. `(("T", ("float32", "half")),)`;
+        an attribute not named is unconstrained.
+      host_memory: the arguments it keeps in host memory.
+      label: its kernel label ("" for the kernel TensorFlow picks by default).
+    """
+
+    device: str
+    constraints: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    host_memory: tuple[str, ...] = ()
+    label: str = ""
+
+    def accepts(self, dtypes: Mapping[str, str]) -> bool:
+        """True if every constrained attribute that `dtypes` names has an allowed dtype."""
+        return all(dtypes[name] in allowed for name, allowed in self.constraints if name in dtypes)
+
+
+class KernelTable:
+    """The kernels of each op type, as a registry (live or shipped) says.
+
+    Attributes:
+      version: the TensorFlow version the kernels come from.
+      source: where they come from, for messages.
+      mismatch: "" when `version` is the running TensorFlow's, else a sentence saying it is not.
+    """
+
+    def __init__(self, lookup: Callable[[str], Sequence[Kernel]], *, version: str, source: str,
+                 mismatch: str = "") -> None:
+        self._lookup = functools.lru_cache(maxsize=4096)(lookup)
+        self.version = version
+        self.source = source
+        self.mismatch = mismatch
+
+    def kernels(self, op: str, device_type: str) -> tuple[Kernel, ...]:
+        """The unlabelled kernels of `op` that serve `device_type` (its own and DEFAULT ones)."""
+        return tuple(k for k in self._lookup(op) if k.device in (device_type, "DEFAULT") and not k.label)
+
+    def supports(self, op: str, device_type: str, dtypes: Sequence[tuple[str, str]]) -> bool:
+        """True if a kernel of `op` on `device_type` accepts these type attributes."""
+        values = dict(dtypes)
+        return any(k.accepts(values) for k in self.kernels(op, device_type))
+
+    def supported_dtypes(self, op: str, device_type: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """Per type attribute, the dtypes some kernel of `op` on `device_type` allows, e.g.
+        `(("T", ("bfloat16", "float32", ...)),)`; attributes a kernel leaves free are left out;
+        `()` when there is no kernel at all."""
+        kernels = self.kernels(op, device_type)
+        names = {name for k in kernels for name, _ in k.constraints}
+        found = []
+        for name in sorted(names):
+            allowed = [dict(k.constraints).get(name) for k in kernels]
+            if all(a is not None for a in allowed):
+                found.append((name, tuple(sorted({d for a in allowed for d in a}))))  # type: ignore[union-attr]
+        return tuple(found)
+
+    def __repr__(self) -> str:
+        return f"<KernelTable from {self.source}>"
+
+
+def _live_kernels(op: str) -> tuple[Kernel, ...]:
+    from tensorflow.python.framework import dtypes as tf_dtypes
+    from tensorflow.python.framework import kernels as tf_kernels
+
+    return tuple(
+        Kernel(k.device_type,
+               tuple((c.name, tuple(sorted(tf_dtypes.as_dtype(t).name for t in c.allowed_values.list.type)))
+                     for c in k.constraint if c.allowed_values.list.type),
+               tuple(k.host_memory_arg), k.label)
+        for k in tf_kernels.get_registered_kernels_for_op(op).kernel)
+
+
+def _running_version() -> str:
+    from tensorflow.python.framework import versions
+
+    return str(versions.__version__)
+
+
+@functools.lru_cache(maxsize=1)
+def live() -> KernelTable:
+    """This process's kernel registry."""
+    version = _running_version()
+    return KernelTable(_live_kernels, version=version, source=f"TensorFlow {version}'s kernel registry (this process)")
+
+
+def _dtype_constraints(constraints: Mapping[str, Sequence[Any]]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The constraints on type attributes (others, such as GatherNd's `bad_indices_policy`, left out)."""
+    return tuple((name, tuple(allowed)) for name, allowed in sorted(constraints.items())
+                 if allowed and all(isinstance(value, str) and _is_dtype_name(value) for value in allowed))
+
+
+@functools.lru_cache(maxsize=256)
+def _is_dtype_name(value: str) -> bool:
+    from tensorflow.python.framework import dtypes as tf_dtypes
+
+    try:
+        return tf_dtypes.as_dtype(value).name == value
+    except TypeError:
+        return False
+
+
+def _from_json(data: Mapping[str, Any]) -> dict[str, tuple[Kernel, ...]]:
+    return {op: tuple(Kernel(k["device"], _dtype_constraints(k["constraints"]), tuple(k["host_memory"]), k["label"])
+                      for k in kernels)
+            for op, kernels in data["kernels"].items()}
+
+
+@functools.lru_cache(maxsize=4)
+def shipped(path: str = TABLE_PATH) -> KernelTable:
+    """The table of the CUDA build's GPU (and DEFAULT) kernels at `path`.
+
+    Raises:
+      ValueError: the file is not such a table (naming the file and the format expected).
+    """
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"tfplace's GPU kernel table {path} could not be read ({error}): expected gzip-compressed "
+                         f"JSON of format {TABLE_FORMAT!r}; regenerate it with "
+                         + _REGENERATE.format(version=_running_version())) from None
+    if not isinstance(data, dict) or data.get("format") != TABLE_FORMAT or not isinstance(data.get("kernels"), dict):
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f"tfplace's GPU kernel table {path} has format {found!r}: expected {TABLE_FORMAT!r}")
+    kernels = _from_json(data)
+    version = str(data.get("tensorflow_version", "unknown"))
+    running = _running_version()
+    mismatch = "" if version == running else (
+        f"tfplace's GPU kernel table was made from TensorFlow {version}'s CUDA build, but this is TensorFlow "
+        f"{running}: GPU kernels may differ; regenerate it with {_REGENERATE.format(version=running)}")
+    return KernelTable(lambda op: kernels.get(op, ()), version=version, mismatch=mismatch,
+                       source=f"tfplace's table of TensorFlow {version}'s CUDA build")
+
+
+def _live_has_gpu_kernels() -> bool:
+    return any(k.device == "GPU" for k in _live_kernels("MatMul"))
+
+
+def gpu_table(path: Optional[str] = None) -> KernelTable:
+    """The GPU kernels TensorFlow's CUDA build has: this process's registry when it has GPU
+    kernels, else the shipped table (warning once when its TensorFlow version is not this one's)."""
+    if path is None and _live_has_gpu_kernels():
+        return live()
+    table = shipped(path or TABLE_PATH)
+    if table.mismatch and table.mismatch not in _warned:
+        _warned.add(table.mismatch)
+        warnings.warn(f"tfplace: {table.mismatch}", RuntimeWarning, stacklevel=user_stacklevel())
+    return table
+
+
+_warned: set[str] = set()
