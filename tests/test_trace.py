@@ -8,10 +8,9 @@ import sys
 
 import pytest
 
-from tfplace import kernels
 from tfplace.placement_log import PlacementLog
 from tfplace.records import CopyRecord, PlacementRecord
-from tfplace.trace import plot, report
+from tfplace.trace import Findings, plot, report
 
 SCRIPT = """\
 import sys
@@ -155,23 +154,31 @@ def test_plot_draws_a_png_or_says_what_is_missing(tmp_path):
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_report_groups_cpu_ops_by_line_and_says_whether_a_gpu_kernel_exists(monkeypatch):
-    monkeypatch.setattr(kernels, "device_types", lambda op: frozenset({"CPU", "GPU"} if op == "Cast" else {"CPU"}))
+def test_report_groups_cpu_ops_by_line_and_says_why_they_ran_there():
+    from tfplace import explain, kernel_table
     log = PlacementLog(
-        [PlacementRecord("Cast", "", "/device:CPU:0", "execute", "train.py:12")] * 2 + [
-            PlacementRecord("MatMul", "", "/device:GPU:0", "execute", "train.py:13"),
+        [PlacementRecord("Cast", "", "/device:CPU:0", "execute", "train.py:12",
+                         dtypes=(("DstT", "float32"), ("SrcT", "int32"), ("Truncate", "bool")))] * 2 + [
+            PlacementRecord("MatMul", "", "/device:GPU:0", "execute", "train.py:13", dtypes=(("T", "float32"),)),
             PlacementRecord("DecodeJpeg", "", "/device:CPU:0", "execute", "data.py:4"),
-            PlacementRecord("StringFormat", "fmt", "/device:CPU:0", "place")],
+            PlacementRecord("StringFormat", "fmt", "/device:CPU:0", "place"),
+            PlacementRecord("Mul", "", "/device:CPU:1", "execute", "train.py:14", requested="/device:GPU:1")],
         [CopyRecord("AddV2", 1, "/device:CPU:0", "/device:GPU:0", "train.py:20")] * 3 + [
             CopyRecord("Mul", 0, "/device:GPU:1", "/device:GPU:0", "train.py:30")])
-    text = report(log, gpus_visible=True, top=10).splitlines()
+    found = explain.explain(log.records, devices=("/device:CPU:0", "/device:CPU:1", "/device:GPU:0"),
+                            table=kernel_table.shipped())
+    text = report(log, Findings(True, tuple(found)), top=10).splitlines()
+    asked = text.index("not where asked, and why (by source line):")
+    assert text[asked + 1].startswith("  train.py:14  Mul x1: no-device: Mul asked for /device:GPU:1, which does not "
+                                      "exist here (devices: /device:CPU:0, /device:CPU:1, /device:GPU:0)")
     cpu = text.index("ops on the CPU while a GPU was visible:")
-    assert text[cpu + 1:cpu + 4] == [
-        "  train.py:12  Cast x2 (has a GPU kernel)",
-        "  data.py:4  DecodeJpeg x1 (has no GPU kernel)",
-        "  inside a function (node fmt)  StringFormat x1 (has no GPU kernel)"]
+    assert [line.split(": ", 2)[:2] for line in text[cpu + 1:cpu + 4]] == [
+        ["  train.py:12  Cast x2", "unknown"],
+        ["  data.py:4  DecodeJpeg x1", "no-kernel"],
+        ["  function node fmt  StringFormat x1", "no-kernel"]]
+    assert "DecodeJpeg has no GPU kernel for any dtype" in text[cpu + 2]
     copies = text.index("implicit copies (most frequent first):")
     assert text[copies + 1:] == ["  train.py:20  x3  AddV2 input #1 /device:CPU:0 -> /device:GPU:0",
                                  "  train.py:30  x1  Mul input #0 /device:GPU:1 -> /device:GPU:0"]
-    short = report(log, gpus_visible=True, top=1).splitlines()
+    short = report(log, Findings(True, tuple(found)), top=1).splitlines()
     assert short[short.index("implicit copies (most frequent first):") + 2] == "  ... and 1 more"

@@ -129,7 +129,8 @@ def explain_record(record: PlacementRecord, *, devices: Sequence[str], table: Ke
     """
     gpus = [d for d in devices if _type(d) == "GPU"]
     target = wanted or record.requested or (gpus[0] if gpus else "")
-    asked = f"asked for {target}" if record.requested or wanted else f"asked for no device while {target} was visible"
+    asked = (f"asked for {target}" if record.requested else f"was wanted on {target}" if wanted
+             else f"asked for no device while {target} was visible")
     what, device = _what(record), record.device
     target_type = _type(target)
     if record.kind == "compiled":
@@ -139,7 +140,7 @@ def explain_record(record: PlacementRecord, *, devices: Sequence[str], table: Ke
             f"jit_compile=True function, or drop jit_compile to place its ops yourself."))
     if target and target not in devices:
         return Explanation(record, "no-device", (
-            f"{what} asked for {target}, which does not exist here (devices: {', '.join(devices) or 'none'}), "
+            f"{what} {'asked for' if record.requested else 'was wanted on'} {target}, which does not exist here (devices: {', '.join(devices) or 'none'}), "
             f"so soft placement ran it on {device}: ask for one of those devices, or run where {target} exists."))
     resources = kernels.resource_inputs(record.op)
     if resources:

@@ -134,7 +134,9 @@ class _DeviceGuard:
         if record.requested and record.requested == record.device:
             return f"the program asked for {record.device} with tf.device."
         found = explain.explain_record(record, devices=tfstate.logical_device_names(), table=kernel_table.live(),
-                                       wanted=record.requested or self.wanted)
+                                       wanted=None if record.requested else self.wanted)
+        if found.reason == "unknown" and not record.requested:
+            return f"no device was asked for, so TensorFlow chose {record.device}, its default for {record.op}."
         return f"{found.reason}: {found.message}"
 
 

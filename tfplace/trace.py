@@ -99,7 +99,8 @@ def _where(source: str) -> str:
 def _key(explanation: Explanation, messages: dict[tuple, str]) -> tuple:
     """(line, op, requested, device, reason) of an explanation; its first message kept in `messages`."""
     record = explanation.record
-    key = (_where(record.source), record.op, record.requested, record.device, explanation.reason)
+    where = record.source or (f"function node {record.name}" if record.name else "an unknown line")
+    key = (where, record.op, record.requested, record.device, explanation.reason)
     messages.setdefault(key, explanation.message)
     return key
 
