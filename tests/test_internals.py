@@ -29,6 +29,8 @@ INTERNALS = [
     ("tensorflow.python.data.ops.dataset_ops", "DatasetV2.options", "tf.data: whether the graph rewrites run"),
     ("tensorflow.python.eager.polymorphic_function.concrete_function", "ConcreteFunction",
      "tf.data: a MultiDeviceIterator's per-device generator functions"),
+    ("tensorflow.python.eager.context", "Context._set_device",
+     "requested devices: every tf.device scope of a thread (mirrored while a capture listens)"),
     ("tensorflow.python.eager.polymorphic_function.atomic_function", "from_func_graph",
      "sources: every traced function passes here (wrapped while a sources capture is open)"),
     ("tensorflow.python.framework.ops", "Operation.traceback", "sources: the stack that created a graph op"),

@@ -68,6 +68,7 @@ _INT32 = types_pb2.DT_INT32
 _VARIANT = types_pb2.DT_VARIANT
 _HOST = "/job:localhost/replica:0/task:0/device:CPU:0"
 _local = threading.local()
+_requested = threading.local()  # `name`: the thread's tf.device scope, mirrored while hooks listen
 _lock = threading.Lock()
 _hooks: list["_Hook"] = []  # one per listening thread (threads inheriting one are not counted)
 _patched: dict[tuple[Any, str], Any] = {}
@@ -189,7 +190,10 @@ class _Hook:
         if graph is not None or not self.calls:
             return None
         full = outputs[0].device if outputs else _device_of(inputs)
-        requested = self.thread_data.device_name
+        try:
+            requested = _requested.name
+        except AttributeError:  # this thread's first op since the patches went in
+            requested = _requested.name = self.thread_data.device_name
         try:
             known = _known[(op_type, full, requested, attrs)]
         except KeyError:
@@ -302,6 +306,13 @@ def _execute(*args: Any, **kwargs: Any) -> Any:
         raise
 
 
+def _set_device(ctx: Any, device_name: Any, device_spec: Any) -> None:
+    """`Context._set_device` while hooks listen: every `tf.device` scope passes here; mirrored in
+    Python, the scope costs the op callback a thread-local read, not a call into TensorFlow."""
+    _patched[(context.Context, "_set_device")](ctx, device_name, device_spec)
+    _requested.name = device_name
+
+
 def _start(thread: threading.Thread) -> None:
     hooks = _thread_hooks()
     if hooks and (started_by_framework(2) or any(l.all_threads for h in hooks for l in h.listeners)):
@@ -345,6 +356,7 @@ def _py_function_call(registry: Any, token: Any, device: Any, args: Any) -> Any:
 
 
 _PATCHES = ((core, "_status_to_exception", _status_to_exception),
+            (context.Context, "_set_device", _set_device),
             (threading.Thread, "start", _start),
             (script_ops.FuncRegistry, "__call__", _py_function_call))
 
@@ -355,10 +367,12 @@ def _add_callback(hook: _Hook) -> None:
 
 
 def _register(hook: _Hook) -> None:
+    global _requested
     with _lock:
         _add_callback(hook)
         _hooks.append(hook)
         if len(_hooks) == 1:
+            _requested = threading.local()  # scopes set while nothing listened were not mirrored
             for owner, name, replacement in _PATCHES:
                 _patched[(owner, name)] = getattr(owner, name)
                 setattr(owner, name, replacement)
