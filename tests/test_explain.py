@@ -33,6 +33,13 @@ with tfplace.capture_placement() as log:
         v.assign_add(1.0)
 out["colocated"] = explained(log, "AssignAddVariableOp")
 
+small = tf.constant([1, 2])
+with tfplace.capture_placement() as log:
+    with tf.device("CPU:1"):
+        total = small + small
+out["small_int32"] = [[r.device, r.requested] for r in log.records if r.op == "AddV2"] + [
+    e.reason for e in log.explain()]
+
 with tfplace.capture_placement() as log:
     with tf.device("GPU:0"):
         y = tf.ones((2, 2)) * 3.0
@@ -116,6 +123,11 @@ def test_assign_add_under_another_device_is_colocated_with_its_variable(scenario
     [[op, kind, requested, device, reason, message]] = scenarios["colocated"]
     assert (kind, requested, device, reason) == ("execute", "/device:CPU:1", "/device:CPU:0", "colocated")
     assert "lives on /device:CPU:0" in message and "'resource'" in message
+
+
+def test_small_int32_ops_run_where_asked_in_eager_mode(scenarios):
+    assert scenarios["small_int32"] == [["/device:CPU:1", "/device:CPU:1"]], \
+        "TensorFlow pins small integer ops to the host only with TF_EAGER_ENABLE_SMALL_TENSOR_CPU_PINNING"
 
 
 def test_missing_gpu_under_soft_placement_is_no_device(scenarios):
