@@ -44,7 +44,7 @@ def _remember(name: str, graph: Any) -> None:
     found = {}
     for op in operations:
         stack = op.traceback  # None for an op made without a Python stack
-        line = stack_user_line(stack) if stack is not None else ""
+        line = stack_user_line(stack.get_user_frames()) if stack is not None else ""  # TensorFlow's frames left out
         if line:
             found[op.name] = line
     with _lock:

@@ -138,10 +138,9 @@ def _is_dtype_name(value: str) -> bool:
         return False
 
 
-def _from_json(data: Mapping[str, Any]) -> dict[str, tuple[Kernel, ...]]:
-    return {op: tuple(Kernel(k["device"], _dtype_constraints(k["constraints"]), tuple(k["host_memory"]), k["label"])
-                      for k in kernels)
-            for op, kernels in data["kernels"].items()}
+def _kernels_from_json(kernels: Sequence[Mapping[str, Any]]) -> tuple[Kernel, ...]:
+    return tuple(Kernel(k["device"], _dtype_constraints(k["constraints"]), tuple(k["host_memory"]), k["label"])
+                 for k in kernels)
 
 
 @functools.lru_cache(maxsize=4)
@@ -161,13 +160,13 @@ def shipped(path: str = TABLE_PATH) -> KernelTable:
     if not isinstance(data, dict) or data.get("format") != TABLE_FORMAT or not isinstance(data.get("kernels"), dict):
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise ValueError(f"tfplace's GPU kernel table {path} has format {found!r}: expected {TABLE_FORMAT!r}")
-    kernels = _from_json(data)
+    kernels = data["kernels"]  # converted per op type when asked (the table's lookups are cached)
     version = str(data.get("tensorflow_version", "unknown"))
     running = _running_version()
     mismatch = "" if version == running else (
         f"tfplace's GPU kernel table was made from TensorFlow {version}'s CUDA build, but this is TensorFlow "
         f"{running}: GPU kernels may differ; regenerate it with {_REGENERATE.format(version=running)}")
-    return KernelTable(lambda op: kernels.get(op, ()), version=version, mismatch=mismatch,
+    return KernelTable(lambda op: _kernels_from_json(kernels.get(op, ())), version=version, mismatch=mismatch,
                        source=f"tfplace's table of TensorFlow {version}'s CUDA build")
 
 
