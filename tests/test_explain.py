@@ -95,6 +95,17 @@ with tfplace.capture_placement(sources=True) as log:
     list(doubled)
 out["dataset"] = [[r.op, r.source, r.dtypes] for r in log.records if r.kind == "place" and r.op == "Mul"]
 
+with tfplace.capture_placement() as log:
+    try:
+        tf.matmul(tf.ones((2, 3)), tf.ones((2, 3)))  # fails: shapes
+    except tf.errors.InvalidArgumentError:
+        pass
+    try:
+        tf.cast(tf.constant(["a"]), tf.float32)  # fails: strings
+    except tf.errors.UnimplementedError:
+        pass
+out["failed"] = [[r.op, r.dtypes] for r in log.records if r.kind == "failed"]
+
 try:
     with tfplace.device_guard("CPU:1"):
         v.assign_add(1.0)
@@ -175,6 +186,10 @@ def test_function_nodes_carry_the_requested_device_and_their_line(scenarios):
 
 def test_dataset_function_nodes_traced_in_a_sources_capture_have_lines(scenarios):
     assert scenarios["dataset"] == [["Mul", scenarios["lines"]["# the map function"], [["T", "int64"]]]]
+
+
+def test_failed_ops_carry_their_dtypes(scenarios):
+    assert scenarios["failed"] == [["MatMul", [["T", "float32"]]], ["Cast", [["DstT", "float32"], ["SrcT", "string"]]]]
 
 
 def test_device_guard_error_says_why(scenarios):

@@ -46,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
+import sys
 import threading
 from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
@@ -266,8 +267,37 @@ _FAILED_OP = re.compile(r"\[Op:([^\]\s]+)\]")
 _FAILED_DEVICE = re.compile(r"__wrapped__\w*?_device_(/job:[^/}]+/replica:\d+/task:\d+/device:[A-Za-z_]+:\d+)")
 
 
-def _record_failure(error: BaseException) -> None:
-    """Gives the listening hooks a "failed" record for an eager op's error (once per error)."""
+def _failed_dtypes(op: str, frame: Any) -> tuple[tuple[str, str], ...]:
+    """The type attributes of a failed eager op, read from the arguments of its generated Python
+    function (`gen_math_ops.mat_mul(a, b, ...)`), the first frame above `frame` holding all its inputs."""
+    op_def = op_def_registry.get(op)
+    names = [a.name for a in op_def.input_arg] if op_def is not None else []
+    for _ in range(6):
+        if frame is None or not names:
+            return ()
+        values = frame.f_locals
+        if all(name in values for name in names):
+            found: dict[str, str] = {}
+            for arg in op_def.input_arg:  # type: ignore[union-attr]
+                value = values[arg.name]
+                items = value if isinstance(value, (list, tuple)) else [value]
+                kinds = [item.dtype.name for item in items if hasattr(getattr(item, "dtype", None), "name")]
+                if arg.type_attr and kinds:
+                    found.setdefault(arg.type_attr, kinds[0])
+                elif arg.type_list_attr and len(kinds) == len(items):
+                    found.setdefault(arg.type_list_attr, ",".join(kinds))
+            for attr in op_def.attr:  # type attributes given as arguments (Cast's DstT, Shape's out_type)
+                value = values.get(attr.name)
+                if attr.type == "type" and attr.name not in found and hasattr(value, "name"):
+                    found[attr.name] = value.name
+            return tuple(sorted(found.items()))
+        frame = frame.f_back
+    return ()
+
+
+def _record_failure(error: BaseException, dtypes: Optional[tuple[tuple[str, str], ...]] = None) -> None:
+    """Gives the listening hooks a "failed" record for an eager op's error (once per error);
+    `dtypes` when the caller knows them, else read from the frames that called the op."""
     hooks = _thread_hooks()
     if not hooks or getattr(error, "_tfplace_recorded", False):
         return
@@ -283,9 +313,11 @@ def _record_failure(error: BaseException) -> None:
     requested = context.context().device_name
     where = device[1] if device else requested or _HOST
     name = op[1] if op[1].startswith("__") else kernels.op_type(op[1])
+    if dtypes is None:
+        dtypes = _failed_dtypes(name, sys._getframe(2))
     record = PlacementRecord(name, "", canonical_name(where), "failed",
                              source=user_line() if any(h.sources for h in hooks) else "",
-                             requested=requested_name(requested))
+                             requested=requested_name(requested), dtypes=dtypes)
     for hook in hooks:
         hook.records(("failed", id(error)), [record])
 
@@ -297,12 +329,12 @@ def _status_to_exception(status: Any) -> Any:
     return error
 
 
-def _execute(*args: Any, **kwargs: Any) -> Any:
+def _execute(op_name: Any, num_outputs: int, inputs: Any, attrs: Any, ctx: Any, name: Any = None) -> Any:
     """`execute.execute` while hooks listen: the slow path, whose errors TensorFlow's C++ code raises."""
     try:
-        return execute.execute_with_callbacks(*args, **kwargs)
+        return execute.execute_with_callbacks(op_name, num_outputs, inputs, attrs, ctx, name)
     except errors.OpError as error:
-        _record_failure(error)
+        _record_failure(error, _dtypes(_type_values(op_name, attrs)))
         raise
 
 
