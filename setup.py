@@ -15,8 +15,10 @@ setup(
     extras_require={
         "cpu": ["tensorflow-cpu>=2.16"],
         "gpu": ["tensorflow[and-cuda]>=2.16", "nvidia-ml-py>=12"],
-        "test": ["pytest>=8", "pytest-xdist>=3", "hypothesis>=6", "matplotlib>=3.7"],
+        "test": ["pytest>=8", "pytest-xdist>=3", "hypothesis>=6", "matplotlib>=3.7",
+                 "pandas>=2", "ipython>=8", "ipykernel>=6", "nbclient>=0.10", "nbformat>=5"],
         "plot": ["matplotlib>=3.7"],
+        "notebook": ["pandas>=2", "ipython>=8", "ipykernel>=6", "nbclient>=0.10", "nbformat>=5", "nbconvert>=7"],
     },
     entry_points={
         "console_scripts": ["tfplace = tfplace.cli:main"],

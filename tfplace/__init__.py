@@ -102,6 +102,13 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def load_ipython_extension(ipython: Any) -> None:
+    """`%load_ext tfplace` in IPython or Jupyter: registers the `%%placement` cell magic (`tfplace.notebook`)."""
+    from tfplace import notebook
+
+    notebook.load_ipython_extension(ipython)
+
+
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 

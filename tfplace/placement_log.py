@@ -239,6 +239,30 @@ class PlacementLog:
 
         return explain.gpu_readiness(self._records, kernel_table.gpu_table())
 
+    def _repr_html_(self) -> str:
+        """The log as compact HTML, for notebooks: ops per device, copies, failed ops, why ops
+        ran elsewhere than they asked, completeness (`tfplace.display`); `str(log)` stays the text table."""
+        from tfplace import display
+
+        return display.html(self, self.explain())
+
+    def to_dataframe(self) -> Any:
+        """A pandas DataFrame, one row per record: columns op, name, device, kind, source,
+        requested, dtypes (as text, e.g. "T=float32") and line.
+
+        Raises:
+          ImportError: pandas is not installed (it comes with the `notebook` extra).
+        """
+        try:
+            import pandas
+        except ImportError as err:
+            raise ImportError("PlacementLog.to_dataframe needs pandas, which is not installed here: "
+                              "pip install 'tfplace[notebook]' (or pip install pandas)") from err
+        columns = ["op", "name", "device", "kind", "source", "requested", "dtypes", "line"]
+        rows = [(r.op, r.name, r.device, r.kind, r.source, r.requested,
+                 ", ".join(f"{name}={value}" for name, value in r.dtypes), r.line) for r in self._records]
+        return pandas.DataFrame(rows, columns=columns)
+
     def _absent(self, device: str) -> str:
         """That `device` exists neither in this process nor in the log, with the devices that do; "" when it exists."""
         from tfplace import tfstate

@@ -1,0 +1,423 @@
+"""Notebooks: the `%%placement` cell magic and the example notebooks, run by a real IPython kernel of
+this interpreter (nbclient); the HTML display and the DataFrame of a `PlacementLog`.
+
+Each kernel starts TensorFlow: the magic's cells run in one notebook, executed once for the module.
+"""
+
+from __future__ import annotations
+
+import html.parser
+import json
+import os
+import re
+import sys
+import time
+
+import nbformat
+import pytest
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import KernelManager
+from nbclient import NotebookClient
+
+from conftest import ROOT
+
+from tfplace import PlacementLog, PlacementRecord
+
+KERNEL = "tfplace-test-python"
+TIMEOUT = 300  # seconds per cell; each kernel imports TensorFlow
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.fixture(scope="module")
+def kernel_dir(tmp_path_factory):
+    """A kernelspec that runs this interpreter (no global kernelspec is relied on)."""
+    kernels = tmp_path_factory.mktemp("kernels")
+    (kernels / KERNEL).mkdir()
+    (kernels / KERNEL / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "tfplace tests", "language": "python"}), encoding="utf-8")
+    return kernels
+
+
+def execute(nb, kernel_dir, cwd, *, allow_errors: bool = False):
+    """Runs `nb` in a fresh kernel of this interpreter, in `cwd`, and returns it with its outputs."""
+    manager = KernelManager(kernel_name=KERNEL, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernel_dir)]))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TFPLACE_", "TF_CPP"))}
+    client = NotebookClient(nb, km=manager, timeout=TIMEOUT, allow_errors=allow_errors,
+                            resources={"metadata": {"path": str(cwd)}})
+    client.execute(env=env)
+    return nb
+
+
+def outputs(cell, output_type: str) -> list:
+    return [o for o in cell.outputs if o.output_type == output_type]
+
+
+def shown(cell) -> tuple[str, str]:
+    """The placement a %%placement cell displayed: (text/html, text/plain)."""
+    found = [o for o in outputs(cell, "display_data") if 'class="tfplace-placement"' in o.data.get("text/html", "")]
+    assert len(found) == 1, cell.outputs
+    return found[0].data["text/html"], found[0].data["text/plain"]
+
+
+def stream(cell, name: str = "stdout") -> str:
+    return "".join(o.text for o in outputs(cell, "stream") if o.name == name)
+
+
+class _Tables(html.parser.HTMLParser):
+    """The tables of an HTML page: each a list of rows, each a list of cell texts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list[list[list[str]]] = []
+        self.cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self.tables[-1].append([])
+        elif tag in ("td", "th"):
+            self.cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th"):
+            self.tables[-1][-1].append("".join(self.cell).strip())
+            self.cell = None
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.cell.append(data)
+
+
+def tables(page: str) -> list[list[list[str]]]:
+    parser = _Tables()
+    parser.feed(page)
+    return parser.tables
+
+
+def placed(page: str) -> dict[str, set[str]]:
+    """From the display's first table (ops per device): op -> the devices it ran on."""
+    head, *rows = tables(page)[0]
+    found: dict[str, set[str]] = {}
+    for row in rows:
+        if len(row) == len(head):
+            found.setdefault(row[0], set()).update(d for d, n in zip(head[2:], row[2:]) if n.isdigit())
+    return found
+
+
+def value_text(text: str) -> str:
+    """A printed tensor with NumPy's alignment spaces removed: `[[44. 56.] [98. 128.]]`."""
+    return re.sub(r"\s+", " ", re.sub(r"\[\s+", "[", text))
+
+
+# --- the cell magic: one notebook, one kernel ------------------------------------------------
+
+CELLS = {
+    "load": 'import sys\n%load_ext tfplace\nprint("tensorflow" in sys.modules)',
+    "configure": "import tensorflow as tf, tfplace\ntfplace.configure(logical_cpus=2)",
+    "matmul": ('%%placement\nwith tf.device("CPU:1"):\n    c = tf.matmul(tf.ones((2, 3)), tf.ones((3, 2)))\n'
+               'print("printed by the cell")\nc'),
+    "kept": '_placement.devices_for("MatMul"), _placement.complete',
+    "quiet": "%%placement\ntf.ones(2) * 2.0;",
+    "copy": ('%%placement --transfer-guard=disallow\nwith tf.device("CPU:0"):\n    w = tf.ones((2, 2))\n'
+             'with tf.device("CPU:1"):\n    y = tf.matmul(w, w)\nprint("not reached")'),
+    "copy_kept": "[c.source for c in _placement.copies]",
+    "bad_level": '%%placement --transfer-guard=nope\nprint("ran")',
+    "bad_option": '%%placement --source\nprint("ran")',
+    "bad_device": '%%placement --device-guard=GPU:7\nprint("ran")',
+    "device_guard": "%%placement --device-guard=CPU:1\n\ny = tf.ones(2) * 2.0",
+    "why": ('%%placement --sources\nwith tf.device("GPU:0"):\n    m = tf.ones((2, 2)) * 2.0\ntry:\n'
+            "    tf.matmul(tf.ones((2, 3)), tf.ones((2, 3)))\nexcept tf.errors.InvalidArgumentError:\n"
+            '    print("refused")'),
+    "function": "@tf.function\ndef f(x):\n    return x * 2.0\n\nf(tf.ones(2));",
+    "incomplete": "%%placement\nf(tf.ones(2))",
+    "repr": "_placement",
+}
+FAILING = ("copy", "bad_level", "bad_option", "bad_device", "device_guard")
+# The README's example cell and what it says the magic shows.
+README_CELL, README_SHOWN = re.search(r"## Notebooks\n.*?```\n(%%placement.*?)```\n.*?```\n(PlacementLog: .*?)\n```",
+                                      (ROOT / "README.md").read_text(encoding="utf-8"), re.S).groups()
+CELLS.update({
+    "readme_setup": ("a = tf.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])\n"
+                     "b = tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])"),
+    "readme": README_CELL,
+})
+
+
+def executed_once(tmp_path_factory, name: str, run) -> nbformat.NotebookNode:
+    """`run()`'s notebook, executed by one pytest-xdist worker of this session and read by the others
+    (the kernel and TensorFlow start once, not once per worker)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # this session's folder, common to its workers
+    done, failed = shared / f"{name}.ipynb", shared / f"{name}.failed"
+    try:
+        os.close(os.open(shared / f"{name}.lock", os.O_CREAT | os.O_EXCL))
+    except FileExistsError:  # another worker runs it
+        deadline = time.monotonic() + TIMEOUT * 2
+        while not done.exists() and not failed.exists():
+            if time.monotonic() > deadline:
+                pytest.fail(f"the worker that executes {name} did not finish in {TIMEOUT * 2} s")
+            time.sleep(0.2)
+        if failed.exists():
+            pytest.fail(f"the worker that executes {name} failed:\n{failed.read_text(encoding='utf-8')}")
+        return nbformat.read(done, as_version=4)
+    try:
+        nb = run()
+    except BaseException as err:
+        failed.write_text(f"{type(err).__name__}: {err}", encoding="utf-8")
+        raise
+    nbformat.write(nb, shared / f"{name}.partial")
+    os.replace(shared / f"{name}.partial", done)
+    return nb
+
+
+@pytest.fixture(scope="module")
+def magic(kernel_dir, tmp_path_factory):
+    """The magic's notebook, executed: cell name -> executed cell."""
+    cells = []
+    for name, source in CELLS.items():
+        cell = nbformat.v4.new_code_cell(source)
+        if name in FAILING:
+            cell.metadata["tags"] = ["raises-exception"]
+        cells.append(cell)
+    nb = executed_once(tmp_path_factory, "tfplace-magic", lambda: execute(
+        nbformat.v4.new_notebook(cells=cells), kernel_dir, tmp_path_factory.mktemp("magic")))
+    return dict(zip(CELLS, nb.cells))
+
+
+def test_loading_the_extension_does_not_import_tensorflow(magic):
+    assert outputs(magic["load"], "error") == []
+    assert stream(magic["load"]) == "False\n"
+
+
+def test_placement_shows_matmul_on_cpu1_after_the_cells_output_and_result(magic):
+    cell = magic["matmul"]
+    assert [o.output_type for o in cell.outputs] == ["stream", "execute_result", "display_data"]
+    assert stream(cell) == "printed by the cell\n"
+    assert "[[3., 3.]" in cell.outputs[1].data["text/plain"]
+    page, text = shown(cell)
+    assert "MatMul" in page and "/device:CPU:1" in page
+    assert placed(page)["MatMul"] == {"/device:CPU:1"}
+    assert text.splitlines()[0] == "PlacementLog: 3 records, 0 implicit copies, complete"
+    assert re.search(r"MatMul +/device:CPU:1 +execute +1", text)
+
+
+def test_the_log_is_kept_for_the_next_cell(magic):
+    assert magic["kept"].outputs[0].data["text/plain"] == "(('/device:CPU:1',), True)"
+
+
+def test_a_trailing_semicolon_hides_the_result_not_the_placement(magic):
+    cell = magic["quiet"]
+    assert outputs(cell, "execute_result") == []
+    assert placed(shown(cell)[0])["Mul"] == {"/device:CPU:0"}
+
+
+def test_transfer_guard_disallow_fails_the_cell_naming_its_line(magic):
+    cell = magic["copy"]
+    error, = outputs(cell, "error")
+    number = cell.execution_count
+    assert error.ename == "ImplicitCopyError"
+    assert error.evalue.startswith(f"implicit copy at In[{number}]:5: MatMul input #0 lives on /device:CPU:0")
+    traceback = ANSI.sub("", "\n".join(error.traceback))
+    assert f"Cell In[{number}], line 5" in traceback and "y = tf.matmul(w, w)" in traceback
+    assert "not reached" not in stream(cell)
+    page, text = shown(cell)  # what ran until then, shown before the error
+    copies = [row for row in tables(page)[1] if row[:2] == [f"In[{number}]:5", "MatMul"]]
+    assert copies and copies[0][3:5] == ["/device:CPU:0", "/device:CPU:1"], tables(page)
+    assert f"MatMul input #0 /device:CPU:0 -> /device:CPU:1 at In[{number}]:5" in text
+    assert cell.outputs[-1].output_type == "error"
+    assert magic["copy_kept"].outputs[0].data["text/plain"] == repr([f"In[{number}]:5"] * 2)
+
+
+@pytest.mark.parametrize("name, said", [
+    ("bad_level", "--transfer-guard=nope is not a level"),
+    ("bad_option", "unrecognized arguments: --source"),
+    ("bad_device", "device GPU:7 (from tfplace.device_guard's argument device)"),
+])
+def test_a_bad_option_is_one_usage_line_and_the_cell_does_not_run(magic, name, said):
+    cell = magic[name]
+    assert stream(cell) == ""  # print("ran") did not run
+    assert outputs(cell, "display_data") == []
+    line, = stream(cell, "stderr").splitlines()
+    assert line.startswith(f"UsageError: %%placement received {CELLS[name].splitlines()[0][len('%%placement '):]!r}: ")
+    assert said in line
+    assert "allowed: %%placement [--sources] [--transfer-guard=LEVEL] [--device-guard=DEVICE]" in line
+
+
+def test_device_guard_fails_the_cell_naming_its_line(magic):
+    cell = magic["device_guard"]
+    error, = outputs(cell, "error")
+    assert error.ename == "PlacementError"
+    assert error.evalue.startswith(f"Fill ran on /device:CPU:0 at In[{cell.execution_count}]:3 ")  # after a blank line
+    assert "device_guard('/device:CPU:1')" in error.evalue
+
+
+def test_explanations_and_failed_ops_with_cell_lines(magic):
+    cell = magic["why"]
+    number = cell.execution_count
+    assert stream(cell) == "refused\n"
+    page, text = shown(cell)
+    _, failed, why = tables(page)  # ops per device, failed ops, explanations
+    assert [f"In[{number}]:5", "MatMul", "/device:CPU:0", "–", "1"] in failed
+    reasons = {(row[0], row[1], row[4]) for row in why if len(row) == 6}
+    assert {(f"In[{number}]:3", "Fill", "no-device"), (f"In[{number}]:3", "Mul", "no-device")} <= reasons
+    assert "Failed ops" in page and "Not where asked, and why" in page
+    assert "which does not exist here" in page
+    assert "  failed ops:\n    MatMul on /device:CPU:0" in text
+    assert f"Mul on /device:CPU:0 (asked for /device:GPU:0): no-device at In[{number}]:3  x1" in text
+
+
+def test_an_incomplete_log_says_so(magic):
+    page, text = shown(magic["incomplete"])
+    assert "INCOMPLETE" in page and "Incomplete log" in page
+    assert "which TensorFlow placed before the block opened" in page
+    assert "INCOMPLETE" in text.splitlines()[0] and "(incomplete log: the block ran function" in text
+
+
+def test_the_kept_log_displays_as_html(magic):
+    result, = outputs(magic["repr"], "execute_result")
+    assert 'class="tfplace-placement"' in result.data["text/html"]
+    assert result.data["text/plain"].startswith("<PlacementLog: ")
+
+
+def test_the_readme_cell_shows_what_the_readme_says(magic):
+    cell = magic["readme"]
+    assert value_text(stream(cell)) == "tf.Tensor( [[66. 84.] [147. 192.]], shape=(2, 2), dtype=float32) "
+    _, text = shown(cell)
+    assert text == README_SHOWN.replace("In[3]:", f"In[{cell.execution_count}]:")
+
+
+# --- the display and the DataFrame, in this process --------------------------------------------
+
+def test_the_magic_knows_the_transfer_guard_levels_without_importing_tensorflow():
+    from tfplace import guards, notebook
+
+    assert notebook._LEVELS == guards.LEVELS
+
+
+def test_repr_html_escapes_node_and_op_names():
+    log = PlacementLog([
+        PlacementRecord("MatMul", "model/<lambda>&dense", "/device:CPU:0", "place", requested="/device:GPU:0",
+                        dtypes=(("T", "float32"),)),
+        PlacementRecord("Op<T>", "", "/device:CPU:0", "failed"),
+    ])
+    page = log._repr_html_()
+    assert "model/&lt;lambda&gt;&amp;dense" in page and "Op&lt;T&gt;" in page
+    assert "<lambda>" not in page and "Op<T>" not in page
+    assert "no-device" in page  # GPU:0 does not exist here
+    assert str(log).splitlines()[0] == "PlacementLog: 2 records, 0 implicit copies, complete"
+
+
+def test_repr_html_of_a_saved_log_counts_ops_per_device_and_function_plumbing():
+    log = PlacementLog.from_text(
+        "Executing op _MklMatMul in device /job:localhost/replica:0/task:0/device:CPU:1\n"
+        "x: (_Arg): /job:localhost/replica:0/task:0/device:CPU:0\n"
+        "y: (Mul): /job:localhost/replica:0/task:0/device:CPU:0\n")
+    page = log._repr_html_()
+    assert placed(page) == {"MatMul": {"/device:CPU:1"}, "Mul": {"/device:CPU:0"}}
+    assert "+1 function argument/result event" in page
+
+
+def test_repr_html_says_when_a_log_is_incomplete():
+    log = PlacementLog([PlacementRecord("MatMul", "", "/device:CPU:0", "execute")])
+    with pytest.warns(RuntimeWarning):
+        log.mark_incomplete("the block ran function <f> & more")
+    page = log._repr_html_()
+    assert "INCOMPLETE" in page and "the block ran function &lt;f&gt; &amp; more" in page
+
+
+def test_to_dataframe_has_one_row_per_record():
+    log = PlacementLog.from_text(
+        "Executing op MatMul in device /job:localhost/replica:0/task:0/device:CPU:0\n"
+        "Executing op AddN in device /job:localhost/replica:0/task:0/device:CPU:1\n")
+    log.add([PlacementRecord("Mul", "f/mul", "/device:CPU:0", "place", "cell.py:3", "/device:CPU:0",
+                             (("T", "float32"),))])
+    frame = log.to_dataframe()
+    assert list(frame.columns) == ["op", "name", "device", "kind", "source", "requested", "dtypes", "line"]
+    assert len(frame) == len(log) == 3
+    assert frame["op"].tolist() == ["MatMul", "AddN", "Mul"]
+    assert frame.iloc[2].tolist()[:7] == ["Mul", "f/mul", "/device:CPU:0", "place", "cell.py:3", "/device:CPU:0",
+                                          "T=float32"]
+    assert frame.iloc[1]["line"].startswith("Executing op AddN")
+    assert list(PlacementLog().to_dataframe().columns) == list(frame.columns)
+
+
+def test_to_dataframe_without_pandas_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas raises ImportError
+    with pytest.raises(ImportError, match=r"pip install 'tfplace\[notebook\]'"):
+        PlacementLog().to_dataframe()
+
+
+# --- the example notebooks ----------------------------------------------------------------------
+
+EXAMPLES = ROOT / "examples"
+
+
+def example(name: str, kernel_dir) -> dict[str, object]:
+    """The example notebook, executed: its first line -> code cell (the first cell with that line)."""
+    nb = execute(nbformat.read(EXAMPLES / name, as_version=4), kernel_dir, EXAMPLES)
+    found: dict[str, object] = {}
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            found.setdefault(cell.source, cell)
+    return found
+
+
+def cell_with(cells: dict, text: str):
+    return next(cell for source, cell in cells.items() if text in source)
+
+
+@pytest.mark.parametrize("name", ["gpu_guide.ipynb", "d2l_gpus.ipynb"])
+def test_example_notebooks_are_committed_without_outputs(name):
+    nb = nbformat.read(EXAMPLES / name, as_version=4)
+    nbformat.validate(nb)
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    assert code and all(cell.outputs == [] and cell.execution_count is None for cell in code)
+    assert "tfplace.configure(logical_cpus=2)" in code[0].source and "%load_ext tfplace" in code[0].source
+
+
+def test_gpu_guide_notebook_shows_the_guides_placement(kernel_dir):
+    cells = example("gpu_guide.ipynb", kernel_dir)
+    first = cell_with(cells, "c = tf.matmul(a, b)\nprint(c)")
+    assert value_text(stream(first)) == "tf.Tensor( [[22. 28.] [49. 64.]], shape=(2, 2), dtype=float32) "
+    assert placed(shown(first)[0]) == {"MatMul": {"/device:CPU:0"}}
+    assert stream(cell_with(cells, "print(\"\\n\".join(_placement.guide_lines()))")) == (
+        "Executing op MatMul in device /job:localhost/replica:0/task:0/device:CPU:0\n")
+    missing = cell_with(cells, "/device:GPU:2")
+    assert "no-device" in shown(missing)[0] and f"In[{missing.execution_count}]:6" in shown(missing)[0]
+
+    replicated = cell_with(cells, "tf.add_n(c)")
+    assert "[[44. 56.] [98. 128.]]" in value_text(stream(replicated))
+    page, _ = shown(replicated)
+    assert placed(page) == {"MatMul": {"/device:CPU:0", "/device:CPU:1"}, "AddN": {"/device:CPU:0"}}
+    copy_rows = tables(page)[1][1:]
+    assert copy_rows == [[f"In[{replicated.execution_count}]:9", "AddN", "#1", "/device:CPU:1", "/device:CPU:0", "1"]]
+    assert stream(cell_with(cells, '_placement.assert_placed("AddN", "CPU:0")')).splitlines()[-1] == (
+        "Executing op AddN in device /job:localhost/replica:0/task:0/device:CPU:0")
+
+    guarded = cell_with(cells, "--transfer-guard=disallow")
+    assert "[[44., 56.], [98., 128.]]" in value_text(outputs(guarded, "execute_result")[0].data["text/plain"])
+    assert placed(shown(guarded)[0])["AddN"] == {"/device:CPU:0"}
+    mirrored = cell_with(cells, "MirroredStrategy(")
+    assert outputs(mirrored, "execute_result")[0].data["text/plain"] == "('/device:CPU:0', '/device:CPU:1')"
+    assert placed(shown(mirrored)[0])["VarHandleOp"] == {"/device:CPU:0", "/device:CPU:1"}
+    assert "text/html" in outputs(cell_with(cells, "_placement.to_dataframe()"), "execute_result")[0].data
+
+
+def test_d2l_notebook_shows_the_chapters_placement(kernel_dir):
+    cells = example("d2l_gpus.ipynb", kernel_dir)
+    assert outputs(cell_with(cells, "dev0, dev1 = stand_in(0)"), "execute_result")[0].data["text/plain"] == (
+        "(Device('/device:CPU:0'), Device('/device:CPU:1'))")
+    assert placed(shown(cell_with(cells, "X = tf.ones((2, 3))"))[0]) == {"Fill": {"/device:CPU:0"}}
+    assert placed(shown(cell_with(cells, "Y = tf.random.uniform"))[0]) == {"RandomUniform": {"/device:CPU:1"}}
+    assert placed(shown(cell_with(cells, "total = Y + Z"))[0]) == {"AddV2": {"/device:CPU:1"}}
+    assert outputs(cell_with(cells, "Z2 is Z"), "execute_result")[0].data["text/plain"] == "True"
+    uncopied = cell_with(cells, "uncopied = X + Y")
+    page, _ = shown(uncopied)
+    assert tables(page)[1][1:] == [[f"In[{uncopied.execution_count}]:3", "AddV2", "#0", "/device:CPU:0",
+                                     "/device:CPU:1", "1"]]
+    assert placed(shown(cell_with(cells, "net(X)"))[0])["MatMul"] == {"/device:CPU:0"}
+    weights = outputs(cell_with(cells, "tfplace.devices_of(net.layers[0].weights[0])"), "execute_result")[0]
+    assert weights.data["text/plain"] == ("(('/device:CPU:0', '/device:CPU:1'), ('/device:CPU:0', '/device:CPU:1'))")

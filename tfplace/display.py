@@ -1,0 +1,230 @@
+"""How a `PlacementLog` looks in a notebook: a compact HTML view, and the same as text.
+
+`html(log, explanations)` and `text(log, explanations)` are pure functions of a log and its
+`log.explain()`: a summary line (records, implicit copies, complete or INCOMPLETE with the
+reason), ops per device (the arguments and results of TensorFlow's internal functions counted
+in one line, as `log.table()` does), the implicit copies with their lines, the failed ops, and
+why ops ran elsewhere than they asked (grouped by line and op). Every text of the log is
+escaped: op and node names can hold `<` and `&`. `PlacementLog._repr_html_` is `html(log,
+log.explain())`; the `%%placement` cell magic (`tfplace.notebook`) shows both.
+
+Example:
+    >>> from tfplace.display import html, text
+    >>> from tfplace.placement_log import PlacementLog
+    >>> from tfplace.records import PlacementRecord
+    >>> log = PlacementLog([PlacementRecord("MatMul", "", "/device:CPU:1", "execute"),
+    ...                     PlacementRecord("AddV2", "f/<lambda>", "/device:CPU:0", "failed")])
+    >>> page = html(log, [])
+    >>> "/device:CPU:1" in page, "f/&lt;lambda&gt;" in page, "<lambda>" in page
+    (True, True, False)
+    >>> print(text(log, []).splitlines()[0])
+    PlacementLog: 2 records, 0 implicit copies, complete
+"""
+
+from __future__ import annotations
+
+import html as _html
+from collections import Counter
+from typing import TYPE_CHECKING, Sequence
+
+from tfplace.records import PLUMBING, PlacementRecord
+
+if TYPE_CHECKING:
+    from tfplace.explain import Explanation
+    from tfplace.placement_log import PlacementLog
+
+__all__ = ["html", "text", "MAX_ROWS"]
+
+MAX_ROWS = 30  # rows per table; the rest is counted in one line
+
+_FONT = "font-family:var(--jp-code-font-family,ui-monospace,SFMono-Regular,Menlo,Consolas,monospace)"
+_BOX = "font-size:13px;line-height:1.4;margin:4px 0;max-width:100%;overflow-x:auto"
+_TABLE = f"border-collapse:collapse;margin:2px 0 8px 0;font-size:12px;{_FONT}"
+_BASE = "padding:1px 12px 1px 0;border:0;border-bottom:1px solid rgba(128,128,128,.25);vertical-align:top;" \
+        "white-space:nowrap"
+_CELL = _BASE + ";text-align:left"
+_NUM = _BASE + ";text-align:right"
+_HEAD = "padding:1px 12px 1px 0;border:0;border-bottom:1px solid rgba(128,128,128,.7);vertical-align:bottom;" \
+        "white-space:nowrap;font-weight:600"
+_MUTED = "opacity:.55"
+_MESSAGE = "padding:0 0 6px 16px;border:0;text-align:left;white-space:normal;font-size:12px;opacity:.8;" \
+           "font-family:var(--jp-ui-font-family,system-ui,sans-serif)"
+_COUNT5 = (False,) * 4 + (True,)
+_COUNT6 = (False,) * 5 + (True,)
+_TITLE = "font-weight:600;margin:6px 0 0 0"
+_OK = "color:#1a7f37;font-weight:600"
+_BAD = "color:#b35900;font-weight:600"
+_WARN = "background:rgba(255,193,7,.18);border-left:4px solid #d39e00;padding:4px 8px;margin:4px 0 6px 0"
+
+
+def _e(value: object) -> str:
+    return _html.escape(str(value), quote=True)
+
+
+def _device_key(device: str) -> tuple:
+    """Devices in a readable order: by type, then index; "" (unknown) last."""
+    if not device:
+        return (1, "", 0, "")
+    parts = device.rsplit(":", 2)
+    try:
+        return (0, parts[-2], int(parts[-1]), device)
+    except (ValueError, IndexError):
+        return (0, device, 0, device)
+
+
+def _plural(count: int, word: str, plural: str = "") -> str:
+    return f"{count} {word if count == 1 else plural or word + 's'}"
+
+
+def _row(cells: Sequence[str], numeric: Sequence[bool] = ()) -> str:
+    """One table row; the cells flagged numeric are right-aligned."""
+    return "<tr>" + "".join(f'<td style="{_NUM if i < len(numeric) and numeric[i] else _CELL}">{cell}</td>'
+                            for i, cell in enumerate(cells)) + "</tr>"
+
+
+def _table(head: Sequence[str], rows: Sequence[str], numeric: Sequence[bool] = ()) -> str:
+    heads = "".join(
+        f'<th style="{_HEAD};text-align:{"right" if i < len(numeric) and numeric[i] else "left"}">{_e(h)}</th>'
+        for i, h in enumerate(head))
+    return f'<table style="{_TABLE}"><thead><tr>{heads}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def _more(hidden: int, what: str, width: int) -> str:
+    return (f'<tr><td colspan="{width}" style="{_CELL};{_MUTED}">… and {_plural(hidden, what)} more '
+            "(all of them: log.summary(), log.to_dataframe())</td></tr>") if hidden > 0 else ""
+
+
+def _ops_table(records: Sequence[PlacementRecord]) -> str:
+    """Ops (and kinds) per device: one row per op and kind, in order of first appearance."""
+    counts: dict[tuple[str, str], Counter] = {}
+    devices: set[str] = set()
+    plumbing = 0
+    for record in records:
+        if record.op in PLUMBING:
+            plumbing += 1
+            continue
+        counts.setdefault((record.op, record.kind), Counter())[record.device] += 1
+        devices.add(record.device)
+    columns = sorted(devices, key=_device_key)
+    rows = []
+    for (op, kind), per_device in list(counts.items())[:MAX_ROWS]:
+        cells = [_e(op), _e(kind)]
+        cells += [str(per_device[d]) if per_device[d] else f'<span style="{_MUTED}">·</span>' for d in columns]
+        rows.append(_row(cells, [False, False] + [True] * len(columns)))
+    width = 2 + len(columns)
+    rows.append(_more(len(counts) - MAX_ROWS, "op row", width))
+    if plumbing:
+        events = _plural(plumbing, "function argument/result event")
+        rows.append(f'<tr><td colspan="{width}" style="{_CELL};{_MUTED}">+{events} '
+                    f"({_e(', '.join(sorted(PLUMBING)))})</td></tr>")
+    head = ["op", "kind"] + [d or "(unknown)" for d in columns]
+    return _table(head, rows, [False, False] + [True] * len(columns))
+
+
+def _copies_table(log: "PlacementLog") -> str:
+    copies = Counter((c.source, c.op, c.input_index, c.from_device, c.to_device) for c in log.copies)
+    rows = [_row([_e(line or "(unknown line)"), _e(op), f"#{index}", _e(source), _e(target), str(n)], _COUNT6)
+            for (line, op, index, source, target), n in copies.most_common(MAX_ROWS)]
+    rows.append(_more(len(copies) - MAX_ROWS, "copy row", 6))
+    return _table(["line", "op", "input", "from", "to", "count"], rows, [False] * 5 + [True])
+
+
+def _failed_table(failed: Sequence[PlacementRecord]) -> str:
+    groups = Counter((r.source, r.op, r.name, r.device, r.requested) for r in failed)
+    rows = [_row([_e(line or "–"), _e(op) + (f' <span style="{_MUTED}">{_e(name)}</span>' if name else ""),
+                  _e(device or "(unknown)"), _e(asked or "–"), str(n)], _COUNT5)
+            for (line, op, name, device, asked), n in groups.most_common(MAX_ROWS)]
+    rows.append(_more(len(groups) - MAX_ROWS, "failed op row", 5))
+    return _table(["line", "op", "device", "asked for", "count"], rows, [False] * 4 + [True])
+
+
+def _explanation_groups(explanations: Sequence["Explanation"]) -> list[tuple[tuple, int, str]]:
+    """(line, op, node names, ran on, asked for, reason), count and the first message, most frequent first."""
+    counts: Counter = Counter()
+    messages: dict[tuple, str] = {}
+    names: dict[tuple, list[str]] = {}
+    for found in explanations:
+        r = found.record
+        key = (r.source, r.op, r.device, r.requested, found.reason)
+        counts[key] += 1
+        messages.setdefault(key, found.message)
+        if r.name and r.name not in names.setdefault(key, []):
+            names[key].append(r.name)
+    return [((line, op, ", ".join(names.get(key, [])), device, asked, reason), n, messages[key])
+            for key, n in counts.most_common()
+            for line, op, device, asked, reason in [key]]
+
+
+def _explanations_table(explanations: Sequence["Explanation"]) -> str:
+    groups = _explanation_groups(explanations)
+    rows = []
+    for (line, op, names, device, asked, reason), n, message in groups[:MAX_ROWS]:
+        shown = _e(op) + (f' <span style="{_MUTED}">{_e(names)}</span>' if names else "")
+        rows.append(_row([_e(line or "–"), shown, _e(device), _e(asked or "(none)"), f"<b>{_e(reason)}</b>", str(n)],
+                         _COUNT6))
+        # A zero-width box as wide as the row: the message wraps to the table's width instead of widening it.
+        rows.append(f'<tr><td colspan="6" style="{_MESSAGE}"><div style="width:0;min-width:100%">{_e(message)}</div>'
+                    "</td></tr>")
+    rows.append(_more(len(groups) - MAX_ROWS, "group", 6))
+    return _table(["line", "op", "ran on", "asked for", "reason", "count"], rows, [False] * 5 + [True])
+
+
+def html(log: "PlacementLog", explanations: Sequence["Explanation"]) -> str:
+    """The log as compact HTML: summary, ops per device, copies, failed ops and explanations.
+
+    Args:
+      log: the placement log.
+      explanations: its `log.explain()` (computed by the caller: it needs TensorFlow's devices).
+
+    Returns:
+      One `<div>` with inline styles only (notebooks drop `<style>` blocks of untrusted
+      outputs), every text of the log escaped.
+    """
+    records = log.records
+    failed = [r for r in records if r.kind == "failed"]
+    devices = {r.device for r in records if r.device and r.op not in PLUMBING}
+    state = (f'<span style="{_OK}">complete</span>' if log.complete
+             else f'<span style="{_BAD}">INCOMPLETE</span>')
+    summary = " · ".join([
+        f"<b>Placement</b>: {_plural(len(records), 'record')} on {_plural(len(devices), 'device')}",
+        _plural(len(log.copies), "implicit copy", "implicit copies"),
+        *([_plural(len(failed), "failed op")] if failed else []),
+        *([_plural(len(explanations), "op not where asked", "ops not where asked")] if explanations else []),
+        state,
+    ])
+    parts = [f'<div class="tfplace-placement" style="{_BOX}">', f'<div style="margin:2px 0 4px 0">{summary}</div>']
+    if not log.complete:
+        parts.append(f'<div style="{_WARN}"><b>Incomplete log</b>: {_e(log.incomplete_reason)}</div>')
+    if records:
+        parts.append(_ops_table(records))
+    else:
+        parts.append(f'<div style="{_MUTED}">(no placement events were recorded)</div>')
+    if log.copies:
+        parts += [f'<div style="{_TITLE}">Implicit copies</div>', _copies_table(log)]
+    if failed:
+        parts += [f'<div style="{_TITLE}">Failed ops</div>', _failed_table(failed)]
+    if explanations:
+        parts += [f'<div style="{_TITLE}">Not where asked, and why</div>', _explanations_table(explanations)]
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def text(log: "PlacementLog", explanations: Sequence["Explanation"]) -> str:
+    """The log as text: `str(log)` (its table and copies), then failed ops and explanations."""
+    lines = [str(log)]
+    failed = Counter((r.source, r.op, r.device, r.requested) for r in log.records if r.kind == "failed")
+    if failed:
+        lines.append("  failed ops:")
+        lines += [f"    {op} on {device or '(unknown)'}" + (f" (asked for {asked})" if asked else "")
+                  + (f" at {line}" if line else "") + f"  x{n}"
+                  for (line, op, device, asked), n in failed.most_common(MAX_ROWS)]
+    groups = _explanation_groups(explanations)
+    if groups:
+        lines.append("  not where asked, and why:")
+        for (line, op, _names, device, asked, reason), n, message in groups[:MAX_ROWS]:
+            lines.append(f"    {op} on {device} (asked for {asked or 'no device'}): {reason}"
+                         + (f" at {line}" if line else "") + f"  x{n}")
+            lines.append(f"      {message}")
+        if len(groups) > MAX_ROWS:
+            lines.append(f"    ... and {len(groups) - MAX_ROWS} more")
+    return "\n".join(lines)
