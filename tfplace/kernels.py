@@ -1,5 +1,5 @@
 """What TensorFlow's kernel registry says about an op: its user-facing type, its
-host-memory inputs, and the device types that have a kernel for it.
+host-memory inputs, its resource inputs and output dtypes.
 
 oneDNN builds rename kernels (`_MklMatMul` for `MatMul`, `_MklNativeConv2D` for
 `Conv2D`, `_MklFusedMatMul` for `_FusedMatMul`); `op_type()` maps them back, so
@@ -13,8 +13,8 @@ Example:
     ('MatMul', '_FusedMatMul')
     >>> kernels.host_memory_inputs("Fill", "CPU", 2)
     frozenset({0})
-    >>> "CPU" in kernels.device_types("MatMul")
-    True
+    >>> kernels.resource_inputs("AssignAddVariableOp")
+    ('resource',)
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from tensorflow.python.framework import dtypes as tf_dtypes
 from tensorflow.python.framework import kernels as tf_kernels
 from tensorflow.python.framework import op_def_registry
 
-__all__ = ["op_type", "dtype_name", "node_dtypes", "is_wrapper_plumbing", "host_memory_inputs", "device_types",
+__all__ = ["op_type", "dtype_name", "node_dtypes", "is_wrapper_plumbing", "host_memory_inputs",
            "resource_inputs", "output_dtypes", "is_op"]
 
 _VARIANT_PREFIXES = ("_MklNative", "_Mkl")
@@ -120,12 +120,6 @@ def is_wrapper_plumbing(node: str, op: str) -> bool:
     result = node.endswith("_RetVal")
     base = _NUMBERED.sub("", node[:-7] if result else node).replace("__", "_")
     return base in (outputs if result else inputs)
-
-
-@functools.lru_cache(maxsize=4096)
-def device_types(op: str) -> frozenset[str]:
-    """The device types ("CPU", "GPU", ...) that have a kernel registered for `op`."""
-    return frozenset(k.device_type for k in tf_kernels.get_registered_kernels_for_op(op).kernel)
 
 
 @functools.lru_cache(maxsize=4096)
