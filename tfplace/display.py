@@ -27,6 +27,7 @@ import html as _html
 from collections import Counter
 from typing import TYPE_CHECKING, Sequence
 
+from tfplace.devices import parse_device
 from tfplace.records import PLUMBING, PlacementRecord
 
 if TYPE_CHECKING:
@@ -65,11 +66,11 @@ def _device_key(device: str) -> tuple:
     """Devices in a readable order: by type, then index; "" (unknown) last."""
     if not device:
         return (1, "", 0, "")
-    parts = device.rsplit(":", 2)
     try:
-        return (0, parts[-2], int(parts[-1]), device)
-    except (ValueError, IndexError):
+        parsed = parse_device(device)
+    except ValueError:  # not a device name
         return (0, device, 0, device)
+    return (0, parsed.device_type, parsed.index, device)
 
 
 def _plural(count: int, word: str, plural: str = "") -> str:

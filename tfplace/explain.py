@@ -33,6 +33,7 @@ from collections import Counter
 from typing import Any, Iterable, NamedTuple, Optional, Sequence
 
 from tfplace import kernels
+from tfplace.devices import parse_device
 from tfplace.kernel_table import KernelTable
 from tfplace.records import PLUMBING, PlacementRecord
 
@@ -86,7 +87,7 @@ class Readiness(NamedTuple):
 
 
 def _type(device: str) -> str:
-    return device.rsplit(":", 2)[-2] if device.count(":") >= 2 else ""
+    return parse_device(device).device_type if device else ""
 
 
 def _is_op(record: PlacementRecord) -> bool:

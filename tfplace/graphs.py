@@ -56,8 +56,8 @@ from tfplace.placement_log import PlacementLog
 from tfplace.records import PLUMBING, PlacementRecord
 from tfplace.sources import user_stacklevel
 
-__all__ = ["attach", "detach", "collect", "start", "with_sources", "without_sources", "is_xla", "compiled_records", "dataset_records",
-           "dataset_function_names", "iterator_records", "Pipeline", "ITERATOR_OPS", "MAP_OPS", "OPTIMIZATIONS"]
+__all__ = ["attach", "detach", "collect", "start", "without_sources", "is_xla", "compiled_records",
+           "dataset_records", "dataset_function_names", "iterator_records", "Pipeline", "ITERATOR_OPS", "MAP_OPS", "OPTIMIZATIONS"]
 
 _lock = threading.RLock()
 _logs: list[tuple[PlacementLog, bool]] = []  # the open captures' logs, in every thread, and whether they keep sources
@@ -177,11 +177,6 @@ def placed_records(nodes: list[lowering.PlacerNode], placed: Iterable[Any]) -> l
     return records
 
 
-def with_sources(records: list[PlacementRecord], lines: list[str]) -> list[PlacementRecord]:
-    """`records` with the lines of the nodes they record (one per record, "" where unknown)."""
-    return [record._replace(source=line) if line else record for record, line in zip(records, lines)]
-
-
 def without_sources(records: Sequence[PlacementRecord]) -> Sequence[PlacementRecord]:
     """`records` with no source lines, for a capture that did not ask for them."""
     if not any(r.source for r in records):
@@ -197,7 +192,8 @@ def _function_records(function_graphs: Any) -> list[PlacementRecord]:
     records = placed_records(nodes, [n for n in placed if n.device])
     if function_sources.watched():
         top = function_sources.lines_of_graph([n.name for n in graph.node if n.op not in PLUMBING])
-        records = with_sources(records, function_sources.node_sources(nodes, top))
+        lines = function_sources.node_sources(nodes, top)  # one per record, "" where unknown
+        records = [record._replace(source=line) if line else record for record, line in zip(records, lines)]
     pipeline, device = _graph_datasets(graph, placed)
     if pipeline is not None:
         records.extend(dataset_records(pipeline, device, graph.library))

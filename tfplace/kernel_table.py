@@ -170,14 +170,10 @@ def shipped(path: str = TABLE_PATH) -> KernelTable:
                        source=f"tfplace's table of TensorFlow {version}'s CUDA build")
 
 
-def _live_has_gpu_kernels() -> bool:
-    return any(k.device == "GPU" for k in _live_kernels("MatMul"))
-
-
 def gpu_table(path: Optional[str] = None) -> KernelTable:
     """The GPU kernels TensorFlow's CUDA build has: this process's registry when it has GPU
     kernels, else the shipped table (warning once when its TensorFlow version is not this one's)."""
-    if path is None and _live_has_gpu_kernels():
+    if path is None and live().supports("MatMul", "GPU", ()):  # a CUDA (or ROCm) build
         return live()
     table = shipped(path or TABLE_PATH)
     if table.mismatch and table.mismatch not in _warned:

@@ -29,6 +29,7 @@ _INTERNAL = tuple(d for d in map(_package_dir, ("tensorflow", "keras", "tf_keras
 _FRAMEWORKS = tuple(d for d in map(_package_dir, ("tensorflow", "keras", "tf_keras")) if d)
 _STDLIB = os.path.join(os.path.dirname(os.__file__), "")
 _where: dict[CodeType, str] = {}  # code object -> shown path, "" for internal code
+_files: dict[str, str] = {}  # file name -> shown path, "" for internal code
 
 
 def shown_path(filename: str) -> str:
@@ -40,10 +41,16 @@ def shown_path(filename: str) -> str:
     return filename
 
 
+def _shown_file(filename: str) -> str:
+    """How `filename` is shown in a source line, "" for TensorFlow's, Keras's and tfplace's code (cached)."""
+    shown = _files.get(filename)
+    if shown is None:
+        shown = _files[filename] = "" if filename.startswith(_INTERNAL) else shown_path(filename)
+    return shown
+
+
 def _classify(code: CodeType) -> str:
-    filename = code.co_filename
-    shown = "" if filename.startswith(_INTERNAL) else shown_path(filename)
-    _where[code] = shown
+    shown = _where[code] = _shown_file(code.co_filename)
     return shown
 
 
@@ -87,19 +94,13 @@ def user_line() -> str:
     return ""
 
 
-_files: dict[str, str] = {}  # file name -> shown path, "" for internal code
-
-
 def stack_user_line(frames: Sequence[Any]) -> str:
     """`"file.py:LINE"` of the innermost frame outside TensorFlow, Keras and tfplace in a
     stack saved earlier (outermost first; frames with `filename` and `lineno`, such as a
     graph op's `traceback`), "" if none."""
     for index in range(len(frames) - 1, -1, -1):
         frame = frames[index]
-        filename = frame.filename
-        shown = _files.get(filename)
-        if shown is None:
-            shown = _files[filename] = "" if filename.startswith(_INTERNAL) else shown_path(filename)
+        shown = _shown_file(frame.filename)
         if shown:
             return f"{shown}:{frame.lineno}"
     return ""
