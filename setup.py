@@ -21,7 +21,7 @@ setup(
         "notebook": ["pandas>=2", "ipython>=8", "ipykernel>=6", "nbclient>=0.10", "nbformat>=5", "nbconvert>=7"],
     },
     entry_points={
-        "console_scripts": ["tfplace = tfplace.cli:main"],
+        "console_scripts": ["tfplace = tfplace._cli:main"],
         "pytest11": ["tfplace = tfplace.pytest_plugin"],
     },
     classifiers=["Framework :: Pytest", "Programming Language :: Python :: 3"],

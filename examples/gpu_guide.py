@@ -26,7 +26,7 @@ from absl import app, flags
 
 import tfplace
 import tfplace.flags
-from tfplace.gpu_plan import GpuInfo, plan_gpus
+from tfplace.config._gpu_plan import GpuInfo, plan_gpus
 
 SECTIONS = (
     "log_placement", "manual_placement", "memory_growth", "memory_limit", "single_gpu",

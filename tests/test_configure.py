@@ -91,10 +91,10 @@ def test_importing_tfplace_defines_no_flag_and_starts_nothing(python):
     out = python("""
         from absl import flags
         import tfplace
-        from tfplace import tfstate
+        from tfplace import _tensorflow
         tfplace.num_gpus(); tfplace.try_gpu(); tfplace.configure(memory_growth=True)
         report({"flags": [n for n in ("logical_cpus", "soft_placement") if n in flags.FLAGS],
-                "started": tfstate.runtime_started()})
+                "started": _tensorflow.runtime_started()})
     """)
     assert out == {"flags": [], "started": False}
 

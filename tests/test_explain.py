@@ -201,77 +201,77 @@ def test_device_guard_error_says_why(scenarios):
 # The explainer as a pure function over a device inventory and a kernel table.
 
 def _table():
-    from tfplace import kernel_table
-    return kernel_table.shipped()
+    from tfplace.placement import _kernel_table
+    return _kernel_table.shipped()
 
 
 GPU_MACHINE = ("/device:CPU:0", "/device:GPU:0")
 
 
 def test_pure_no_kernel_for_int32_matmul_asked_on_a_gpu():
-    from tfplace import explain
-    from tfplace.records import PlacementRecord
+    from tfplace.placement import _explain
+    from tfplace.placement._records import PlacementRecord
     record = PlacementRecord("MatMul", "", "/device:CPU:0", "execute", requested="/device:GPU:0",
                              dtypes=(("T", "int32"),))
-    [found] = explain.explain([record], devices=GPU_MACHINE, table=_table())
+    [found] = _explain.explain([record], devices=GPU_MACHINE, table=_table())
     assert found.reason == "no-kernel" and found.record is record
     assert "no GPU kernel for T=int32" in found.message and "float32" in found.message
     assert "int32," not in found.message.split("exist for")[1]
 
 
 def test_pure_host_memory_for_an_int32_shape_tensor():
-    from tfplace import explain
-    from tfplace.records import PlacementRecord
+    from tfplace.placement import _explain
+    from tfplace.placement._records import PlacementRecord
     record = PlacementRecord("Shape", "model/Shape", "/device:CPU:0", "place", requested="/device:GPU:0",
                              dtypes=(("T", "float32"), ("out_type", "int32")))
-    [found] = explain.explain([record], devices=GPU_MACHINE, table=_table())
+    [found] = _explain.explain([record], devices=GPU_MACHINE, table=_table())
     assert found.reason == "host-memory" and "int32" in found.message and "model/Shape" in found.message
 
 
 def test_pure_cpu_op_with_a_gpu_visible_and_nothing_asked():
-    from tfplace import explain
-    from tfplace.records import PlacementRecord
+    from tfplace.placement import _explain
+    from tfplace.placement._records import PlacementRecord
     join = PlacementRecord("StringJoin", "", "/device:CPU:0", "execute", dtypes=())
     matmul = PlacementRecord("MatMul", "", "/device:CPU:0", "execute", dtypes=(("T", "float32"),))
     on_gpu = PlacementRecord("MatMul", "", "/device:GPU:0", "execute", dtypes=(("T", "float32"),))
-    found = explain.explain([join, matmul, on_gpu], devices=GPU_MACHINE, table=_table())
+    found = _explain.explain([join, matmul, on_gpu], devices=GPU_MACHINE, table=_table())
     assert [(e.record.op, e.reason) for e in found] == [("StringJoin", "no-kernel"), ("MatMul", "unknown")]
-    assert explain.explain([join], devices=("/device:CPU:0",), table=_table()) == [], "no GPU visible: nothing to say"
+    assert _explain.explain([join], devices=("/device:CPU:0",), table=_table()) == [], "no GPU visible: nothing to say"
 
 
 def test_pure_records_where_asked_or_removed_are_not_explained():
-    from tfplace import explain
-    from tfplace.records import PlacementRecord
+    from tfplace.placement import _explain
+    from tfplace.placement._records import PlacementRecord
     records = [PlacementRecord("MatMul", "", "/device:CPU:1", "execute", requested="/device:CPU:1"),
                PlacementRecord("Const", "c", "", "removed", requested="/device:GPU:0"),
                PlacementRecord("_Arg", "x", "/device:CPU:0", "place", requested="/device:GPU:0")]
-    assert explain.explain(records, devices=GPU_MACHINE, table=_table()) == []
+    assert _explain.explain(records, devices=GPU_MACHINE, table=_table()) == []
 
 
 def test_shipped_table_from_another_tensorflow_version_is_said(tmp_path):
-    from tfplace import kernel_table
-    with gzip.open(kernel_table.TABLE_PATH, "rt", encoding="utf-8") as handle:
+    from tfplace.placement import _kernel_table
+    with gzip.open(_kernel_table.TABLE_PATH, "rt", encoding="utf-8") as handle:
         data = json.load(handle)
     data["tensorflow_version"] = "2.0.0"
     path = tmp_path / "old.json.gz"
     with gzip.open(path, "wt", encoding="utf-8") as handle:
         json.dump(data, handle)
     with pytest.warns(RuntimeWarning, match=r"made from TensorFlow 2\.0\.0's CUDA build, but this is TensorFlow"):
-        table = kernel_table.gpu_table(str(path))
+        table = _kernel_table.gpu_table(str(path))
     assert "gpu_kernel_table.py --tensorflow-version" in table.mismatch
     assert table.supports("MatMul", "GPU", (("T", "float32"),))
 
 
 def test_a_file_that_is_not_a_kernel_table_is_refused_naming_it(tmp_path):
-    from tfplace import kernel_table
+    from tfplace.placement import _kernel_table
     path = tmp_path / "bad.json.gz"
     with gzip.open(path, "wt", encoding="utf-8") as handle:
         json.dump({"format": "something else"}, handle)
     with pytest.raises(ValueError, match=r"bad\.json\.gz has format 'something else': expected 'tfplace-gpu-kernels/1'"):
-        kernel_table.shipped(str(path))
+        _kernel_table.shipped(str(path))
     (tmp_path / "plain.json.gz").write_text("not gzip")
     with pytest.raises(ValueError, match=r"plain\.json\.gz could not be read"):
-        kernel_table.shipped(str(tmp_path / "plain.json.gz"))
+        _kernel_table.shipped(str(tmp_path / "plain.json.gz"))
 
 
 TRACED = """\

@@ -46,7 +46,7 @@ def test_internal_is_still_there(module, name, use):
         found = getattr(found, part, missing)
         if found is missing:
             pytest.fail(f"TensorFlow no longer has {module}.{name}, which tfplace uses for {use}: "
-                        "see BUILD.md, 'TensorFlow internals', and adapt tfplace/hooks.py, graphs.py or kernels.py")
+                        "see BUILD.md, 'TensorFlow internals', and adapt tfplace/placement/_hooks.py, graphs.py or kernels.py")
 
 
 def test_internals_still_behave_as_relied_on(python):

@@ -1,4 +1,4 @@
-"""tfplace.lowering against TensorFlow 2.21 itself.
+"""tfplace.placement._lowering against TensorFlow 2.21 itself.
 
 Each program runs in a fresh interpreter with device placement logging, graph collection
 and TensorFlow's graph dumps on. For every function graph collection reports, the
@@ -25,7 +25,8 @@ from google.protobuf import text_format
 from tensorflow.core.framework import function_pb2, graph_pb2
 from tensorflow.core.protobuf import config_pb2
 
-from tfplace import kernels, lowering
+from tfplace.placement import _kernels
+from tfplace.placement import _lowering
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -163,7 +164,7 @@ def _run(tmp_path: Path, program: str):
     library = function_pb2.FunctionDefLibrary.FromString((tmp_path / "lib.pb").read_bytes())
     log = defaultdict(list)  # thread -> [(name, op, device)] in log order
     for thread, name, op, device in PLACER_LINE.findall(done.stderr):
-        log[thread].append((name, kernels.op_type(op), device))
+        log[thread].append((name, _kernels.op_type(op), device))
     dumps = []  # (function name, initial dump, before_placer dump), one per instantiation
     for path in sorted(dump.glob("*.initial.pbtxt")):
         function, number = path.name.split(".")[:2]
@@ -222,7 +223,7 @@ def test_placer_nodes_match_tensorflow(tmp_path, program):
     taken, checked = {}, []
 
     def check(graph: graph_pb2.GraphDef, what: str, before_placer=None):
-        mine = lowering.placer_nodes(graph)
+        mine = _lowering.placer_nodes(graph)
         block = _log_block(log, {(n.name, n.op) for n in mine}, what, taken)
         placed = {name: device for name, _, device in block}
         for node in mine:
@@ -230,7 +231,7 @@ def test_placer_nodes_match_tensorflow(tmp_path, program):
                 assert placed[node.name].endswith("CPU:1"), (what, node)
         if before_placer is not None:
             pinned = {n.name: placed[n.name] for n in mine if n.op in ("_Arg", "_DeviceArg")}
-            _check_against_dump(lowering.placer_nodes(graph, arg_devices=pinned), before_placer, what)
+            _check_against_dump(_lowering.placer_nodes(graph, arg_devices=pinned), before_placer, what)
         checked.append(what)
 
     # Functions graph collection reports (in the order TensorFlow instantiated them), each
@@ -248,7 +249,7 @@ def test_placer_nodes_match_tensorflow(tmp_path, program):
     for function, initial, before_placer in unmatched:
         graph = initial
         if function in fdefs:
-            graph = lowering.function_graph_def(fdefs[function], library, fake_sinks="_Dataset_" in function)
+            graph = _lowering.function_graph_def(fdefs[function], library, fake_sinks="_Dataset_" in function)
             assert [(n.name, n.op, tuple(n.input)) for n in graph.node] == \
                 [(n.name, n.op, tuple(n.input)) for n in initial.node], function
         check(graph, function, before_placer)

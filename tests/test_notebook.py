@@ -292,9 +292,10 @@ def test_the_readme_cell_shows_what_the_readme_says(magic):
 # --- the display and the DataFrame, in this process --------------------------------------------
 
 def test_the_magic_knows_the_transfer_guard_levels_without_importing_tensorflow():
-    from tfplace import guards, notebook
+    from tfplace.placement import _guards
+    from tfplace import _notebook
 
-    assert notebook._LEVELS == guards.LEVELS
+    assert _notebook._LEVELS == _guards.LEVELS
 
 
 def test_repr_html_escapes_node_and_op_names():

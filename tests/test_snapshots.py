@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from tfplace import snapshots
-from tfplace.placement_log import PlacementLog
+from tfplace import _snapshots
+from tfplace.placement._log import PlacementLog
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -114,7 +114,7 @@ def test_path_for_names_every_item_apart():
     test_file = Path("tests/test_model.py")
     names = [["TestA", "test_step"], ["TestB", "test_step"], ["test_step"], ["test_p[a:b]"], ["test_p[a/b]"],
              ["test_p[a_b]"], ["test_p[a_b]-0123456789"], ["test_p[" + "x" * 300 + "]"], ["test_p[" + "x" * 301 + "]"]]
-    paths = [snapshots.path_for(test_file, parts) for parts in names]
+    paths = [_snapshots.path_for(test_file, parts) for parts in names]
     assert len(set(paths)) == len(paths)
     assert all(path.parent == Path("tests/__placement__/test_model") for path in paths)
     assert [path.name for path in paths[:3]] == ["TestA.test_step.json", "TestB.test_step.json", "test_step.json"]
@@ -140,8 +140,8 @@ def test_a_file_that_is_not_a_snapshot_is_named_with_the_option_that_rewrites_it
         path.mkdir()
     else:
         path.write_text(content)
-    with pytest.raises(snapshots.SnapshotError) as raised:
-        snapshots.read(path)
+    with pytest.raises(_snapshots.SnapshotError) as raised:
+        _snapshots.read(path)
     assert str(raised.value).startswith(f"the placement snapshot {path} {problem}")
     assert str(raised.value).endswith("allowed is {\"tfplace_snapshot\": 1, \"placement\": {device: {op: count}}}, "
                                       "as pytest --tfplace-update-snapshots writes it; run pytest with "
@@ -171,7 +171,7 @@ def test_a_broken_snapshot_fails_the_test_and_a_folder_in_its_place_cannot_be_up
         "*run pytest with --tfplace-update-snapshots to rewrite it*",
         "E*AssertionError: the placement snapshot */test_folder.json cannot be read (Is a directory): allowed is*",
     ])
-    for raw in ("JSONDecodeError", "IsADirectoryError", "KeyError", "TypeError", "snapshots.py:"):
+    for raw in ("JSONDecodeError", "IsADirectoryError", "KeyError", "TypeError", "_snapshots.py:"):
         assert raw not in result.stdout.str()
     updated = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--tfplace-update-snapshots")
     updated.assert_outcomes(passed=1, failed=1)
@@ -223,11 +223,11 @@ def test_markers_and_option_are_registered(pytester):
 def test_differences_name_each_change():
     before = {"/device:CPU:0": {"AddV2": 2}, "/device:CPU:1": {"MatMul": 1}}
     after = {"/device:CPU:0": {"AddV2": 3, "MatMul": 1}}
-    assert snapshots.differences(before, after) == [
+    assert _snapshots.differences(before, after) == [
         "AddV2: /device:CPU:0 2 -> 3",
         "MatMul moved from /device:CPU:1 to /device:CPU:0: /device:CPU:0 0 -> 1, /device:CPU:1 1 -> 0",
     ]
-    assert snapshots.differences(after, after) == []
+    assert _snapshots.differences(after, after) == []
     log = PlacementLog.from_text("a: (_Arg): /job:localhost/replica:0/task:0/device:CPU:0\n"
                                  "Executing op __inference_f_123 in device /job:localhost/replica:0/task:0/device:CPU:0\n")
-    assert snapshots.placement(log) == {"/device:CPU:0": {"__inference_f": 1}}
+    assert _snapshots.placement(log) == {"/device:CPU:0": {"__inference_f": 1}}

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from tfplace.placement_log import PlacementLog
-from tfplace.records import CopyRecord, PlacementRecord
-from tfplace.trace import Findings, plot, report
+from tfplace.placement._log import PlacementLog
+from tfplace.placement._records import CopyRecord, PlacementRecord
+from tfplace._trace import Findings, plot, report
 
 SCRIPT = """\
 import sys
@@ -144,7 +144,7 @@ def test_plot_is_readable_with_twenty_op_types(tmp_path, monkeypatch):
 
 def test_plot_draws_a_png_or_says_what_is_missing(tmp_path):
     (tmp_path / "small.py").write_text("import tensorflow as tf\ntf.ones(2) * 2.0\n")
-    code = ("import sys\nsys.modules['matplotlib'] = None\nfrom tfplace.cli import main\n"
+    code = ("import sys\nsys.modules['matplotlib'] = None\nfrom tfplace._cli import main\n"
             "sys.exit(main(['trace', '--plot=p.png', 'small.py']))")
     missing = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert missing.returncode == 2 and "--plot needs matplotlib" in missing.stderr
@@ -155,7 +155,8 @@ def test_plot_draws_a_png_or_says_what_is_missing(tmp_path):
 
 
 def test_report_groups_cpu_ops_by_line_and_says_why_they_ran_there():
-    from tfplace import explain, kernel_table
+    from tfplace.placement import _explain
+    from tfplace.placement import _kernel_table
     log = PlacementLog(
         [PlacementRecord("Cast", "", "/device:CPU:0", "execute", "train.py:12",
                          dtypes=(("DstT", "float32"), ("SrcT", "int32"), ("Truncate", "bool")))] * 2 + [
@@ -165,8 +166,8 @@ def test_report_groups_cpu_ops_by_line_and_says_why_they_ran_there():
             PlacementRecord("Mul", "", "/device:CPU:1", "execute", "train.py:14", requested="/device:GPU:1")],
         [CopyRecord("AddV2", 1, "/device:CPU:0", "/device:GPU:0", "train.py:20")] * 3 + [
             CopyRecord("Mul", 0, "/device:GPU:1", "/device:GPU:0", "train.py:30")])
-    found = explain.explain(log.records, devices=("/device:CPU:0", "/device:CPU:1", "/device:GPU:0"),
-                            table=kernel_table.shipped())
+    found = _explain.explain(log.records, devices=("/device:CPU:0", "/device:CPU:1", "/device:GPU:0"),
+                            table=_kernel_table.shipped())
     text = report(log, Findings(True, tuple(found)), top=10).splitlines()
     asked = text.index("not where asked, and why (by source line):")
     assert text[asked + 1].startswith("  train.py:14  Mul x1: no-device: Mul asked for /device:GPU:1, which does not "

@@ -14,11 +14,9 @@ module on first use, so that the pytest plugin and `tfplace --help` cost nothing
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
-from tfplace.errors import (
+from tfplace._errors import (
     ConfigurationError,
     DeviceNotFoundError,
     DeviceSpecError,
@@ -29,31 +27,31 @@ from tfplace.errors import (
 )
 
 if TYPE_CHECKING:
-    from tfplace.capture import capture_placement
-    from tfplace.configure import Config, configure
-    from tfplace.devices import (Device, cpu, device, devices_of, gpu, num_gpus, parse_device, to_device,
+    from tfplace.placement._capture import capture_placement
+    from tfplace.config._configure import Config, configure
+    from tfplace._devices import (Device, cpu, device, devices_of, gpu, num_gpus, parse_device, to_device,
                                  try_all_gpus, try_gpu)
-    from tfplace.explain import Explanation, Readiness
-    from tfplace.guards import device_guard, transfer_guard
-    from tfplace.parsing import parse_placement
-    from tfplace.placement_log import PlacementLog
-    from tfplace.records import CopyRecord, PlacementRecord
-    from tfplace.replication import reduce_on, replicate, split_batch, strategy
+    from tfplace.placement._explain import Explanation, Readiness
+    from tfplace.placement._guards import device_guard, transfer_guard
+    from tfplace.placement._parsing import parse_placement
+    from tfplace.placement._log import PlacementLog
+    from tfplace.placement._records import CopyRecord, PlacementRecord
+    from tfplace._replication import reduce_on, replicate, split_batch, strategy
 
 __version__ = "0.1.0"
 
 # Each public name that needs TensorFlow, and the module that defines it.
 _LAZY = {
-    **dict.fromkeys(("capture_placement",), "tfplace.capture"),
-    **dict.fromkeys(("Config", "configure"), "tfplace.configure"),
+    **dict.fromkeys(("capture_placement",), "tfplace.placement._capture"),
+    **dict.fromkeys(("Config", "configure"), "tfplace.config._configure"),
     **dict.fromkeys(("Device", "cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "device", "parse_device",
-                     "to_device", "devices_of"), "tfplace.devices"),
-    **dict.fromkeys(("transfer_guard", "device_guard"), "tfplace.guards"),
-    **dict.fromkeys(("Explanation", "Readiness"), "tfplace.explain"),
-    **dict.fromkeys(("parse_placement",), "tfplace.parsing"),
-    **dict.fromkeys(("PlacementLog",), "tfplace.placement_log"),
-    **dict.fromkeys(("PlacementRecord", "CopyRecord"), "tfplace.records"),
-    **dict.fromkeys(("split_batch", "replicate", "reduce_on", "strategy"), "tfplace.replication"),
+                     "to_device", "devices_of"), "tfplace._devices"),
+    **dict.fromkeys(("transfer_guard", "device_guard"), "tfplace.placement._guards"),
+    **dict.fromkeys(("Explanation", "Readiness"), "tfplace.placement._explain"),
+    **dict.fromkeys(("parse_placement",), "tfplace.placement._parsing"),
+    **dict.fromkeys(("PlacementLog",), "tfplace.placement._log"),
+    **dict.fromkeys(("PlacementRecord", "CopyRecord"), "tfplace.placement._records"),
+    **dict.fromkeys(("split_batch", "replicate", "reduce_on", "strategy"), "tfplace._replication"),
 }
 
 __all__ = [
@@ -103,22 +101,12 @@ def __getattr__(name: str) -> Any:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """`%load_ext tfplace` in IPython or Jupyter: registers the `%%placement` cell magic (`tfplace.notebook`)."""
-    from tfplace import notebook
+    """`%load_ext tfplace` in IPython or Jupyter: registers the `%%placement` cell magic (`tfplace._notebook`)."""
+    from tfplace import _notebook
 
-    notebook.load_ipython_extension(ipython)
+    _notebook.load_ipython_extension(ipython)
 
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
-
-class _Package(types.ModuleType):
-    """`tfplace`: importing the submodule `tfplace.configure` never hides the function `tfplace.configure`."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if not (name in _LAZY and isinstance(value, types.ModuleType)):
-            super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

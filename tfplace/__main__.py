@@ -2,6 +2,6 @@
 
 import sys
 
-from tfplace.cli import main
+from tfplace._cli import main
 
 sys.exit(main())

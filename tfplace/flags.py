@@ -26,22 +26,22 @@ from typing import Any
 
 from absl import flags
 
-from tfplace import settings
-from tfplace.errors import ConfigurationError
+from tfplace.config import _settings
+from tfplace._errors import ConfigurationError
 
 __all__ = ["FLAG_HOLDERS", "values"]
 
 
 def _help(name: str, what: str) -> str:
-    variables = " or ".join(settings.ENVIRONMENT[name])
-    return f"{what} Allowed: {settings.ALLOWED[name]}. Default: from {variables}, else TensorFlow's."
+    variables = " or ".join(_settings.ENVIRONMENT[name])
+    return f"{what} Allowed: {_settings.ALLOWED[name]}. Default: from {variables}, else TensorFlow's."
 
 
 def _indices(raw: Any) -> Any:
     """`--visible_gpus` arrives as a list of strings; indices are ints."""
     if raw is None:
         return None
-    return list(settings.parse_text("visible_gpus", ",".join(raw), "flag --visible_gpus"))
+    return list(_settings.parse_text("visible_gpus", ",".join(raw), "flag --visible_gpus"))
 
 
 FLAG_HOLDERS: dict[str, flags.FlagHolder] = {
@@ -51,7 +51,7 @@ FLAG_HOLDERS: dict[str, flags.FlagHolder] = {
         "log_placement", None, _help("log_placement", "Show TensorFlow's placement lines on the terminal; "
                               "--nolog_placement turns placement logging off (captures then see nothing).")),
     "device_policy": flags.DEFINE_enum(
-        "device_policy", None, list(settings.DEVICE_POLICIES),
+        "device_policy", None, list(_settings.DEVICE_POLICIES),
         _help("device_policy", "What an implicit cross-device copy does: nothing, a log line, or an error.")),
     "memory_growth": flags.DEFINE_boolean(
         "memory_growth", None, _help("memory_growth", "Allocate GPU memory as needed, on every visible GPU.")),
@@ -76,7 +76,7 @@ def _validator(name: str):
     def check(raw: Any) -> bool:
         if raw is not None:
             try:
-                settings.validate(name, _read(name, raw), f"flag --{name}")
+                _settings.validate(name, _read(name, raw), f"flag --{name}")
             except ConfigurationError as err:
                 raise flags.ValidationError(str(err)) from None
         return True
@@ -85,11 +85,11 @@ def _validator(name: str):
 
 def _check_combination(raw: dict[str, Any]) -> bool:
     chosen = {
-        name: settings.Sourced(_read(name, value), f"flag --{name}")
+        name: _settings.Sourced(_read(name, value), f"flag --{name}")
         for name, value in raw.items() if value is not None
     }
     try:
-        settings.check_conflicts(chosen)
+        _settings.check_conflicts(chosen)
     except ConfigurationError as err:
         raise flags.ValidationError(str(err)) from None
     return True

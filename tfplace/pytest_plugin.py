@@ -39,11 +39,11 @@ from typing import TYPE_CHECKING, Any, Generator, NoReturn, Optional, Sequence
 
 import pytest
 
-from tfplace import settings  # pure Python: no TensorFlow
+from tfplace.config import _settings  # pure Python: no TensorFlow
 
 if TYPE_CHECKING:  # these import TensorFlow: only when a test needs them
-    from tfplace.placement_log import PlacementLog
-    from tfplace.records import CopyRecord, PlacementRecord
+    from tfplace.placement._log import PlacementLog
+    from tfplace.placement._records import CopyRecord, PlacementRecord
 
 LOGICAL_CPUS_HELP = (
     "split the host CPU into N logical TensorFlow devices (tfplace.configure(logical_cpus=N)) "
@@ -72,7 +72,7 @@ def _logical_cpus(config: pytest.Config) -> Optional[int]:
     if value in (None, ""):
         return None
     try:
-        return settings.parse_text("logical_cpus", str(value), source)
+        return _settings.parse_text("logical_cpus", str(value), source)
     except ValueError as err:
         raise pytest.UsageError(str(err)) from None
 
@@ -94,9 +94,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_report_header(config: pytest.Config) -> Optional[str]:
     if "tensorflow" not in sys.modules:  # listing devices would import it: a run that never uses it pays nothing
         return None
-    from tfplace import tfstate
+    from tfplace import _tensorflow
 
-    return "tfplace devices: " + ", ".join(tfstate.logical_device_names())
+    return "tfplace devices: " + ", ".join(_tensorflow.logical_device_names())
 
 
 def _marker_error(item: pytest.Item, marker: pytest.Mark, received: str, allowed: str) -> NoReturn:
@@ -124,7 +124,7 @@ def _gpus_wanted(item: pytest.Item, marker: pytest.Mark) -> int:
 
 def _guard_level(item: pytest.Item, marker: pytest.Mark) -> str:
     """The level of a `transfer_guard` marker, checked."""
-    from tfplace.guards import LEVELS
+    from tfplace.placement._guards import LEVELS
 
     allowed = "level, one of " + ", ".join(repr(level) for level in LEVELS) + " (default 'disallow')"
     level = _marker_value(item, marker, "level", "disallow", allowed)
@@ -156,7 +156,7 @@ _LEVEL = pytest.StashKey[str]()
 @pytest.fixture
 def placement_log(request: pytest.FixtureRequest) -> "PlacementLog":
     """A `tfplace.capture_placement()` around the test body; assert on it in the test."""
-    from tfplace.placement_log import PlacementLog
+    from tfplace.placement._log import PlacementLog
 
     log = request.node.stash[_LOG] = PlacementLog()
     return log
@@ -178,7 +178,7 @@ class PlacementSnapshot:
         With `--tfplace-update-snapshots`, writes the snapshot instead.
         """
         __tracebackhide__ = True
-        from tfplace import snapshots
+        from tfplace import _snapshots
 
         if self._used:
             raise AssertionError(f"placement_snapshot.assert_match() was called again in {self._test}: a test item "
@@ -187,20 +187,20 @@ class PlacementSnapshot:
         if not log.complete:
             raise AssertionError(f"an incomplete placement log cannot be compared with a snapshot: "
                                  f"{log.incomplete_reason}")
-        actual = snapshots.placement(log)
+        actual = _snapshots.placement(log)
         try:
             if self.update:
-                snapshots.write(self.path, actual)
+                _snapshots.write(self.path, actual)
                 self._written[str(self.path)] = None
                 return
             if not self.path.exists():
                 raise AssertionError(f"no placement snapshot at {self.path}: run pytest with "
                                      "--tfplace-update-snapshots to write it, then review and commit it")
-            expected = snapshots.read(self.path)
-        except snapshots.SnapshotError as err:
+            expected = _snapshots.read(self.path)
+        except _snapshots.SnapshotError as err:
             raise AssertionError(str(err)) from None
         if expected != actual:
-            lines = "\n  ".join(snapshots.differences(expected, actual))
+            lines = "\n  ".join(_snapshots.differences(expected, actual))
             raise AssertionError(f"placement differs from the snapshot {self.path}:\n  {lines}\n"
                                  "If the new placement is right, run pytest with --tfplace-update-snapshots.")
 
@@ -211,11 +211,11 @@ _WRITTEN = pytest.StashKey[dict]()  # the snapshot files written, in order (a di
 @pytest.fixture
 def placement_snapshot(request: pytest.FixtureRequest) -> PlacementSnapshot:
     """`placement_snapshot.assert_match(log)`: the log's placement against the test item's snapshot file."""
-    from tfplace import snapshots
+    from tfplace import _snapshots
 
     node = request.node
     names = [parent.name for parent in node.listchain() if isinstance(parent, pytest.Class)] + [node.name]
-    return PlacementSnapshot(snapshots.path_for(Path(str(node.path)), names),
+    return PlacementSnapshot(_snapshots.path_for(Path(str(node.path)), names),
                              request.config.getoption("tfplace_update_snapshots"),
                              request.config.stash[_WRITTEN], node.nodeid)
 
@@ -250,7 +250,7 @@ class _AskedDevices:
 
     def on_op(self, record: "PlacementRecord", copies: "Sequence[CopyRecord]") -> None:
         if record.requested and record.requested not in self.asked:
-            from tfplace.sources import user_line
+            from tfplace.placement._sources import user_line
 
             self.asked[record.requested] = user_line()
 
@@ -263,9 +263,9 @@ class _AskedDevices:
 
 def _check_asked(item: pytest.Item, asked: dict[str, str]) -> None:
     """Fails a transfer_guard test that asked for a device this process does not have."""
-    from tfplace import tfstate
+    from tfplace import _tensorflow
 
-    existing = tfstate.logical_device_names()
+    existing = _tensorflow.logical_device_names()
     missing = [f"{device} (at {where or 'an unknown line'})" for device, where in asked.items()
                if device not in existing and device.startswith("/device:")]
     if missing:
@@ -284,16 +284,16 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
     level = item.stash.get(_LEVEL, None)
     if log is None and level is None:
         return (yield)
-    from tfplace import hooks
-    from tfplace.capture import capture_into
-    from tfplace.guards import transfer_guard
+    from tfplace.placement import _hooks
+    from tfplace.placement._capture import capture_into
+    from tfplace.placement._guards import transfer_guard
 
     asked = _AskedDevices()
     with contextlib.ExitStack() as stack:
         if log is not None:
             stack.enter_context(capture_into(log))
         if level is not None:
-            stack.enter_context(hooks.listening(asked))
+            stack.enter_context(_hooks.listening(asked))
             stack.enter_context(transfer_guard(level))
         result = yield
     if level is not None and level != "allow":

@@ -20,9 +20,9 @@ from typing import Any, Callable, Optional, Sequence
 import tensorflow as tf
 from absl import logging
 
-from tfplace.devices import cpu, device as resolve_device, try_all_gpus
-from tfplace.errors import ConfigurationError
-from tfplace import tfstate
+from tfplace._devices import cpu, device as resolve_device, try_all_gpus
+from tfplace._errors import ConfigurationError
+from tfplace import _tensorflow
 
 __all__ = ["split_batch", "replicate", "reduce_on", "strategy"]
 
@@ -116,7 +116,7 @@ def strategy(devices: Optional[Sequence[Any]] = None) -> tf.distribute.Strategy:
     if devices is None:
         chosen = try_all_gpus()
         if chosen == [cpu()]:
-            chosen = [d for d in map(resolve_device, tfstate.logical_device_names()) if d.device_type == "CPU"]
+            chosen = [d for d in map(resolve_device, _tensorflow.logical_device_names()) if d.device_type == "CPU"]
     else:
         chosen = [resolve_device(d, fallback=False, origin="tfplace.strategy's argument devices") for d in devices]
     return _local_strategy(tuple(d.name for d in chosen))

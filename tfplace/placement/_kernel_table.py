@@ -8,8 +8,8 @@ registry when it has GPU kernels, else the table shipped in `tfplace/data/gpu_ke
 A `DEFAULT`-device kernel serves every device type.
 
 Example:
-    >>> from tfplace import kernel_table
-    >>> table = kernel_table.gpu_table()
+    >>> from tfplace.placement import _kernel_table
+    >>> table = _kernel_table.gpu_table()
     >>> table.supports("MatMul", "GPU", (("T", "float32"),)), table.supports("MatMul", "GPU", (("T", "int32"),))
     (True, False)
     >>> "int32" in dict(table.supported_dtypes("MatMul", "GPU"))["T"]
@@ -25,11 +25,11 @@ import os
 import warnings
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
 
-from tfplace.sources import user_stacklevel
+from tfplace.placement._sources import user_stacklevel
 
 __all__ = ["Kernel", "KernelTable", "live", "shipped", "gpu_table", "TABLE_PATH", "TABLE_FORMAT"]
 
-TABLE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "gpu_kernels.json.gz")
+TABLE_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "gpu_kernels.json.gz")
 TABLE_FORMAT = "tfplace-gpu-kernels/1"
 _REGENERATE = "python scripts/gpu_kernel_table.py --tensorflow-version {version}"
 

@@ -8,12 +8,12 @@ a log says the same on every CPU. Inputs a kernel keeps in host memory (a
 are not implicit copies.
 
 Example:
-    >>> from tfplace import kernels
-    >>> kernels.op_type("_MklMatMul"), kernels.op_type("_MklFusedMatMul")
+    >>> from tfplace.placement import _kernels
+    >>> _kernels.op_type("_MklMatMul"), _kernels.op_type("_MklFusedMatMul")
     ('MatMul', '_FusedMatMul')
-    >>> kernels.host_memory_inputs("Fill", "CPU", 2)
+    >>> _kernels.host_memory_inputs("Fill", "CPU", 2)
     frozenset({0})
-    >>> kernels.resource_inputs("AssignAddVariableOp")
+    >>> _kernels.resource_inputs("AssignAddVariableOp")
     ('resource',)
 """
 

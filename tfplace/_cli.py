@@ -2,7 +2,7 @@
 
 Neither `devices` nor `env` starts TensorFlow's runtime or allocates GPU
 memory: devices are listed from the physical inventory and the pending
-configuration. `trace` runs a script under a capture (see `tfplace.trace`).
+configuration. `trace` runs a script under a capture (see `tfplace._trace`).
 
     tfplace devices --logical_cpus=4     # the devices a program would see
     tfplace env --json                   # versions, build and placement env vars
@@ -20,8 +20,8 @@ import platform
 import sys
 from typing import Any, Optional, Sequence
 
-from tfplace import settings  # pure Python: --help and usage errors never import TensorFlow
-from tfplace.errors import ConfigurationError
+from tfplace.config import _settings  # pure Python: --help and usage errors never import TensorFlow
+from tfplace._errors import ConfigurationError
 
 __all__ = ["main"]
 
@@ -29,17 +29,18 @@ __all__ = ["main"]
 PLACEMENT_VARIABLES = tuple(dict.fromkeys((
     "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TF_FORCE_GPU_ALLOW_GROWTH", "TF_GPU_ALLOCATOR",
     "TF_CONFIG", "TF_ENABLE_ONEDNN_OPTS", "TF_XLA_FLAGS", "TF_CPP_MIN_LOG_LEVEL",
-    *(variable for name in settings.NAMES for variable in settings.ENVIRONMENT[name]))))
+    *(variable for name in _settings.NAMES for variable in _settings.ENVIRONMENT[name]))))
 
 
 def _devices(args: argparse.Namespace) -> dict[str, Any]:
     import tensorflow as tf
     import tfplace
-    from tfplace import gpu_inventory, tfstate
+    from tfplace.config import _gpu_inventory
+    from tfplace import _tensorflow
 
     preview = {name: getattr(args, name) for name in ("logical_cpus", "logical_gpus", "visible_gpus")}
     config = tfplace.configure(**{k: v for k, v in preview.items() if v is not None})
-    gpus = {g.index: g for g in gpu_inventory.read_gpus(len(tf.config.list_physical_devices("GPU")))}
+    gpus = {g.index: g for g in _gpu_inventory.read_gpus(len(tf.config.list_physical_devices("GPU")))}
     visible = {d.name for d in tf.config.get_visible_devices()}
     physical = []
     for dev in tf.config.list_physical_devices():
@@ -52,13 +53,13 @@ def _devices(args: argparse.Namespace) -> dict[str, Any]:
                        memory_used_mib=getattr(info, "used_mib", None),
                        compute_capability=details.get("compute_capability"))
         physical.append(row)
-    return {"physical": physical, "logical": list(config.logical_devices), "runtime_started": tfstate.runtime_started()}
+    return {"physical": physical, "logical": list(config.logical_devices), "runtime_started": _tensorflow.runtime_started()}
 
 
 def _env(_: argparse.Namespace) -> dict[str, Any]:
     import tensorflow as tf
     import tfplace
-    from tfplace import gpu_inventory
+    from tfplace.config import _gpu_inventory
 
     build = tf.sysconfig.get_build_info()
     try:
@@ -81,10 +82,10 @@ def _env(_: argparse.Namespace) -> dict[str, Any]:
         warnings.append("TFPLACE_VISIBLE_GPUS indexes the GPUs left by CUDA_VISIBLE_DEVICES, "
                         "not nvidia-smi's numbering")
     try:
-        settings.resolve({}, {}, os.environ)
+        _settings.resolve({}, {}, os.environ)
     except tfplace.ConfigurationError as err:
         warnings.append(str(err))
-    gpus = gpu_inventory.read_gpus(len(tf.config.list_physical_devices("GPU")))
+    gpus = _gpu_inventory.read_gpus(len(tf.config.list_physical_devices("GPU")))
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -94,7 +95,7 @@ def _env(_: argparse.Namespace) -> dict[str, Any]:
         "is_cuda_build": bool(build.get("is_cuda_build")),
         "cuda_version": build.get("cuda_version"),
         "cudnn_version": build.get("cudnn_version"),
-        "nvidia_driver": gpu_inventory.driver_version(),
+        "nvidia_driver": _gpu_inventory.driver_version(),
         "onednn": onednn,
         "onednn_note": ("oneDNN is on: TensorFlow's own log names some kernels by their oneDNN variant "
                         "(_MklMatMul for MatMul); tfplace records and PlacementLog.from_text give op types"
@@ -132,14 +133,14 @@ def _setting(name: str):
     """An argparse type reading `--<name>` as `configure()` reads that setting."""
     def parse(text: str) -> Any:
         try:
-            return settings.parse_text(name, text, f"option --{name}")
+            return _settings.parse_text(name, text, f"option --{name}")
         except ValueError as err:
             raise argparse.ArgumentTypeError(str(err)) from None
     return parse
 
 
 TRACE_USAGE = "tfplace trace [tfplace flags] [--json=FILE] [--plot=FILE.png] [--top=N] script.py [--] [args ...]"
-BOOLEANS = tuple(name for name in settings.NAMES if settings.ALLOWED[name] == "True or False")
+BOOLEANS = tuple(name for name in _settings.NAMES if _settings.ALLOWED[name] == "True or False")
 
 
 class _AbslBoolean(argparse.Action):
@@ -154,32 +155,32 @@ class _AbslBoolean(argparse.Action):
 
 
 def _add_trace(commands: Any) -> argparse.ArgumentParser:
-    trace = commands.add_parser(
+    parser = commands.add_parser(
         "trace", usage=TRACE_USAGE, allow_abbrev=False,
         help="run a script under a capture and report where its placement goes wrong",
         description="Runs script.py as __main__ with its own arguments, then reports ops per device, ops on the "
                     "CPU while a GPU was visible, and implicit copies, each with its source line. "
                     "The script's exit status is kept. Boolean flags are written as absl writes them: "
                     "--soft_placement, --nosoft_placement or --soft_placement=false.")
-    for name in settings.NAMES:
-        about = "configure() before the script: " + settings.ALLOWED[name]
+    for name in _settings.NAMES:
+        about = "configure() before the script: " + _settings.ALLOWED[name]
         if name in BOOLEANS:
-            trace.add_argument(f"--{name}", f"--no{name}", dest=name, action=_AbslBoolean, help=about)
+            parser.add_argument(f"--{name}", f"--no{name}", dest=name, action=_AbslBoolean, help=about)
         else:
-            trace.add_argument(f"--{name}", type=_setting(name), help=about)
-    trace.add_argument("--json", metavar="FILE", help="write every record and copy as JSON")
-    trace.add_argument("--plot", metavar="FILE.png", help="draw ops per device (needs matplotlib: .[plot]); "
+            parser.add_argument(f"--{name}", type=_setting(name), help=about)
+    parser.add_argument("--json", metavar="FILE", help="write every record and copy as JSON")
+    parser.add_argument("--plot", metavar="FILE.png", help="draw ops per device (needs matplotlib: .[plot]); "
                                                           "the extension picks the format: .png, .svg, .pdf, ...")
-    trace.add_argument("--top", metavar="N", type=int, default=10, help="rows per report section (default 10)")
-    trace.add_argument("script", help="the Python script to run")
-    trace.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
-    return trace
+    parser.add_argument("--top", metavar="N", type=int, default=10, help="rows per report section (default 10)")
+    parser.add_argument("script", help="the Python script to run")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    return parser
 
 
-def _absl_booleans(trace: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
+def _absl_booleans(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
     """`tfplace trace`'s arguments, with each `--name=value` of a boolean flag before the script
     read as `--name` or `--noname`; the script and its own arguments are left as they are."""
-    takes_value = {"--json", "--plot", "--top"} | {f"--{name}" for name in settings.NAMES if name not in BOOLEANS}
+    takes_value = {"--json", "--plot", "--top"} | {f"--{name}" for name in _settings.NAMES if name not in BOOLEANS}
     read: list[str] = []
     rest = iter(argv)
     for arg in rest:
@@ -188,9 +189,9 @@ def _absl_booleans(trace: argparse.ArgumentParser, argv: Sequence[str]) -> list[
         option, given, text = arg.partition("=")
         if given and option[2:] in BOOLEANS and option.startswith("--"):
             try:
-                arg = option if settings.parse_text(option[2:], text, f"option {option}") else f"--no{option[2:]}"
+                arg = option if _settings.parse_text(option[2:], text, f"option {option}") else f"--no{option[2:]}"
             except ValueError as err:
-                trace.error(str(err))
+                parser.error(str(err))
         read.append(arg)
         if arg in takes_value:
             read.extend(itertools.islice(rest, 1))
@@ -231,7 +232,7 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
 
     Every usage error is found before TensorFlow is imported and before the script runs.
     """
-    own = {"--json", "--plot", "--top", *(f"--{name}" for name in settings.NAMES),
+    own = {"--json", "--plot", "--top", *(f"--{name}" for name in _settings.NAMES),
            *(f"--no{name}" for name in BOOLEANS)}
     for arg in args.args:
         if arg.split("=", 1)[0] in own:
@@ -250,27 +251,27 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
         problem = None if path is None else _output_problem(option, path, args.script)
         if problem is not None:
             parser.error(f"--{option}={path!r} (from option --{option}) cannot be written: {problem}")
-    given = {name: getattr(args, name) for name in settings.NAMES if getattr(args, name) is not None}
+    given = {name: getattr(args, name) for name in _settings.NAMES if getattr(args, name) is not None}
     try:
-        settings.check_conflicts({name: settings.Sourced(value, f"option --{name}") for name, value in given.items()})
+        _settings.check_conflicts({name: _settings.Sourced(value, f"option --{name}") for name, value in given.items()})
     except ConfigurationError as err:
         parser.error(str(err))
     import tfplace
-    from tfplace import trace
+    from tfplace import _trace
 
     try:
         tfplace.configure(**given)
     except tfplace.Error as err:
         parser.error(str(err))
     script_args = [*args.args, *passed]
-    log, status = trace.run_script(args.script, script_args)
-    found = trace.findings(log, gpus_visible=tfplace.num_gpus() > 0)
-    print(trace.report(log, found, top=args.top), flush=True)
+    log, status = _trace.run_script(args.script, script_args)
+    found = _trace.findings(log, gpus_visible=tfplace.num_gpus() > 0)
+    print(_trace.report(log, found, top=args.top), flush=True)
     if args.json:
-        trace.write_json(args.json, trace.to_json(log, found, script=args.script, args=script_args, exit_status=status))
+        _trace.write_json(args.json, _trace.to_json(log, found, script=args.script, args=script_args, exit_status=status))
         print(f"tfplace trace: wrote {len(log.records)} records and {len(log.copies)} copies to {args.json}")
     if args.plot:
-        trace.plot(log, args.plot, top=args.top, title=f"ops per device: {os.path.basename(args.script)}")
+        _trace.plot(log, args.plot, top=args.top, title=f"ops per device: {os.path.basename(args.script)}")
         print(f"tfplace trace: drew ops per device in {args.plot}")
     return status
 
@@ -281,7 +282,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     devices = commands.add_parser("devices", help="physical and logical devices (starts nothing)")
     for name in ("logical_cpus", "logical_gpus", "visible_gpus"):
-        devices.add_argument(f"--{name}", type=_setting(name), help="preview: " + settings.ALLOWED[name])
+        devices.add_argument(f"--{name}", type=_setting(name), help="preview: " + _settings.ALLOWED[name])
     devices.add_argument("--json", action="store_true", help="print JSON")
     env = commands.add_parser("env", help="versions, build info and placement environment variables")
     env.add_argument("--json", action="store_true", help="print JSON")

@@ -10,9 +10,9 @@ those of its inputs, and whether tf.data's graph rewrites will run over it.
 
 Example:
     >>> import tensorflow as tf
-    >>> from tfplace import datasets
+    >>> from tfplace.placement import _datasets
     >>> ds = tf.data.Dataset.range(4).map(lambda x: x + 1)
-    >>> pipeline = datasets.pipeline_of(ds._variant_tensor)
+    >>> pipeline = _datasets.pipeline_of(ds._variant_tensor)
     >>> [name.split("_")[3:5] for name in pipeline.functions], pipeline.rewritten
     ([['Dataset', 'map']], True)
 """
@@ -28,7 +28,7 @@ from tensorflow.core.framework import types_pb2
 from tensorflow.python.data.ops import dataset_ops
 from tensorflow.python.eager.polymorphic_function.concrete_function import ConcreteFunction
 
-from tfplace import graphs
+from tfplace.placement import _graphs
 
 __all__ = ["pipeline_of"]
 
@@ -92,12 +92,12 @@ def _is_generator(dataset: Any) -> bool:
     return all(hasattr(dataset, name) for name in ("_init_func", "_next_func", "_finalize_func"))
 
 
-def pipeline_of(variant: Any, own: tuple[str, ...] = ()) -> Optional[graphs.Pipeline]:
+def pipeline_of(variant: Any, own: tuple[str, ...] = ()) -> Optional[_graphs.Pipeline]:
     """The tf.data functions an iterator over the dataset whose variant tensor is `variant`
     instantiates (None if no Python dataset holds it); `own`: the iterator op's own functions."""
     dataset = _on_stack(variant) or _referring(variant)
     if dataset is None:
-        return graphs.Pipeline((), own) if own else None
+        return _graphs.Pipeline((), own) if own else None
     found: dict[str, tuple[str, ...]] = {}
     maps: list[str] = []
     todo, seen, generator = [dataset], set(), False
@@ -114,6 +114,6 @@ def pipeline_of(variant: Any, own: tuple[str, ...] = ()) -> Optional[graphs.Pipe
         todo += list(current._inputs())  # pylint: disable=protected-access
     options = dataset.options().experimental_optimization
     allowed = options.apply_default_optimizations is not False or any(
-        getattr(options, name, None) is True for name in graphs.OPTIMIZATIONS)
-    return graphs.Pipeline(tuple(found), own, allowed and not generator,
+        getattr(options, name, None) is True for name in _graphs.OPTIMIZATIONS)
+    return _graphs.Pipeline(tuple(found), own, allowed and not generator,
                            tuple((name, kinds) for name, kinds in found.items() if any(kinds)), tuple(maps))

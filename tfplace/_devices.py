@@ -27,8 +27,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from tfplace import tfstate
-from tfplace.errors import DeviceNotFoundError, DeviceSpecError
+from tfplace import _tensorflow
+from tfplace._errors import DeviceNotFoundError, DeviceSpecError
 
 __all__ = [
     "Device", "parse_device", "cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus",
@@ -183,12 +183,12 @@ def _existing(names: tuple[str, ...]) -> frozenset[Device]:
 
 
 def _exists(dev: Device) -> bool:
-    return dev in _existing(tfstate.logical_device_names())
+    return dev in _existing(_tensorflow.logical_device_names())
 
 
 def num_gpus() -> int:
     """The number of GPUs TensorFlow will use, logical GPUs included (starts nothing)."""
-    return sum(1 for d in _existing(tfstate.logical_device_names()) if d.device_type == "GPU")
+    return sum(1 for d in _existing(_tensorflow.logical_device_names()) if d.device_type == "GPU")
 
 
 def try_gpu(i: int = 0) -> Device:
@@ -231,10 +231,10 @@ def device(spec: Union[str, Device, Any], *, fallback: bool = True,
         return _resolved[spec]
     wanted = parse_device(spec, origin=origin)
     if (wanted.job, wanted.replica, wanted.task) != _LOCAL or _exists(wanted):
-        if isinstance(spec, str) and tfstate.runtime_started():  # devices are fixed from now on
+        if isinstance(spec, str) and _tensorflow.runtime_started():  # devices are fixed from now on
             _resolved[spec] = wanted
         return wanted
-    existing = ", ".join(tfstate.logical_device_names())
+    existing = ", ".join(_tensorflow.logical_device_names())
     if not fallback:
         raise DeviceNotFoundError(
             f"device {spec!s} (from {origin}) does not exist: this process has {existing}")

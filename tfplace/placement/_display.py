@@ -6,12 +6,12 @@ reason), ops per device (the arguments and results of TensorFlow's internal func
 in one line, as `log.table()` does), the implicit copies with their lines, the failed ops, and
 why ops ran elsewhere than they asked (grouped by line and op). Every text of the log is
 escaped: op and node names can hold `<` and `&`. `PlacementLog._repr_html_` is `html(log,
-log.explain())`; the `%%placement` cell magic (`tfplace.notebook`) shows both.
+log.explain())`; the `%%placement` cell magic (`tfplace._notebook`) shows both.
 
 Example:
-    >>> from tfplace.display import html, text
-    >>> from tfplace.placement_log import PlacementLog
-    >>> from tfplace.records import PlacementRecord
+    >>> from tfplace.placement._display import html, text
+    >>> from tfplace.placement._log import PlacementLog
+    >>> from tfplace.placement._records import PlacementRecord
     >>> log = PlacementLog([PlacementRecord("MatMul", "", "/device:CPU:1", "execute"),
     ...                     PlacementRecord("AddV2", "f/<lambda>", "/device:CPU:0", "failed")])
     >>> page = html(log, [])
@@ -27,12 +27,12 @@ import html as _html
 from collections import Counter
 from typing import TYPE_CHECKING, Sequence
 
-from tfplace.devices import parse_device
-from tfplace.records import PLUMBING, PlacementRecord
+from tfplace._devices import parse_device
+from tfplace.placement._records import PLUMBING, PlacementRecord
 
 if TYPE_CHECKING:
-    from tfplace.explain import Explanation
-    from tfplace.placement_log import PlacementLog
+    from tfplace.placement._explain import Explanation
+    from tfplace.placement._log import PlacementLog
 
 __all__ = ["html", "text", "MAX_ROWS"]
 

@@ -1,7 +1,7 @@
 """Why an op ran where it did, and which ops would still run on the CPU on a GPU machine.
 
 Both are pure functions of placement records, a device inventory (the device names that
-exist) and a `KernelTable` (`tfplace.kernel_table`); `PlacementLog.explain()` and
+exist) and a `KernelTable` (`tfplace.placement._kernel_table`); `PlacementLog.explain()` and
 `PlacementLog.gpu_readiness()` call them with this process's devices and registry.
 
 Reasons, in the order they are tried:
@@ -17,12 +17,13 @@ Reasons, in the order they are tried:
 * "unknown": none of these.
 
 Example:
-    >>> from tfplace import explain, kernel_table
-    >>> from tfplace.records import PlacementRecord
+    >>> from tfplace.placement import _explain
+    >>> from tfplace.placement import _kernel_table
+    >>> from tfplace.placement._records import PlacementRecord
     >>> record = PlacementRecord("MatMul", "", "/device:CPU:0", "execute", requested="/device:GPU:0",
     ...                          dtypes=(("T", "int32"),))
-    >>> found = explain.explain([record], devices=("/device:CPU:0", "/device:GPU:0"),
-    ...                         table=kernel_table.gpu_table())
+    >>> found = _explain.explain([record], devices=("/device:CPU:0", "/device:GPU:0"),
+    ...                         table=_kernel_table.gpu_table())
     >>> found[0].reason
     'no-kernel'
 """
@@ -32,10 +33,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Iterable, NamedTuple, Optional, Sequence
 
-from tfplace import kernels
-from tfplace.devices import parse_device
-from tfplace.kernel_table import KernelTable
-from tfplace.records import PLUMBING, PlacementRecord
+from tfplace.placement import _kernels
+from tfplace._devices import parse_device
+from tfplace.placement._kernel_table import KernelTable
+from tfplace.placement._records import PLUMBING, PlacementRecord
 
 __all__ = ["Explanation", "Readiness", "REASONS", "needs_explaining", "explain_record", "explain", "gpu_readiness"]
 
@@ -143,14 +144,14 @@ def explain_record(record: PlacementRecord, *, devices: Sequence[str], table: Ke
         return Explanation(record, "no-device", (
             f"{what} {'asked for' if record.requested else 'was wanted on'} {target}, which does not exist here (devices: {', '.join(devices) or 'none'}), "
             f"so soft placement ran it on {device}: ask for one of those devices, or run where {target} exists."))
-    resources = kernels.resource_inputs(record.op)
+    resources = _kernels.resource_inputs(record.op)
     if resources:
         scope = f"tf.device('{target}')" if target else "the device you want"
         return Explanation(record, "colocated", (
             f"{what} {asked} but reads the resource in its input '{resources[0]}' (a variable or another "
             f"TensorFlow resource), which lives on {device}, and TensorFlow runs an op where its resources live: "
             f"create the resource under {scope} to run it there."))
-    if target_type and target_type != _type(device) and kernels.is_op(record.op):
+    if target_type and target_type != _type(device) and _kernels.is_op(record.op):
         if not table.supports(record.op, target_type, record.dtypes):
             allowed = table.supported_dtypes(record.op, target_type)
             if not table.kernels(record.op, target_type):
@@ -161,7 +162,7 @@ def explain_record(record: PlacementRecord, *, devices: Sequence[str], table: Ke
                 f"{what} has no {target_type} kernel for {_dtypes_text(record.dtypes)} ({target_type} kernels "
                 f"exist for {_allowed_text(allowed, record.dtypes)}), so it ran on {device}: cast its inputs to "
                 f"one of those dtypes to run it on {target_type}."))
-        outputs = kernels.output_dtypes(record.op, record.dtypes)
+        outputs = _kernels.output_dtypes(record.op, record.dtypes)
         if _type(device) == "CPU" and outputs and set(outputs) <= _HOST_VALUES:
             return Explanation(record, "host-memory", (
                 f"{what} computes {', '.join(sorted(set(outputs)))} values, which TensorFlow keeps in host memory "
@@ -200,7 +201,7 @@ def gpu_readiness(records: Iterable[PlacementRecord], table: KernelTable) -> lis
     counts: Counter = Counter()
     lines: dict[tuple, Counter] = {}
     for record in records:
-        if not _is_op(record) or record.kind in ("compiled", "failed") or not kernels.is_op(record.op):
+        if not _is_op(record) or record.kind in ("compiled", "failed") or not _kernels.is_op(record.op):
             continue
         key = (record.op, record.dtypes)
         counts[key] += 1

@@ -1,7 +1,7 @@
 """The records of a placement log: one per placement event, one per implicit copy.
 
 Example:
-    >>> from tfplace.records import PlacementRecord
+    >>> from tfplace.placement._records import PlacementRecord
     >>> record = PlacementRecord("MatMul", "", "/device:CPU:0", "execute", "train.py:12")
     >>> record.op, record.kind, record.to_json()["device"]
     ('MatMul', 'execute', '/device:CPU:0')

@@ -6,7 +6,7 @@ records for every function TensorFlow runs while a capture is open.
   collection (`enable_graph_collection`): each one's graph as written and its
   graph after placement and Grappler. The placer saw neither: it saw the graph
   as written after the pre-placement passes (control flow lowered, nested
-  calls inlined), which `tfplace.lowering` rebuilds under the names
+  calls inlined), which `tfplace.placement._lowering` rebuilds under the names
   TensorFlow's placer log prints. Each of those nodes gets the device it has
   after Grappler; a node Grappler fused or rewrote (`MatMul`+`BiasAdd`+`Relu`
   into `_FusedMatMul`, `x * x` into `Square`) keeps its own op type and gets
@@ -27,13 +27,13 @@ takes (with a warning) and collection stays on for it after the capture.
 
 Example:
     >>> import tensorflow as tf
-    >>> from tfplace import graphs
-    >>> from tfplace.placement_log import PlacementLog
+    >>> from tfplace.placement import _graphs
+    >>> from tfplace.placement._log import PlacementLog
     >>> x = tf.ones(2)           # collection needs the runtime started
     >>> log = PlacementLog()
-    >>> graphs.attach(log)
+    >>> _graphs.attach(log)
     >>> _ = tf.function(lambda v: v * v)(x)
-    >>> graphs.detach(log)
+    >>> _graphs.detach(log)
     >>> [(r.op, r.kind) for r in log.records if r.op == "Mul"]   # Grappler runs Square
     [('Mul', 'place')]
 """
@@ -50,11 +50,14 @@ from tensorflow.core.framework import function_pb2, graph_pb2
 from tensorflow.python.eager import context
 from tensorflow.python.ops import summary_ops_v2
 
-from tfplace import function_sources, kernels, lowering, tfstate
-from tfplace.devices import canonical_name, requested_name
-from tfplace.placement_log import PlacementLog
-from tfplace.records import PLUMBING, PlacementRecord
-from tfplace.sources import user_stacklevel
+from tfplace.placement import _function_sources
+from tfplace.placement import _kernels
+from tfplace.placement import _lowering
+from tfplace import _tensorflow
+from tfplace._devices import canonical_name, requested_name
+from tfplace.placement._log import PlacementLog
+from tfplace.placement._records import PLUMBING, PlacementRecord
+from tfplace.placement._sources import user_stacklevel
 
 __all__ = ["attach", "detach", "collect", "start", "without_sources", "is_xla", "compiled_records",
            "dataset_records", "dataset_function_names", "iterator_records", "Pipeline", "ITERATOR_OPS", "MAP_OPS", "OPTIMIZATIONS"]
@@ -77,7 +80,7 @@ def start() -> None:
     if _collecting or not _logs:
         return
     with _lock:
-        if not _collecting and _logs and tfstate.runtime_started():
+        if not _collecting and _logs and _tensorflow.runtime_started():
             context.context().enable_graph_collection()
             _collecting = True
         waiting = not _collecting
@@ -116,8 +119,8 @@ def _is_eager_op_wrapper(graph: graph_pb2.GraphDef) -> bool:
     nodes = [n for n in graph.node if n.op not in PLUMBING]
     if not nodes or not all(n.name == n.op and n.device.startswith("/job:") for n in nodes):
         return False
-    ops = {kernels.op_type(n.op) for n in nodes}
-    return all(any(kernels.is_wrapper_plumbing(n.name, op) for op in ops) for n in graph.node if n.op in PLUMBING)
+    ops = {_kernels.op_type(n.op) for n in nodes}
+    return all(any(_kernels.is_wrapper_plumbing(n.name, op) for op in ops) for n in graph.node if n.op in PLUMBING)
 
 
 # Grappler names a node it rewrites "<Optimizer>/<Rewrite>_<original name>[/<part>]".
@@ -128,7 +131,7 @@ def _producer(tensor: str) -> str:
     return tensor.lstrip("^").split(":", 1)[0]
 
 
-def placed_records(nodes: list[lowering.PlacerNode], placed: Iterable[Any]) -> list[PlacementRecord]:
+def placed_records(nodes: list[_lowering.PlacerNode], placed: Iterable[Any]) -> list[PlacementRecord]:
     """The placer's nodes, each on its device after Grappler (`placed`: the NodeDefs that ran)."""
     after = {n.name: n for n in placed}
     devices: dict[str, str] = {}
@@ -139,7 +142,7 @@ def placed_records(nodes: list[lowering.PlacerNode], placed: Iterable[Any]) -> l
             while original and original not in after:
                 devices.setdefault(original, node.device)
                 original = original.rpartition("/")[0]
-    rewritten = {n.name for n in nodes if n.name in after and kernels.op_type(after[n.name].op) != n.op}
+    rewritten = {n.name for n in nodes if n.name in after and _kernels.op_type(after[n.name].op) != n.op}
     consumers: dict[str, list[str]] = {}
     for node in nodes:
         for tensor in node.inputs:
@@ -188,11 +191,11 @@ def _function_records(function_graphs: Any) -> list[PlacementRecord]:
     graph = function_graphs.pre_optimization_graph
     placed = list(function_graphs.post_optimization_graph.node) or [
         n for g in function_graphs.partition_graphs for n in g.node]
-    nodes = lowering.placer_nodes(graph)
+    nodes = _lowering.placer_nodes(graph)
     records = placed_records(nodes, [n for n in placed if n.device])
-    if function_sources.watched():
-        top = function_sources.lines_of_graph([n.name for n in graph.node if n.op not in PLUMBING])
-        lines = function_sources.node_sources(nodes, top)  # one per record, "" where unknown
+    if _function_sources.watched():
+        top = _function_sources.lines_of_graph([n.name for n in graph.node if n.op not in PLUMBING])
+        lines = _function_sources.node_sources(nodes, top)  # one per record, "" where unknown
         records = [record._replace(source=line) if line else record for record, line in zip(records, lines)]
     pipeline, device = _graph_datasets(graph, placed)
     if pipeline is not None:
@@ -355,10 +358,10 @@ def dataset_records(pipeline: Pipeline, device: str,
         arguments = [a.name for a in function.signature.input_arg]
         arg_devices = {arg: (host if kind == "host" else canonical_name(kind)) for arg, kind in
                        zip(arguments[len(arguments) - len(kinds):], kinds) if kind}
-        graph = lowering.function_graph_def(function, _library_for(function, full_library),
+        graph = _lowering.function_graph_def(function, _library_for(function, full_library),
                                             fake_sinks=pipeline.rewritten and name not in own)
-        nodes = lowering.placer_nodes(graph)
-        lines = function_sources.node_sources(nodes, function_sources.lines(name))
+        nodes = _lowering.placer_nodes(graph)
+        lines = _function_sources.node_sources(nodes, _function_sources.lines(name))
         for node, line in zip(nodes, lines):
             requested = requested_name(node.requested)
             where = arg_devices.get(node.name, "") if node.op == "_Arg" else ""
@@ -398,11 +401,11 @@ def compiled_records(function: str, device: str) -> tuple[PlacementRecord, ...]:
     definition = _function_def(function, None)
     if definition is None:
         return ()
-    graph = lowering.function_graph_def(definition, function_pb2.FunctionDefLibrary())
+    graph = _lowering.function_graph_def(definition, function_pb2.FunctionDefLibrary())
     device = canonical_name(device)
-    lines = function_sources.lines(function)
-    return tuple(PlacementRecord(kernels.op_type(n.op), n.name, device, "compiled", lines.get(n.name, ""),
-                                 requested=requested_name(n.device), dtypes=kernels.node_dtypes(n.attr))
+    lines = _function_sources.lines(function)
+    return tuple(PlacementRecord(_kernels.op_type(n.op), n.name, device, "compiled", lines.get(n.name, ""),
+                                 requested=requested_name(n.device), dtypes=_kernels.node_dtypes(n.attr))
                  for n in graph.node)
 
 

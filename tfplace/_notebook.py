@@ -47,13 +47,13 @@ import warnings
 from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
 if TYPE_CHECKING:
-    from tfplace.placement_log import PlacementLog
+    from tfplace.placement._log import PlacementLog
 
 __all__ = ["load_ipython_extension", "USAGE", "parse_options", "LOG_NAME"]
 
 USAGE = "%%placement [--sources] [--transfer-guard=LEVEL] [--device-guard=DEVICE]"
 LOG_NAME = "_placement"  # where the last cell's log is kept in the user's namespace
-_LEVELS = ("disallow", "log", "allow")  # tfplace.guards.LEVELS, without importing TensorFlow
+_LEVELS = ("disallow", "log", "allow")  # tfplace.placement._guards.LEVELS, without importing TensorFlow
 _LOCATION = re.compile(r"(?P<file>[^\s:'\"(),]+):(?P<line>\d+)")
 
 
@@ -170,7 +170,7 @@ def _cell_names(shell: Any, text: str) -> str:
 
 def _cell_log(shell: Any, log: "PlacementLog") -> "PlacementLog":
     """`log` with the sources of its records and copies named as IPython names cells."""
-    from tfplace.placement_log import PlacementLog
+    from tfplace.placement._log import PlacementLog
 
     records = [r._replace(source=_cell_names(shell, r.source)) if r.source else r for r in log.records]
     copies = [c._replace(source=_cell_names(shell, c.source)) if c.source else c for c in log.copies]
@@ -187,7 +187,7 @@ def _cell_log(shell: Any, log: "PlacementLog") -> "PlacementLog":
 def _show(log: "PlacementLog") -> None:
     from IPython.display import display
 
-    from tfplace import display as view
+    from tfplace.placement import _display as view
 
     explanations = log.explain()
     display({"text/plain": view.text(log, explanations), "text/html": view.html(log, explanations)}, raw=True)
@@ -207,17 +207,19 @@ def run(shell: Any, line: str, cell: str) -> None:
     __tracebackhide__ = True
     options = parse_options(line)
     codes = _compile(shell, line, cell)
-    from tfplace import capture, errors, guards
+    from tfplace.placement import _capture
+    from tfplace import _errors
+    from tfplace.placement import _guards
 
     error: Optional[BaseException] = None
     with contextlib.ExitStack() as stack:
-        log = stack.enter_context(capture.capture_placement(sources=options.sources))
+        log = stack.enter_context(_capture.capture_placement(sources=options.sources))
         try:
             if options.transfer_guard is not None:
-                stack.enter_context(guards.transfer_guard(options.transfer_guard))
+                stack.enter_context(_guards.transfer_guard(options.transfer_guard))
             if options.device_guard is not None:
-                stack.enter_context(guards.device_guard(options.device_guard))
-        except (errors.Error, ValueError) as err:
+                stack.enter_context(_guards.device_guard(options.device_guard))
+        except (_errors.Error, ValueError) as err:
             raise _usage_error(line, str(err)) from None
         try:
             _execute(shell, codes)
@@ -227,7 +229,7 @@ def run(shell: Any, line: str, cell: str) -> None:
     shell.user_ns[LOG_NAME] = log
     _show(log)
     if error is not None:
-        if isinstance(error, errors.Error) and error.args and isinstance(error.args[0], str):
+        if isinstance(error, _errors.Error) and error.args and isinstance(error.args[0], str):
             error.args = (_cell_names(shell, error.args[0]),) + error.args[1:]
         raise error
 

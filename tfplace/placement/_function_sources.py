@@ -6,15 +6,15 @@ gradients, `cond`/`while` bodies, `tf.data` functions: all go through
 `atomic_function.from_func_graph`) leaves, per node, the first frame outside TensorFlow,
 Keras and tfplace: the line of user code that created it (a Keras layer's MatMul gets the
 line that called the layer). `node_sources()` hands them to the records of placed nodes,
-through their `origin` (see `tfplace.lowering`). Nothing is patched or kept while no
+through their `origin` (see `tfplace.placement._lowering`). Nothing is patched or kept while no
 sources capture is open.
 
 Example:
     >>> import tensorflow as tf
-    >>> from tfplace import function_sources
-    >>> with function_sources.watching():
+    >>> from tfplace.placement import _function_sources
+    >>> with _function_sources.watching():
     ...     f = tf.function(lambda x: x * 2.0).get_concrete_function(tf.TensorSpec([2]))
-    >>> function_sources.lines(f.name.decode())["mul"].startswith("<doctest")
+    >>> _function_sources.lines(f.name.decode())["mul"].startswith("<doctest")
     True
 """
 
@@ -26,8 +26,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from tensorflow.python.eager.polymorphic_function import atomic_function
 
-from tfplace.lowering import PlacerNode
-from tfplace.sources import stack_user_line
+from tfplace.placement._lowering import PlacerNode
+from tfplace.placement._sources import stack_user_line
 
 __all__ = ["watching", "watched", "lines", "lines_of_graph", "node_sources"]
 

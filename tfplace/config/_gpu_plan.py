@@ -6,7 +6,7 @@ memory limit of each logical device. It touches neither TensorFlow nor CUDA,
 so any machine can be planned for from a recorded inventory.
 
 Example:
-    >>> from tfplace.gpu_plan import GpuInfo, plan_gpus
+    >>> from tfplace.config._gpu_plan import GpuInfo, plan_gpus
     >>> v100s = [GpuInfo(i, "Tesla V100-SXM2-16GB", 16160) for i in range(8)]
     >>> plan_gpus(v100s, memory_fraction=0.4).memory_limits[0]
     (6464,)
@@ -18,7 +18,7 @@ import dataclasses
 import math
 from typing import Optional, Sequence
 
-from tfplace.errors import ConfigurationError
+from tfplace._errors import ConfigurationError
 
 __all__ = ["GpuInfo", "GpuPlan", "plan_gpus"]
 
@@ -66,7 +66,7 @@ def plan_gpus(
 ) -> GpuPlan:
     """Plans the GPU settings for the GPUs in `inventory`.
 
-    Settings are assumed valid one by one (see `tfplace.settings`); this checks
+    Settings are assumed valid one by one (see `tfplace.config._settings`); this checks
     them against the machine. A cap (`memory_fraction` of each GPU's own total,
     or `memory_limit_mb`) applies to every logical device; `logical_gpus=N`
     without a cap gives each logical device an equal share of its GPU.

@@ -58,7 +58,7 @@ from typing import Any, Mapping, NamedTuple, Optional
 from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, types_pb2
 from tensorflow.python.framework import op_def_registry
 
-from tfplace import kernels
+from tfplace.placement import _kernels
 
 __all__ = ["PlacerNode", "placer_nodes", "function_graph_def"]
 
@@ -620,5 +620,5 @@ def placer_nodes(graph_def: graph_pb2.GraphDef, *,
         n = node
         data = [e.src.name + (f":{e.out}" if e.out else "") for e in n.ins if e]
         ctrl = sorted("^" + e.src.name for e in n.ctrl)
-        result.append(PlacerNode(n.name, n.op, n.device, tuple(data + ctrl), n.origin, kernels.node_dtypes(n.attr)))
+        result.append(PlacerNode(n.name, n.op, n.device, tuple(data + ctrl), n.origin, _kernels.node_dtypes(n.attr)))
     return result

@@ -5,8 +5,8 @@ argument of `configure()`; the later in that list wins. Everything here is pure
 Python: validating a setting never touches TensorFlow.
 
 Example:
-    >>> from tfplace import settings
-    >>> chosen = settings.resolve({"memory_fraction": 0.5}, {}, {"TFPLACE_LOGICAL_CPUS": "2"})
+    >>> from tfplace.config import _settings
+    >>> chosen = _settings.resolve({"memory_fraction": 0.5}, {}, {"TFPLACE_LOGICAL_CPUS": "2"})
     >>> chosen["memory_fraction"].value, chosen["logical_cpus"].source
     (0.5, 'environment variable TFPLACE_LOGICAL_CPUS')
 """
@@ -18,7 +18,7 @@ import math
 import numbers
 from typing import Any, Callable, Mapping
 
-from tfplace.errors import ConfigurationError
+from tfplace._errors import ConfigurationError
 
 __all__ = ["NAMES", "DEVICE_POLICIES", "ENVIRONMENT", "ALLOWED", "Sourced", "validate", "parse_text", "resolve", "describe", "check_conflicts"]
 

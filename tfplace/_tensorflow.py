@@ -1,13 +1,13 @@
 """The thin layer that reads and writes TensorFlow's device state.
 
 Everything that decides *what* to apply lives in pure modules
-(`tfplace.settings`, `tfplace.gpu_plan`); this module only talks to
+(`tfplace.config._settings`, `tfplace.config._gpu_plan`); this module only talks to
 `tf.config`. Nothing here starts the runtime: before it starts, the logical
 devices are predicted from the pending configuration.
 
 Example:
-    >>> from tfplace import tfstate
-    >>> tfstate.logical_device_names()[0]
+    >>> from tfplace import _tensorflow
+    >>> _tensorflow.logical_device_names()[0]
     '/device:CPU:0'
 """
 
@@ -19,7 +19,7 @@ from typing import Any, Optional
 import tensorflow as tf
 from tensorflow.python.eager import context
 
-from tfplace.gpu_plan import GpuPlan
+from tfplace.config._gpu_plan import GpuPlan
 
 __all__ = [
     "runtime_started",

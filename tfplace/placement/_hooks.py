@@ -26,7 +26,7 @@ callback is removed: nothing stays behind.
 
 Example:
     >>> import tensorflow as tf
-    >>> from tfplace import hooks
+    >>> from tfplace.placement import _hooks
     >>> class Printer:
     ...     sources = all_threads = False
     ...     def on_op(self, record, copies):
@@ -36,7 +36,7 @@ Example:
     ...     def on_records(self, key, records):
     ...         pass
     >>> x = tf.ones(2)
-    >>> with hooks.listening(Printer()):
+    >>> with _hooks.listening(Printer()):
     ...     _ = x * 3.0
     Mul /device:CPU:0
 """
@@ -55,10 +55,12 @@ from tensorflow.python.eager import context, core, execute
 from tensorflow.python.framework import errors, op_callbacks, op_def_registry
 from tensorflow.python.ops import script_ops
 
-from tfplace import datasets, graphs, kernels
-from tfplace.devices import canonical_name, requested_name
-from tfplace.records import CopyRecord, PlacementRecord
-from tfplace.sources import started_by_framework, user_line
+from tfplace.placement import _datasets
+from tfplace.placement import _graphs
+from tfplace.placement import _kernels
+from tfplace._devices import canonical_name, requested_name
+from tfplace.placement._records import CopyRecord, PlacementRecord
+from tfplace.placement._sources import started_by_framework, user_line
 
 __all__ = ["Listener", "listening", "EXPLICIT_COPIES"]
 
@@ -103,8 +105,8 @@ def _type_attrs(op: str) -> frozenset[str]:
 def _dtypes(values: tuple) -> tuple[tuple[str, str], ...]:
     def name(value: Any) -> str:
         if isinstance(value, (list, tuple)):
-            return ",".join(kernels.dtype_name(v) for v in value)
-        return kernels.dtype_name(value)
+            return ",".join(_kernels.dtype_name(v) for v in value)
+        return _kernels.dtype_name(value)
 
     return tuple((key, name(value)) for key, value in values if value != ())
 
@@ -132,7 +134,7 @@ def _copies(op: str, inputs: Sequence[Any], full: str, device: str) -> list[Copy
     """Inputs whose memory is elsewhere than where the op needs them."""
     found: list[CopyRecord] = []
     device_type = device.rsplit(":", 2)[-2]
-    host_inputs = kernels.host_memory_inputs(op, device_type, len(inputs))
+    host_inputs = _kernels.host_memory_inputs(op, device_type, len(inputs))
     host = _host_of(full)
     for index, tensor in enumerate(inputs):
         dtype = tensor._datatype_enum()  # pylint: disable=protected-access
@@ -160,8 +162,8 @@ def _describe(op_type: Any, full: str, requested: Optional[str], types: tuple) -
     if op.startswith("__") and op_def_registry.get(op) is None:
         kind = _FUNCTION
     else:
-        op = kernels.op_type(op)
-        kind = _ITERATOR if op in graphs.ITERATOR_OPS else _EXPLICIT if op in EXPLICIT_COPIES else _OP
+        op = _kernels.op_type(op)
+        kind = _ITERATOR if op in _graphs.ITERATOR_OPS else _EXPLICIT if op in EXPLICIT_COPIES else _OP
     record = PlacementRecord(op, "", canonical_name(full), "execute", requested=requested_name(requested),
                              dtypes=_dtypes(types))
     return op, kind, record
@@ -186,8 +188,8 @@ class _Hook:
 
     def __call__(self, op_type: Any, inputs: Sequence[Any], attrs: Any, outputs: Any,
                  op_name: Optional[str] = None, graph: Any = None) -> None:
-        if graphs.waiting:  # a function's tracing (graph) may come before the first eager op
-            graphs.start()
+        if _graphs.waiting:  # a function's tracing (graph) may come before the first eager op
+            _graphs.start()
         if graph is not None or not self.calls:
             return None
         full = outputs[0].device if outputs else _device_of(inputs)
@@ -216,21 +218,21 @@ class _Hook:
                     copies = _copies(op, inputs, full, record.device)
                     break
         elif kind == _FUNCTION:
-            if graphs.is_xla(op):
-                later = ("compiled", op, record.device), graphs.compiled_records(op, full)
+            if _graphs.is_xla(op):
+                later = ("compiled", op, record.device), _graphs.compiled_records(op, full)
                 placed = True
             else:
-                placed = graphs.collect() > 0
+                placed = _graphs.collect() > 0
                 for tensor in inputs if placed else ():
                     if tensor._datatype_enum() == _VARIANT:  # pylint: disable=protected-access
-                        pipeline = datasets.pipeline_of(tensor)
+                        pipeline = _datasets.pipeline_of(tensor)
                         if pipeline is not None:
-                            later = ("dataset", op), graphs.iterator_records(pipeline, full)
+                            later = ("dataset", op), _graphs.iterator_records(pipeline, full)
         elif kind == _ITERATOR and inputs:
             own = tuple(_function_name(attrs[i + 1]) for i in range(0, len(attrs), 2) if attrs[i] == "f")
-            pipeline = datasets.pipeline_of(inputs[0], own)
+            pipeline = _datasets.pipeline_of(inputs[0], own)
             if pipeline is not None:
-                later = ("dataset", op), graphs.iterator_records(pipeline, full)
+                later = ("dataset", op), _graphs.iterator_records(pipeline, full)
         if self.sources or copies:
             source = user_line()
             if copies:
@@ -312,7 +314,7 @@ def _record_failure(error: BaseException, dtypes: Optional[tuple[tuple[str, str]
     device = _FAILED_DEVICE.search(message)
     requested = context.context().device_name
     where = device[1] if device else requested or _HOST
-    name = op[1] if op[1].startswith("__") else kernels.op_type(op[1])
+    name = op[1] if op[1].startswith("__") else _kernels.op_type(op[1])
     if dtypes is None:
         dtypes = _failed_dtypes(name, sys._getframe(2))
     record = PlacementRecord(name, "", canonical_name(where), "failed",

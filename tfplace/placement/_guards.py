@@ -10,7 +10,7 @@
 
 Both watch the eager ops of the block's thread and of the threads TensorFlow
 starts for it, through the same op callback as `capture_placement()`
-(`tfplace.hooks`). The nodes inside a function are placed by TensorFlow's
+(`tfplace.placement._hooks`). The nodes inside a function are placed by TensorFlow's
 placer; see them with `capture_placement()` ("place" records).
 
 Example:
@@ -27,11 +27,14 @@ from typing import Any, Iterator, Optional, Sequence, Union
 
 from absl import logging
 
-from tfplace import explain, hooks, kernel_table, tfstate
-from tfplace.devices import Device, device as resolve_device
-from tfplace.errors import ConfigurationError, ImplicitCopyError, PlacementError
-from tfplace.records import CopyRecord, PlacementRecord
-from tfplace.sources import user_line
+from tfplace.placement import _explain
+from tfplace.placement import _hooks
+from tfplace.placement import _kernel_table
+from tfplace import _tensorflow
+from tfplace._devices import Device, device as resolve_device
+from tfplace._errors import ConfigurationError, ImplicitCopyError, PlacementError
+from tfplace.placement._records import CopyRecord, PlacementRecord
+from tfplace.placement._sources import user_line
 
 __all__ = ["transfer_guard", "device_guard", "LEVELS"]
 
@@ -99,7 +102,7 @@ def transfer_guard(level: str = "disallow") -> Iterator[None]:
         if guard is None:
             guard = _local.transfer = _TransferGuard()
             stack.callback(setattr, _local, "transfer", None)
-            stack.enter_context(hooks.listening(guard))
+            stack.enter_context(_hooks.listening(guard))
         guard.levels.append(level)
         stack.callback(guard.levels.pop)
         yield
@@ -130,10 +133,10 @@ class _DeviceGuard:
             f"pass allow_ops=('{record.op}',).")
 
     def why(self, record: PlacementRecord) -> str:
-        """The reason `record` ran where it did (`tfplace.explain`), as "reason: message"."""
+        """The reason `record` ran where it did (`tfplace.placement._explain`), as "reason: message"."""
         if record.requested and record.requested == record.device:
             return f"the program asked for {record.device} with tf.device."
-        found = explain.explain_record(record, devices=tfstate.logical_device_names(), table=kernel_table.live(),
+        found = _explain.explain_record(record, devices=_tensorflow.logical_device_names(), table=_kernel_table.live(),
                                        wanted=None if record.requested else self.wanted)
         if found.reason == "unknown" and not record.requested:
             return f"no device was asked for, so TensorFlow chose {record.device}, its default for {record.op}."
@@ -167,5 +170,5 @@ def device_guard(device: Union[str, Device, Any], *, allow_ops: Sequence[str] = 
             f"of op types, e.g. allow_ops=({allow_ops!r},)")
     wanted = resolve_device(device, fallback=False, origin="tfplace.device_guard's argument device")
     guard = _DeviceGuard(wanted, frozenset(allow_ops))
-    with hooks.listening(guard):
+    with _hooks.listening(guard):
         yield

@@ -5,13 +5,13 @@ TensorFlow appends to function names (`__inference_step_123`) are dropped,
 so a snapshot does not depend on test order.
 
 Example:
-    >>> from tfplace.placement_log import PlacementLog
-    >>> from tfplace import snapshots
+    >>> from tfplace.placement._log import PlacementLog
+    >>> from tfplace import _snapshots
     >>> log = PlacementLog.from_text(
     ...     "Executing op MatMul in device /job:localhost/replica:0/task:0/device:CPU:0\\n")
-    >>> snapshots.placement(log)
+    >>> _snapshots.placement(log)
     {'/device:CPU:0': {'MatMul': 1}}
-    >>> snapshots.differences({"/device:CPU:1": {"MatMul": 1}}, snapshots.placement(log))
+    >>> _snapshots.differences({"/device:CPU:1": {"MatMul": 1}}, _snapshots.placement(log))
     ['MatMul moved from /device:CPU:1 to /device:CPU:0: /device:CPU:0 0 -> 1, /device:CPU:1 1 -> 0']
 """
 
@@ -24,8 +24,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
-from tfplace.placement_log import PlacementLog
-from tfplace.records import PLUMBING
+from tfplace.placement._log import PlacementLog
+from tfplace.placement._records import PLUMBING
 
 __all__ = ["placement", "differences", "path_for", "read", "write", "FORMAT", "SnapshotError"]
 

@@ -1,7 +1,7 @@
 """`PlacementLog`: placement events as data, with queries and assertions.
 
 Example:
-    >>> from tfplace.placement_log import PlacementLog
+    >>> from tfplace.placement._log import PlacementLog
     >>> log = PlacementLog.from_text(
     ...     "Executing op _MklMatMul in device /job:localhost/replica:0/task:0/device:CPU:0\\n")
     >>> log.devices_for("MatMul"), log.ops_on("cpu:0")
@@ -18,13 +18,13 @@ import warnings
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
 
-from tfplace import kernels
-from tfplace.devices import parse_device
-from tfplace.parsing import parse_placement
-from tfplace.records import PLUMBING, CopyRecord, PlacementRecord
+from tfplace.placement import _kernels
+from tfplace._devices import parse_device
+from tfplace.placement._parsing import parse_placement
+from tfplace.placement._records import PLUMBING, CopyRecord, PlacementRecord
 
 if TYPE_CHECKING:
-    from tfplace.explain import Explanation, Readiness
+    from tfplace.placement._explain import Explanation, Readiness
 
 __all__ = ["PlacementLog"]
 
@@ -40,7 +40,7 @@ class PlacementLog:
     reading it never changes it.
 
     Attributes:
-      records: `PlacementRecord`s in order (see `tfplace.records`).
+      records: `PlacementRecord`s in order (see `tfplace.placement._records`).
       copies: `CopyRecord`s of implicit cross-device copies.
       complete: False as soon as the block ran something whose placement was
         decided before it opened (a function placed earlier) or that tfplace
@@ -208,7 +208,7 @@ class PlacementLog:
         """Why each op ran where it did, for every record that ran elsewhere than it asked or that
         asked for nothing and ran on a CPU while a GPU was visible: one `Explanation(record,
         reason, message)` each, `reason` one of "no-device", "no-kernel", "colocated",
-        "host-memory", "xla", "unknown" (see `tfplace.explain`). Computed when asked, from this
+        "host-memory", "xla", "unknown" (see `tfplace.placement._explain`). Computed when asked, from this
         process's devices and kernel registry.
 
         >>> import tensorflow as tf, tfplace
@@ -218,9 +218,11 @@ class PlacementLog:
         >>> [e.reason for e in log.explain() if e.record.op == "Mul"]
         ['no-device']
         """
-        from tfplace import explain, kernel_table, tfstate
+        from tfplace.placement import _explain
+        from tfplace.placement import _kernel_table
+        from tfplace import _tensorflow
 
-        return explain.explain(self._records, devices=tfstate.logical_device_names(), table=kernel_table.live())
+        return _explain.explain(self._records, devices=_tensorflow.logical_device_names(), table=_kernel_table.live())
 
     def gpu_readiness(self) -> list["Readiness"]:
         """The recorded ops that would still run on the CPU on a GPU machine, because
@@ -235,16 +237,17 @@ class PlacementLog:
         >>> [r.op for r in log.gpu_readiness()]
         ['StringJoin']
         """
-        from tfplace import explain, kernel_table
+        from tfplace.placement import _explain
+        from tfplace.placement import _kernel_table
 
-        return explain.gpu_readiness(self._records, kernel_table.gpu_table())
+        return _explain.gpu_readiness(self._records, _kernel_table.gpu_table())
 
     def _repr_html_(self) -> str:
         """The log as compact HTML, for notebooks: ops per device, copies, failed ops, why ops
-        ran elsewhere than they asked, completeness (`tfplace.display`); `str(log)` stays the text table."""
-        from tfplace import display
+        ran elsewhere than they asked, completeness (`tfplace.placement._display`); `str(log)` stays the text table."""
+        from tfplace.placement import _display
 
-        return display.html(self, self.explain())
+        return _display.html(self, self.explain())
 
     def to_dataframe(self) -> Any:
         """A pandas DataFrame, one row per record: columns op, name, device, kind, source,
@@ -265,10 +268,10 @@ class PlacementLog:
 
     def _absent(self, device: str) -> str:
         """That `device` exists neither in this process nor in the log, with the devices that do; "" when it exists."""
-        from tfplace import tfstate
+        from tfplace import _tensorflow
 
         wanted = parse_device(device, origin="PlacementLog's argument device")
-        existing = tfstate.logical_device_names()
+        existing = _tensorflow.logical_device_names()
         if wanted.name in existing or any(r.device == wanted.name for r in self._records):
             return ""
         return f"{wanted.name} does not exist in this process; its devices are {', '.join(existing)}"
@@ -298,9 +301,9 @@ def _wrapper_size(group: list[PlacementRecord], op: str) -> int:
     eager `op` (oneDNN builds print two: one for `MatMul`, one for its `_MklMatMul` kernel)."""
     size, seen = 0, False
     for record in reversed(group):
-        if record.op == op and kernels.op_type(record.name) == op:
+        if record.op == op and _kernels.op_type(record.name) == op:
             seen = True
-        elif not (record.op in PLUMBING and kernels.is_wrapper_plumbing(record.name, op)):
+        elif not (record.op in PLUMBING and _kernels.is_wrapper_plumbing(record.name, op)):
             break
         size += 1
     return size if seen else 0

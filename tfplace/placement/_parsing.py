@@ -10,7 +10,7 @@ and returns the rest of the text untouched. Kernel variants (oneDNN's
 `_MklMatMul`) are read as their op type; each record keeps the printed line.
 
 Example:
-    >>> from tfplace.parsing import parse_placement
+    >>> from tfplace.placement._parsing import parse_placement
     >>> parsed = parse_placement(
     ...     "hello\\nI0000 00:00:1.5  7 execute.cc:1775] Executing op MatMul in device "
     ...     "/job:localhost/replica:0/task:0/device:CPU:0\\n")
@@ -26,9 +26,9 @@ import re
 from collections import Counter
 from typing import Any, NamedTuple
 
-from tfplace.devices import canonical_name
-from tfplace.kernels import op_type
-from tfplace.records import CopyRecord, PlacementRecord
+from tfplace._devices import canonical_name
+from tfplace.placement._kernels import op_type
+from tfplace.placement._records import CopyRecord, PlacementRecord
 
 __all__ = ["Parsed", "parse_placement"]
 

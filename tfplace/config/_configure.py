@@ -16,9 +16,11 @@ from typing import Any, Mapping, Optional, Sequence
 
 from absl import logging
 
-from tfplace import gpu_inventory, settings, tfstate
-from tfplace.errors import RuntimeInitializedError
-from tfplace.gpu_plan import GpuPlan, plan_gpus
+from tfplace.config import _gpu_inventory
+from tfplace.config import _settings
+from tfplace import _tensorflow
+from tfplace._errors import RuntimeInitializedError
+from tfplace.config._gpu_plan import GpuPlan, plan_gpus
 
 __all__ = ["Config", "configure"]
 
@@ -129,8 +131,8 @@ def configure(
       RuntimeInitializedError: the runtime has started and a fixed setting asks
         for a state other than the one in force.
     """
-    arguments = {name: value for name, value in locals().items() if name in settings.NAMES}
-    chosen = settings.resolve(arguments, _flag_values(), os.environ)
+    arguments = {name: value for name, value in locals().items() if name in _settings.NAMES}
+    chosen = _settings.resolve(arguments, _flag_values(), os.environ)
     value = {name: sourced.value for name, sourced in chosen.items()}
     sources = {name: sourced.source for name, sourced in chosen.items()}
 
@@ -139,41 +141,41 @@ def configure(
     if any(name in value for name in gpu_names):
         import tensorflow as tf
 
-        inventory = gpu_inventory.read_gpus(len(tf.config.list_physical_devices("GPU")))
+        inventory = _gpu_inventory.read_gpus(len(tf.config.list_physical_devices("GPU")))
         plan = plan_gpus(inventory, **{n: value.get(n) for n in gpu_names}, sources=sources)
         if not inventory:
             logging.info("tfplace: no GPU visible, so %s has nothing to apply to",
                          ", ".join(n for n in gpu_names if n in value))
 
-    started = tfstate.runtime_started()
+    started = _tensorflow.runtime_started()
     if started:
         _check_in_force(plan, value, chosen)
     else:
-        tfstate.apply_fixed(plan, value.get("logical_cpus"), log_placement=value.get("log_placement"))
+        _tensorflow.apply_fixed(plan, value.get("logical_cpus"), log_placement=value.get("log_placement"))
         if any(name in value for name in _CAPS):
             _applied.update({name: value.get(name) for name in _CAPS})
-    tfstate.apply_runtime(value.get("soft_placement"), value.get("device_policy"))
+    _tensorflow.apply_runtime(value.get("soft_placement"), value.get("device_policy"))
     return current(sources)
 
 
-def _check_in_force(plan: Optional[GpuPlan], value: dict[str, Any], chosen: dict[str, settings.Sourced]) -> None:
+def _check_in_force(plan: Optional[GpuPlan], value: dict[str, Any], chosen: dict[str, _settings.Sourced]) -> None:
     """Raises unless every fixed setting asked for is already in force."""
-    state = tfstate.fixed_state()
+    state = _tensorflow.fixed_state()
     wrong = []
     if plan is not None:
         if "visible_gpus" in value and plan.visible != state["visible_gpus"]:
-            wrong.append((settings.describe(chosen, "visible_gpus"), f"visible GPUs are {list(state['visible_gpus'])}"))
+            wrong.append((_settings.describe(chosen, "visible_gpus"), f"visible GPUs are {list(state['visible_gpus'])}"))
         if "memory_growth" in value and state["visible_gpus"] and plan.memory_growth != state["memory_growth"]:
-            wrong.append((settings.describe(chosen, "memory_growth"), f"memory growth is {state['memory_growth']}"))
-        asked = [settings.describe(chosen, n) for n in _CAPS if n in value]
+            wrong.append((_settings.describe(chosen, "memory_growth"), f"memory growth is {state['memory_growth']}"))
+        asked = [_settings.describe(chosen, n) for n in _CAPS if n in value]
         if asked and plan.memory_limits != state["memory_limits"]:
             wrong.append((" and ".join(asked), f"logical GPU memory limits (MiB) are {list(state['memory_limits'])}"))
     if "log_placement" in value and value["log_placement"] != state["log_placement"]:
-        wrong.append((settings.describe(chosen, "log_placement"),
+        wrong.append((_settings.describe(chosen, "log_placement"),
                       f"placement logging is {'on' if state['log_placement'] else 'off'}, as it was when the "
                       "runtime started (TensorFlow 2.21 fixes it then)"))
     if "logical_cpus" in value and value["logical_cpus"] != state["logical_cpus"]:
-        wrong.append((settings.describe(chosen, "logical_cpus"), f"{state['logical_cpus']} logical CPU(s) exist"))
+        wrong.append((_settings.describe(chosen, "logical_cpus"), f"{state['logical_cpus']} logical CPU(s) exist"))
     if wrong:
         detail = "; ".join(f"{asked} cannot be applied: {now}" for asked, now in wrong)
         raise RuntimeInitializedError(
@@ -185,11 +187,11 @@ def _check_in_force(plan: Optional[GpuPlan], value: dict[str, Any], chosen: dict
 
 def current(sources: Optional[Mapping[str, str]] = None) -> Config:
     """The `Config` in force now, without changing anything or starting the runtime."""
-    state = tfstate.fixed_state()
-    logical = tfstate.logical_device_names()
+    state = _tensorflow.fixed_state()
+    logical = _tensorflow.logical_device_names()
     gpu_counts = {len(limits) for limits in state["memory_limits"] if limits}
     return Config(
-        **tfstate.runtime_settings(),
+        **_tensorflow.runtime_settings(),
         log_placement=state["log_placement"],
         memory_growth=state["memory_growth"],
         memory_fraction=_applied["memory_fraction"],
@@ -197,8 +199,8 @@ def current(sources: Optional[Mapping[str, str]] = None) -> Config:
         visible_gpus=state["visible_gpus"],
         logical_cpus=state["logical_cpus"],
         logical_gpus=gpu_counts.pop() if len(gpu_counts) == 1 else _applied["logical_gpus"],
-        physical_devices=tfstate.physical_device_names(),
+        physical_devices=_tensorflow.physical_device_names(),
         logical_devices=logical,
-        runtime_started=tfstate.runtime_started(),
+        runtime_started=_tensorflow.runtime_started(),
         sources=dict(sources or {}),
     )

@@ -1,7 +1,7 @@
 """`capture_placement()`: where each op of a block ran, recorded from TensorFlow's own Python hooks.
 
-Eager ops come from an op callback (`tfplace.hooks`), function nodes from
-TensorFlow's graph collection (`tfplace.graphs`). Nothing reads TensorFlow's
+Eager ops come from an op callback (`tfplace.placement._hooks`), function nodes from
+TensorFlow's graph collection (`tfplace.placement._graphs`). Nothing reads TensorFlow's
 log text: a capture works at any point of a program, before or after the
 runtime starts, with or without `configure()`, whatever
 `TF_CPP_MIN_LOG_LEVEL` says, and never touches the process's output.
@@ -25,10 +25,12 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator, Sequence
 
-from tfplace import function_sources, graphs, hooks
-from tfplace.placement_log import PlacementLog
-from tfplace.records import PlacementRecord
-from tfplace.sources import user_stacklevel
+from tfplace.placement import _function_sources
+from tfplace.placement import _graphs
+from tfplace.placement import _hooks
+from tfplace.placement._log import PlacementLog
+from tfplace.placement._records import PlacementRecord
+from tfplace.placement._sources import user_stacklevel
 
 __all__ = ["capture_placement", "capture_into"]
 
@@ -60,7 +62,7 @@ class _Recorder:
             if key in self.keys:
                 return
             self.keys.add(key)
-        self.log.add(records if self.sources else graphs.without_sources(records))
+        self.log.add(records if self.sources else _graphs.without_sources(records))
 
 
 @contextlib.contextmanager
@@ -95,12 +97,12 @@ def capture_placement(*, sources: bool = False, all_threads: bool = False) -> It
 @contextlib.contextmanager
 def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool = False) -> Iterator[PlacementLog]:
     """`capture_placement()` filling a given log (the pytest fixture's, made earlier)."""
-    graphs.attach(log, sources=sources)
+    _graphs.attach(log, sources=sources)
     try:
         with contextlib.ExitStack() as stack:
             if sources:
-                stack.enter_context(function_sources.watching())
-            stack.enter_context(hooks.listening(_Recorder(log, sources, all_threads)))
+                stack.enter_context(_function_sources.watching())
+            stack.enter_context(_hooks.listening(_Recorder(log, sources, all_threads)))
             yield log
     finally:
-        graphs.detach(log)
+        _graphs.detach(log)

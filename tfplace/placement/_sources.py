@@ -1,7 +1,7 @@
 """Where in the user's code an op came from: the first frame outside TensorFlow, Keras and tfplace.
 
 Example:
-    >>> from tfplace.sources import user_line
+    >>> from tfplace.placement._sources import user_line
     >>> user_line().startswith("<doctest")
     True
 """

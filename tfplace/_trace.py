@@ -11,8 +11,8 @@ uncaught exception's traceback is printed as Python would.
     tfplace trace --logical_cpus=2 --json=trace.json train.py --epochs=1
 
 Example:
-    >>> from tfplace.placement_log import PlacementLog
-    >>> from tfplace.trace import Findings, report
+    >>> from tfplace.placement._log import PlacementLog
+    >>> from tfplace._trace import Findings, report
     >>> log = PlacementLog.from_text(
     ...     "Executing op MatMul in device /job:localhost/replica:0/task:0/device:CPU:0\\n")
     >>> print(report(log, Findings(gpus_visible=False), top=5).splitlines()[2])
@@ -29,10 +29,10 @@ import traceback
 from collections import Counter
 from typing import Any, NamedTuple, Optional, Sequence
 
-from tfplace.capture import capture_placement
-from tfplace.explain import Explanation, Readiness
-from tfplace.placement_log import PlacementLog
-from tfplace.records import PLUMBING, PlacementRecord
+from tfplace.placement._capture import capture_placement
+from tfplace.placement._explain import Explanation, Readiness
+from tfplace.placement._log import PlacementLog
+from tfplace.placement._records import PLUMBING
 
 __all__ = ["run_script", "Findings", "findings", "report", "to_json", "write_json", "plot"]
 
@@ -125,9 +125,9 @@ def findings(log: PlacementLog, *, gpus_visible: bool) -> Findings:
     """Explanations of `log` and, with no GPU visible, its GPU readiness."""
     if gpus_visible:
         return Findings(True, tuple(log.explain()))
-    from tfplace import kernel_table
+    from tfplace.placement import _kernel_table
 
-    table = kernel_table.gpu_table()
+    table = _kernel_table.gpu_table()
     source = table.source + (f"; {table.mismatch}" if table.mismatch else "")
     return Findings(False, tuple(log.explain()), tuple(log.gpu_readiness()), source)
 

@@ -8,7 +8,7 @@ FASTEST_FIRST, may put a faster GPU first on a mixed machine). `visible_gpus`
 and the `GpuInfo.index` read here are TensorFlow's numbers.
 
 Example:
-    >>> from tfplace.gpu_inventory import parse_nvidia_smi, map_cuda_visible
+    >>> from tfplace.config._gpu_inventory import parse_nvidia_smi, map_cuda_visible
     >>> gpus = parse_nvidia_smi("0, Tesla T4, 15360, GPU-aa, 0\\n1, Tesla V100, 16160, GPU-bb, 310\\n")
     >>> [(g.index, g.name) for g in map_cuda_visible(gpus, "1")]
     [(0, 'Tesla V100')]
@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 
 from absl import logging
 
-from tfplace.gpu_plan import GpuInfo
+from tfplace.config._gpu_plan import GpuInfo
 
 __all__ = ["read_gpus", "driver_version", "parse_nvidia_smi", "map_cuda_visible"]
 
