@@ -84,3 +84,27 @@ def test_bad_options_exit_non_zero_with_a_message():
     done = tfplace("devices", "--visible_gpus=3")
     assert done.returncode == 2 and "visible_gpus=[3]" in done.stderr and "this machine has 0 GPU" in done.stderr
     assert tfplace("bogus").returncode == 2
+
+
+def test_env_warns_about_a_memory_conflict_only_when_configure_would_raise():
+    import os
+
+    base = {**os.environ, "TF_FORCE_GPU_ALLOW_GROWTH": "true", "TFPLACE_MEMORY_FRACTION": "0.5"}
+    warned = json.loads(tfplace("env", "--json", env=base).stdout)["warnings"]
+    assert any(w.startswith("memory_growth=True (from environment variable TF_FORCE_GPU_ALLOW_GROWTH) and "
+                            "memory_fraction=0.5 (from environment variable TFPLACE_MEMORY_FRACTION) cannot be "
+                            "combined") for w in warned), warned
+    overridden = json.loads(tfplace("env", "--json", env={**base, "TFPLACE_MEMORY_GROWTH": "0"}).stdout)["warnings"]
+    assert not any("cannot be combined" in w for w in overridden), overridden
+
+
+def test_every_setting_is_an_option_of_trace_and_every_fixed_one_a_preview_of_devices():
+    from tfplace.config._settings import SETTINGS
+
+    trace_help = " ".join(tfplace("trace", "--help").stdout.split())
+    devices_help = " ".join(tfplace("devices", "--help").stdout.split())
+    for setting in SETTINGS:
+        assert f"--{setting.name}" in trace_help and setting.kind.allowed in trace_help, setting.name
+        assert (f"--{setting.name}" in devices_help) == setting.fixed, setting.name
+    done = tfplace("devices", "--logical_cpus=3", "--log_placement=false", "--json")
+    assert json.loads(done.stdout)["logical"] == ["/device:CPU:0", "/device:CPU:1", "/device:CPU:2"], done.stderr

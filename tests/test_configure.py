@@ -56,6 +56,7 @@ def test_environment_and_flags_priority(python):
         import sys
         from absl import flags
         import tfplace, tfplace.flags
+        from absl import flags
         flags.FLAGS(["prog", "--logical_cpus=3", "--device_policy=warn"])
         config = tfplace.configure(device_policy="explicit")
         report({"logical": len(config.logical_devices), "policy": config.device_policy,
@@ -156,3 +157,44 @@ def test_log_placement_is_the_guides_logging_fixed_at_start():
     assert out["logging"] is False and out["matmul"] == ["/device:CPU:0"]
     assert "placement logging is off, as it was when the runtime started" in out["error"]
     assert "Executing op" not in quiet.stderr and "Executing op" not in quiet.stdout
+
+
+def test_configure_keywords_config_fields_and_flags_follow_the_declarations(python):
+    out = python("""
+        import dataclasses, inspect, typing
+        import tfplace, tfplace.flags
+        from absl import flags
+        from tfplace.config._settings import SETTINGS
+        parameters = inspect.signature(tfplace.configure).parameters.values()
+        report({
+            "keywords": [(p.name, p.kind == p.KEYWORD_ONLY, p.default) for p in parameters],
+            "declared": [s.name for s in SETTINGS],
+            "fields": [f.name for f in dataclasses.fields(tfplace.Config)][:len(SETTINGS)],
+            "flags": list(tfplace.flags.FLAG_HOLDERS),
+            "help": [s.kind.allowed in flags.FLAGS[s.name].help for s in SETTINGS],
+            "documented": [f"{s.name}:" in tfplace.configure.__doc__ for s in SETTINGS],
+        })
+    """)
+    declared = out["declared"]
+    assert out["keywords"] == [[name, True, None] for name in declared], "configure()'s keywords are the settings"
+    assert out["fields"] == declared and out["flags"] == declared
+    assert all(out["help"]) and all(out["documented"])
+
+
+def test_after_start_only_the_fixed_settings_that_differ_are_named(python):
+    out = python("""
+        import tensorflow as tf, tfplace
+        tfplace.configure(logical_cpus=2)
+        tf.ones(1)
+        errors = []
+        for asked in ({"logical_cpus": 2, "log_placement": True}, {"logical_cpus": 2, "soft_placement": False}):
+            try:
+                errors.append(tfplace.configure(**asked).soft_placement)
+            except tfplace.RuntimeInitializedError as err:
+                errors.append(str(err))
+        report(errors)
+    """)
+    refused, soft = out
+    assert ("log_placement=True (from argument log_placement) cannot be applied: placement logging is off, as it was "
+            "when the runtime started") in refused and "logical_cpus" not in refused.split("Allowed")[0]
+    assert soft is False

@@ -93,12 +93,12 @@ class _FakeConfig:
 
 def test_apply_layer_calls_tf_config():
     fake = _FakeConfig()
-    apply_fixed(plan_gpus(MIXED[:1] + [GpuInfo(1, "T4", 15360)], visible_gpus=[1], memory_limit_mb=1024), 3, fake)
+    apply_fixed(plan_gpus(MIXED[:1] + [GpuInfo(1, "T4", 15360)], visible_gpus=[1], memory_limit_mb=1024), {"logical_cpus": 3}, fake)
     assert fake.calls == [
         ("visible", ["gpu1"], "GPU"),
         ("logical", "gpu1", [("config", 1024)]),
         ("logical", "cpu0", [("config", None)] * 3),
     ]
     fake = _FakeConfig()
-    apply_fixed(plan_gpus(MIXED, memory_growth=True), None, fake)
+    apply_fixed(plan_gpus(MIXED, memory_growth=True), {}, fake)
     assert fake.calls == [("visible", ["gpu0", "gpu1"], "GPU"), ("growth", "gpu0", True), ("growth", "gpu1", True)]

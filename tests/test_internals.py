@@ -1,52 +1,131 @@
-"""The TensorFlow internals that capture_placement() relies on (BUILD.md, "TensorFlow internals").
+"""The TensorFlow internals tfplace relies on (BUILD.md, "TensorFlow internals"), all reached
+through `tfplace/_tensorflow.py`.
 
-If a TensorFlow upgrade removes or changes one, this test says which, before users meet it.
+If a TensorFlow upgrade removes or changes one, these tests say which, before users meet it;
+and they fail when a module other than `_tensorflow.py` reaches into TensorFlow, or when
+`_tensorflow.py` uses an internal that is not listed here.
 """
 
+import ast
 import importlib
 
 import pytest
 
+from conftest import ROOT
+
+# (module, attribute path, what it is for); "()" in a path calls what comes before it.
 INTERNALS = [
     ("tensorflow.python.framework.op_callbacks", "add_op_callback", "eager ops: the op callback"),
-    ("tensorflow.python.eager.context", "Context.remove_op_callback", "eager ops: removing the op callback"),
-    ("tensorflow.python.eager.context", "Context.op_callbacks", "eager ops: the thread's callbacks"),
+    ("tensorflow.python.eager.context", "context().remove_op_callback", "eager ops: removing the op callback"),
+    ("tensorflow.python.eager.context", "context().op_callbacks", "eager ops: the thread's callbacks"),
+    ("tensorflow.python.eager.execute", "execute", "eager ops: the execute path, replaced while hooks listen"),
     ("tensorflow.python.eager.execute", "execute_with_callbacks", "eager ops: the callback path other threads keep"),
     ("tensorflow.python.eager.execute", "quick_execute", "eager ops: the fast path restored after the last capture"),
-    ("tensorflow.python.eager.context", "Context.enable_graph_collection", "functions: graph collection"),
-    ("tensorflow.python.eager.context", "Context.disable_graph_collection", "functions: graph collection"),
-    ("tensorflow.python.eager.context", "Context.export_run_metadata", "functions: placed graphs"),
+    ("tensorflow.python.eager.context", "context()._context_handle", "configure: whether the runtime has started"),
+    ("tensorflow.python.eager.context", "context().log_device_placement", "configure: placement logging in force"),
+    ("tensorflow.python.eager.context", "context().device_name", "requested devices: the thread's tf.device scope"),
+    ("tensorflow.python.eager.context", "context()._thread_local_data.device_name",
+     "requested devices: the scope read without a call into TensorFlow"),
+    ("tensorflow.python.eager.context", "context().enable_graph_collection", "functions: graph collection"),
+    ("tensorflow.python.eager.context", "context().disable_graph_collection", "functions: graph collection"),
+    ("tensorflow.python.eager.context", "context().export_run_metadata", "functions: placed graphs"),
+    ("tensorflow.python.eager.context", "context().get_function_def", "functions: tf.data and XLA function bodies"),
     ("tensorflow.python.framework.kernels", "get_registered_kernels_for_op", "copies: host-memory arguments"),
-    ("tensorflow.python.framework.op_def_registry", "get", "op types of kernel variants"),
+    ("tensorflow.python.framework.op_def_registry", "get", "op types of kernel variants, argument names"),
     ("tensorflow.python.util._pywrap_util_port", "IsMklEnabled", "tfplace env: whether oneDNN is on"),
     ("tensorflow.python.ops.summary_ops_v2", "_current_trace_context", "functions: TensorBoard's graph trace"),
-    ("tensorflow.python.eager.context", "Context.get_function_def", "functions: tf.data and XLA function bodies"),
     ("tensorflow.python.eager.core", "_status_to_exception", "failed records: every eager op error passes here"),
     ("tensorflow.python.ops.script_ops", "FuncRegistry.__call__", "threads: tf.py_function on TensorFlow's threads"),
     ("tensorflow.python.data.ops.dataset_ops", "DatasetV2._functions", "tf.data functions of an iterator's dataset"),
     ("tensorflow.python.data.ops.dataset_ops", "DatasetV2._inputs", "tf.data functions of an iterator's dataset"),
-    ("tensorflow.python.framework.ops", "_EagerTensorBase.backing_device", "copies: where a tensor's memory is"),
-    ("tensorflow.python.data.ops.dataset_ops", "DatasetV2.options", "tf.data: whether the graph rewrites run"),
-    ("tensorflow.python.eager.polymorphic_function.concrete_function", "ConcreteFunction",
-     "tf.data: a MultiDeviceIterator's per-device generator functions"),
+    ("tensorflow.python.data.ops.map_op", "_MapDataset", "tf.data: the datasets map() makes"),
+    ("tensorflow.python.data.ops.from_generator_op", "_GeneratorDataset",
+     "tf.data: generator datasets, which tf.data's rewrites skip (its _init_func, _next_func, _finalize_func)"),
+    ("tensorflow.python.data.ops.map_op", "_ParallelMapDataset", "tf.data: the datasets map() makes"),
+    ("tensorflow.python.framework.ops", "EagerTensor._datatype_enum", "copies: an input's dtype, in the op callback"),
+    ("tensorflow.python.framework.ops", "EagerTensor.backing_device", "copies: where a tensor's memory is"),
     ("tensorflow.python.eager.context", "Context._set_device",
      "requested devices: every tf.device scope of a thread (mirrored while a capture listens)"),
     ("tensorflow.python.eager.polymorphic_function.atomic_function", "from_func_graph",
      "sources: every traced function passes here (wrapped while a sources capture is open)"),
     ("tensorflow.python.framework.ops", "Operation.traceback", "sources: the stack that created a graph op"),
-    ("tensorflow.python.framework.kernels", "get_all_registered_kernels", "scripts/gpu_kernel_table.py: the CUDA build's kernels"),
+    ("tensorflow.python.framework.kernels", "get_all_registered_kernels",
+     "scripts/gpu_kernel_table.py: the CUDA build's kernels"),
 ]
+# Attributes of objects rather than of modules, checked on real objects by the tests below.
+OBJECT_INTERNALS = ["_variant_tensor_attr", "_init_func", "_next_func", "_finalize_func"]
+STATE_MODULE = ROOT / "tfplace" / "_tensorflow.py"
+
+
+def _walk(module, path):
+    found = importlib.import_module(module)
+    for part in path.split("."):
+        call = part.endswith("()")
+        found = getattr(found, part[:-2] if call else part)
+        found = found() if call else found
+    return found
 
 
 @pytest.mark.parametrize("module, name, use", INTERNALS, ids=[f"{m.rsplit('.', 1)[1]}.{n}" for m, n, _ in INTERNALS])
 def test_internal_is_still_there(module, name, use):
-    found = importlib.import_module(module)
-    missing = object()
-    for part in name.split("."):
-        found = getattr(found, part, missing)
-        if found is missing:
-            pytest.fail(f"TensorFlow no longer has {module}.{name}, which tfplace uses for {use}: "
-                        "see BUILD.md, 'TensorFlow internals', and adapt tfplace/placement/_hooks.py, graphs.py or kernels.py")
+    try:
+        _walk(module, name)
+    except (AttributeError, ImportError) as error:
+        pytest.fail(f"TensorFlow no longer has {module}.{name} ({error}), which tfplace uses for {use}: "
+                    "see BUILD.md, 'TensorFlow internals', and adapt tfplace/_tensorflow.py")
+
+
+def _chains(tree, aliases):
+    """Each attribute path `_tensorflow.py` takes from an imported internal module, as (module, path)."""
+    found = set()
+
+    def path_of(node):
+        if isinstance(node, ast.Name):
+            return (aliases[node.id], "") if node.id in aliases else None
+        if isinstance(node, ast.Call):
+            inner = path_of(node.func)
+            return inner and (inner[0], inner[1] + "()")
+        if isinstance(node, ast.Attribute):
+            inner = path_of(node.value)
+            return inner and (inner[0], f"{inner[1]}.{node.attr}".lstrip("."))
+        return None
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            found.add(path_of(node))
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Patch":
+            owner, name = node.args
+            found.add((path_of(owner)[0], f"{path_of(owner)[1]}.{name.value}".lstrip(".")))
+    return {chain for chain in found if chain}
+
+
+def test_every_internal_used_is_listed_and_only_the_state_module_uses_any():
+    tree = ast.parse(STATE_MODULE.read_text(encoding="utf-8"))
+    aliases = {alias.asname or alias.name: f"{node.module}.{alias.name}" for node in ast.walk(tree)
+               if isinstance(node, ast.ImportFrom) and node.module.startswith("tensorflow.python") for alias in node.names}
+    def parts(path):
+        return tuple(part.removesuffix("()") for part in path.split("."))
+
+    listed = {(m, parts(n)) for m, n, _ in INTERNALS}
+    unlisted = [c for c in _chains(tree, aliases)  # covered: one path starts the other
+                if not any(c[0] == m and min(len(n), len(parts(c[1]))) > 0
+                           and parts(c[1])[:len(n)] == n[:len(parts(c[1]))] for m, n in listed)]
+    assert not unlisted, f"tfplace/_tensorflow.py uses internals missing from INTERNALS: {sorted(unlisted)}"
+    private = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)} | {
+        node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    private = {name for name in private if name.startswith("_") and not name.startswith("__") and name.isidentifier()}
+    known = {part.rstrip("()") for _, n, _ in INTERNALS for part in n.split(".")} | set(OBJECT_INTERNALS)
+    assert private <= known, f"private names in tfplace/_tensorflow.py not listed: {sorted(private - known)}"
+    for path in sorted((ROOT / "tfplace").rglob("*.py")):
+        if path == STATE_MODULE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            imported = [node.module or ""] if isinstance(node, ast.ImportFrom) else [
+                a.name for a in node.names] if isinstance(node, ast.Import) else []
+            where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', '?')}"
+            assert not any(m.startswith("tensorflow.python") for m in imported), f"{where} imports a TensorFlow internal"
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "tf":
+                assert node.attr not in ("config", "sysconfig"), f"{where} uses tf.{node.attr}: go through _tensorflow"
 
 
 def test_internals_still_behave_as_relied_on(python):
@@ -76,11 +155,31 @@ def test_internals_still_behave_as_relied_on(python):
     assert out["fill"] == ["dims"], out
 
 
-def test_datasets_keep_their_variant_tensor_where_tfplace_looks(python):
+def test_datasets_keep_what_tfplace_reads_where_it_looks(python):
     out = python("""
         import tensorflow as tf
+        from tfplace import _tensorflow
         ds = tf.data.Dataset.range(3).map(lambda x: x + 1)
-        report({"attr": ds.__dict__.get("_variant_tensor_attr") is ds._variant_tensor,
-                "functions": len(ds._functions()), "inputs": len(ds._inputs())})
+        report({"attr": _tensorflow.variant_tensor_of(ds.__dict__) is ds._variant_tensor,
+                "functions": len(_tensorflow.dataset_functions(ds)), "inputs": len(_tensorflow.dataset_inputs(ds)),
+                "map": [_tensorflow.is_map_dataset(d) for d in (ds, ds.batch(2))],
+                "generator": _tensorflow.is_generator_dataset(ds)})
     """)
-    assert out == {"attr": True, "functions": 1, "inputs": 1}
+    assert out == {"attr": True, "functions": 1, "inputs": 1, "map": [True, False], "generator": False}
+
+
+def test_generator_datasets_keep_their_functions_where_tfplace_looks(python):
+    out = python("""
+        import tensorflow as tf
+        from tensorflow.python.data.ops import from_generator_op
+        from tfplace import _tensorflow
+        made = []
+        original = from_generator_op._GeneratorDataset.__init__
+        def init(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            made.append(self)
+        from_generator_op._GeneratorDataset.__init__ = init
+        tf.data.Dataset.from_generator(lambda: iter([1]), output_signature=tf.TensorSpec((), tf.int32))
+        report([_tensorflow.is_generator_dataset(d) for d in made])
+    """)
+    assert out == [True]

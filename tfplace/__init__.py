@@ -33,7 +33,6 @@ if TYPE_CHECKING:
                                  try_all_gpus, try_gpu)
     from tfplace.placement._explain import Explanation, Readiness
     from tfplace.placement._guards import device_guard, transfer_guard
-    from tfplace.placement._parsing import parse_placement
     from tfplace.placement._log import PlacementLog
     from tfplace.placement._records import CopyRecord, PlacementRecord
     from tfplace._replication import reduce_on, replicate, split_batch, strategy
@@ -48,7 +47,6 @@ _LAZY = {
                      "to_device", "devices_of"), "tfplace._devices"),
     **dict.fromkeys(("transfer_guard", "device_guard"), "tfplace.placement._guards"),
     **dict.fromkeys(("Explanation", "Readiness"), "tfplace.placement._explain"),
-    **dict.fromkeys(("parse_placement",), "tfplace.placement._parsing"),
     **dict.fromkeys(("PlacementLog",), "tfplace.placement._log"),
     **dict.fromkeys(("PlacementRecord", "CopyRecord"), "tfplace.placement._records"),
     **dict.fromkeys(("split_batch", "replicate", "reduce_on", "strategy"), "tfplace._replication"),
@@ -73,7 +71,6 @@ __all__ = [
     "CopyRecord",
     "Explanation",
     "Readiness",
-    "parse_placement",
     "transfer_guard",
     "device_guard",
     "split_batch",

@@ -20,8 +20,9 @@ import platform
 import sys
 from typing import Any, Optional, Sequence
 
-from tfplace.config import _settings  # pure Python: --help and usage errors never import TensorFlow
 from tfplace._errors import ConfigurationError
+# pure Python: --help and usage errors never import TensorFlow
+from tfplace.config._settings import BOOLEAN, BY_NAME, NAMES, SETTINGS, Setting, Sourced, check_conflicts
 
 __all__ = ["main"]
 
@@ -29,72 +30,62 @@ __all__ = ["main"]
 PLACEMENT_VARIABLES = tuple(dict.fromkeys((
     "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TF_FORCE_GPU_ALLOW_GROWTH", "TF_GPU_ALLOCATOR",
     "TF_CONFIG", "TF_ENABLE_ONEDNN_OPTS", "TF_XLA_FLAGS", "TF_CPP_MIN_LOG_LEVEL",
-    *(variable for name in _settings.NAMES for variable in _settings.ENVIRONMENT[name]))))
+    *(variable for setting in SETTINGS for variable in setting.environment))))
 
 
 def _devices(args: argparse.Namespace) -> dict[str, Any]:
-    import tensorflow as tf
     import tfplace
-    from tfplace.config import _gpu_inventory
     from tfplace import _tensorflow
+    from tfplace.config import _gpu_inventory
 
-    preview = {name: getattr(args, name) for name in ("logical_cpus", "logical_gpus", "visible_gpus")}
-    config = tfplace.configure(**{k: v for k, v in preview.items() if v is not None})
-    gpus = {g.index: g for g in _gpu_inventory.read_gpus(len(tf.config.list_physical_devices("GPU")))}
-    visible = {d.name for d in tf.config.get_visible_devices()}
+    config = tfplace.configure(**_given(args))
+    gpus = _gpu_inventory.read_gpus(_tensorflow.gpu_count())
     physical = []
-    for dev in tf.config.list_physical_devices():
-        row = {"name": dev.name, "type": dev.device_type, "visible": dev.name in visible}
-        if dev.device_type == "GPU":
-            info = gpus.get(int(dev.name.rsplit(":", 1)[1]))
-            details = tf.config.experimental.get_device_details(dev)
+    for row in _tensorflow.physical_devices():
+        details = row.pop("details", None)
+        if details is not None:  # a GPU: TensorFlow numbers them in this order
+            info = next((g for g in gpus if g.index == sum(r["type"] == "GPU" for r in physical)), None)
             row.update(model=getattr(info, "name", details.get("device_name")),
                        memory_total_mib=getattr(info, "total_mib", None),
                        memory_used_mib=getattr(info, "used_mib", None),
                        compute_capability=details.get("compute_capability"))
         physical.append(row)
-    return {"physical": physical, "logical": list(config.logical_devices), "runtime_started": _tensorflow.runtime_started()}
+    return {"physical": physical, "logical": list(config.logical_devices), "runtime_started": config.runtime_started}
 
 
 def _env(_: argparse.Namespace) -> dict[str, Any]:
-    import tensorflow as tf
     import tfplace
+    from tfplace import _tensorflow
     from tfplace.config import _gpu_inventory
+    from tfplace.config._settings import resolve
 
-    build = tf.sysconfig.get_build_info()
     try:
         import keras
         keras_version = keras.__version__
     except ImportError:
         keras_version = None
-    from tensorflow.python.util import _pywrap_util_port
-
     variables = {name: os.environ.get(name) for name in PLACEMENT_VARIABLES}
-    onednn = bool(_pywrap_util_port.IsMklEnabled())
+    build = _tensorflow.build()
+    onednn = build.pop("onednn")
     warnings = []
     if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") not in ("", "0"):
         warnings.append("TF_CPP_MIN_LOG_LEVEL >= 1 hides TensorFlow's own eager 'Executing op' lines "
                         "(--log_placement); capture_placement() does not depend on them")
-    if os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH") == "true" and any(
-            f"TFPLACE_{n.upper()}" in os.environ for n in ("memory_fraction", "memory_limit_mb", "logical_gpus")):
-        warnings.append("TF_FORCE_GPU_ALLOW_GROWTH=true cannot be combined with a memory cap or logical GPUs")
     if "CUDA_VISIBLE_DEVICES" in os.environ and "TFPLACE_VISIBLE_GPUS" in os.environ:
         warnings.append("TFPLACE_VISIBLE_GPUS indexes the GPUs left by CUDA_VISIBLE_DEVICES, "
                         "not nvidia-smi's numbering")
     try:
-        _settings.resolve({}, {}, os.environ)
+        resolve({}, {}, os.environ)  # what configure() would say about the environment's settings
     except tfplace.ConfigurationError as err:
         warnings.append(str(err))
-    gpus = _gpu_inventory.read_gpus(len(tf.config.list_physical_devices("GPU")))
+    gpus = _gpu_inventory.read_gpus(_tensorflow.gpu_count())
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "tensorflow": tf.__version__,
+        "tensorflow": build.pop("tensorflow"),
         "keras": keras_version,
         "tfplace": tfplace.__version__,
-        "is_cuda_build": bool(build.get("is_cuda_build")),
-        "cuda_version": build.get("cuda_version"),
-        "cudnn_version": build.get("cudnn_version"),
+        **build,
         "nvidia_driver": _gpu_inventory.driver_version(),
         "onednn": onednn,
         "onednn_note": ("oneDNN is on: TensorFlow's own log names some kernels by their oneDNN variant "
@@ -129,18 +120,18 @@ def _print_env(report: dict[str, Any]) -> None:
         print(f"warning: {warning}")
 
 
-def _setting(name: str):
+def _option(setting: Setting):
     """An argparse type reading `--<name>` as `configure()` reads that setting."""
     def parse(text: str) -> Any:
         try:
-            return _settings.parse_text(name, text, f"option --{name}")
+            return setting.parse(text, f"option --{setting.name}")
         except ValueError as err:
             raise argparse.ArgumentTypeError(str(err)) from None
     return parse
 
 
 TRACE_USAGE = "tfplace trace [tfplace flags] [--json=FILE] [--plot=FILE.png] [--top=N] script.py [--] [args ...]"
-BOOLEANS = tuple(name for name in _settings.NAMES if _settings.ALLOWED[name] == "True or False")
+BOOLEANS = tuple(setting.name for setting in SETTINGS if setting.kind is BOOLEAN)
 
 
 class _AbslBoolean(argparse.Action):
@@ -154,6 +145,22 @@ class _AbslBoolean(argparse.Action):
         setattr(namespace, self.dest, option_string == f"--{self.dest}")
 
 
+def _add_settings(parser: argparse.ArgumentParser, settings: Sequence[Setting], what: str) -> None:
+    """One option per setting, read as `configure()` reads it; booleans written as absl writes them."""
+    for setting in settings:
+        about = f"{what}: {setting.help} Allowed: {setting.kind.allowed}."
+        if setting.kind is BOOLEAN:
+            parser.add_argument(f"--{setting.name}", f"--no{setting.name}", dest=setting.name, action=_AbslBoolean,
+                                help=about)
+        else:
+            parser.add_argument(f"--{setting.name}", type=_option(setting), help=about)
+
+
+def _given(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings given on the command line, by name."""
+    return {name: getattr(args, name) for name in NAMES if getattr(args, name, None) is not None}
+
+
 def _add_trace(commands: Any) -> argparse.ArgumentParser:
     parser = commands.add_parser(
         "trace", usage=TRACE_USAGE, allow_abbrev=False,
@@ -162,12 +169,7 @@ def _add_trace(commands: Any) -> argparse.ArgumentParser:
                     "CPU while a GPU was visible, and implicit copies, each with its source line. "
                     "The script's exit status is kept. Boolean flags are written as absl writes them: "
                     "--soft_placement, --nosoft_placement or --soft_placement=false.")
-    for name in _settings.NAMES:
-        about = "configure() before the script: " + _settings.ALLOWED[name]
-        if name in BOOLEANS:
-            parser.add_argument(f"--{name}", f"--no{name}", dest=name, action=_AbslBoolean, help=about)
-        else:
-            parser.add_argument(f"--{name}", type=_setting(name), help=about)
+    _add_settings(parser, SETTINGS, "configure() before the script")
     parser.add_argument("--json", metavar="FILE", help="write every record and copy as JSON")
     parser.add_argument("--plot", metavar="FILE.png", help="draw ops per device (needs matplotlib: .[plot]); "
                                                           "the extension picks the format: .png, .svg, .pdf, ...")
@@ -178,9 +180,9 @@ def _add_trace(commands: Any) -> argparse.ArgumentParser:
 
 
 def _absl_booleans(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
-    """`tfplace trace`'s arguments, with each `--name=value` of a boolean flag before the script
+    """A command's arguments, with each `--name=value` of a boolean flag before the script (if any)
     read as `--name` or `--noname`; the script and its own arguments are left as they are."""
-    takes_value = {"--json", "--plot", "--top"} | {f"--{name}" for name in _settings.NAMES if name not in BOOLEANS}
+    takes_value = {"--json", "--plot", "--top"} | {f"--{name}" for name in NAMES if name not in BOOLEANS}
     read: list[str] = []
     rest = iter(argv)
     for arg in rest:
@@ -189,7 +191,7 @@ def _absl_booleans(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list
         option, given, text = arg.partition("=")
         if given and option[2:] in BOOLEANS and option.startswith("--"):
             try:
-                arg = option if _settings.parse_text(option[2:], text, f"option {option}") else f"--no{option[2:]}"
+                arg = option if BY_NAME[option[2:]].parse(text, f"option {option}") else f"--no{option[2:]}"
             except ValueError as err:
                 parser.error(str(err))
         read.append(arg)
@@ -232,7 +234,7 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
 
     Every usage error is found before TensorFlow is imported and before the script runs.
     """
-    own = {"--json", "--plot", "--top", *(f"--{name}" for name in _settings.NAMES),
+    own = {"--json", "--plot", "--top", *(f"--{name}" for name in NAMES),
            *(f"--no{name}" for name in BOOLEANS)}
     for arg in args.args:
         if arg.split("=", 1)[0] in own:
@@ -251,9 +253,9 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
         problem = None if path is None else _output_problem(option, path, args.script)
         if problem is not None:
             parser.error(f"--{option}={path!r} (from option --{option}) cannot be written: {problem}")
-    given = {name: getattr(args, name) for name in _settings.NAMES if getattr(args, name) is not None}
+    given = _given(args)
     try:
-        _settings.check_conflicts({name: _settings.Sourced(value, f"option --{name}") for name, value in given.items()})
+        check_conflicts({name: Sourced(value, f"option --{name}") for name, value in given.items()})
     except ConfigurationError as err:
         parser.error(str(err))
     import tfplace
@@ -280,19 +282,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the command line; returns the exit status (the script's, for `trace`)."""
     parser = argparse.ArgumentParser(prog="tfplace", description="TensorFlow device placement: see it.")
     commands = parser.add_subparsers(dest="command", required=True)
-    devices = commands.add_parser("devices", help="physical and logical devices (starts nothing)")
-    for name in ("logical_cpus", "logical_gpus", "visible_gpus"):
-        devices.add_argument(f"--{name}", type=_setting(name), help="preview: " + _settings.ALLOWED[name])
+    devices = commands.add_parser("devices", help="physical and logical devices (starts nothing)", allow_abbrev=False)
+    _add_settings(devices, [setting for setting in SETTINGS if setting.fixed], "preview")
     devices.add_argument("--json", action="store_true", help="print JSON")
     env = commands.add_parser("env", help="versions, build info and placement environment variables")
     env.add_argument("--json", action="store_true", help="print JSON")
     trace = _add_trace(commands)
     argv = list(sys.argv[1:] if argv is None else argv)
     passed: list[str] = []
-    if argv[:1] == ["trace"]:
-        if "--" in argv:
-            argv, passed = argv[:argv.index("--")], argv[argv.index("--") + 1:]
-        argv = ["trace", *_absl_booleans(trace, argv[1:])]
+    if argv[:1] == ["trace"] and "--" in argv:
+        argv, passed = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    if argv[:1] in (["trace"], ["devices"]):
+        argv = argv[:1] + _absl_booleans(trace if argv[0] == "trace" else devices, argv[1:])
     args = parser.parse_args(argv)
     if args.command == "trace":
         return _trace(trace, args, passed)

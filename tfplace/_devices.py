@@ -32,7 +32,7 @@ from tfplace._errors import DeviceNotFoundError, DeviceSpecError
 
 __all__ = [
     "Device", "parse_device", "cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus",
-    "device", "to_device", "devices_of", "canonical_name", "requested_name",
+    "device", "resolve", "to_device", "devices_of", "canonical_name", "requested_name",
 ]
 
 ACCEPTED_FORMS = "'GPU:1', '/gpu:1', '/device:GPU:1' or '/job:localhost/replica:0/task:0/device:GPU:1'"
@@ -205,13 +205,19 @@ _warned: set[Device] = set()
 _resolved: dict[str, Device] = {}  # specs of existing devices, once the runtime has started
 
 
-def device(spec: Union[str, Device, Any], *, fallback: bool = True,
-           origin: str = "tfplace.device's argument spec") -> Device:
-    """Resolves `spec` against the devices of this process.
+def device(spec: Union[str, Device, Any], *, fallback: bool = True) -> Device:
+    """Resolves `spec` against the devices of this process (see `resolve`).
 
     >>> import tfplace
     >>> tfplace.device("/gpu:3").name   # on a machine without GPU 3
     '/device:CPU:0'
+    """
+    return resolve(spec, fallback=fallback)
+
+
+def resolve(spec: Union[str, Device, Any], *, fallback: bool = True,
+            origin: str = "tfplace.device's argument spec") -> Device:
+    """Resolves `spec` against the devices of this process.
 
     Args:
       spec: the device, written any accepted way (see `parse_device`).
@@ -256,9 +262,6 @@ def _device_string(value: Any) -> str:
     return getattr(inner, "device", "")
 
 
-_resolve = device  # for functions whose own argument is named `device`
-
-
 def to_device(value: Any, device: Union[str, Device, Any]) -> Any:
     """`value` on `device`: the very same object when already there, else a copy.
 
@@ -276,7 +279,7 @@ def to_device(value: Any, device: Union[str, Device, Any]) -> Any:
       DeviceSpecError: `device` is malformed.
       DeviceNotFoundError: `device` does not exist.
     """
-    target = _resolve(device, fallback=False, origin="tfplace.to_device's argument device")
+    target = resolve(device, fallback=False, origin="tfplace.to_device's argument device")
     if isinstance(value, (tf.Tensor, tf.Variable)):
         return _one_to_device(value, target)
     return tf.nest.map_structure(lambda leaf: _one_to_device(leaf, target), value)

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional, Sequence
 import tensorflow as tf
 from absl import logging
 
-from tfplace._devices import cpu, device as resolve_device, try_all_gpus
+from tfplace._devices import cpu, resolve, try_all_gpus
 from tfplace._errors import ConfigurationError
 from tfplace import _tensorflow
 
@@ -36,7 +36,7 @@ def split_batch(x: Any, y: Any, devices: Sequence[Any]) -> tuple[list, list]:
       ConfigurationError: the batch does not divide by the number of devices,
         or `x` and `y` have different batch sizes.
     """
-    targets = [resolve_device(d, fallback=False, origin="tfplace.split_batch's argument devices") for d in devices]
+    targets = [resolve(d, fallback=False, origin="tfplace.split_batch's argument devices") for d in devices]
     size_x, size_y = int(tf.shape(x)[0]), int(tf.shape(y)[0])
     if size_x != size_y:
         raise ConfigurationError(
@@ -58,7 +58,7 @@ def replicate(fn: Callable[..., Any], devices: Sequence[Any], *args: Any, **kwar
     """`[fn(*args, **kwargs) computed under each device]`: the guide's manual replication."""
     results = []
     for target in devices:
-        with resolve_device(target, fallback=False, origin="tfplace.replicate's argument devices"):
+        with resolve(target, fallback=False, origin="tfplace.replicate's argument devices"):
             results.append(fn(*args, **kwargs))
     return results
 
@@ -73,7 +73,7 @@ def reduce_on(values: Sequence[Any], device: Any = "/cpu:0", op: str = "sum") ->
         raise ConfigurationError(f"reduce_on received op={op!r}: allowed are 'sum' and 'mean'")
     if not values:
         raise ConfigurationError("reduce_on received no values: allowed is a non-empty list of tensors")
-    with resolve_device(device, fallback=False, origin="tfplace.reduce_on's argument device"):
+    with resolve(device, fallback=False, origin="tfplace.reduce_on's argument device"):
         total = tf.add_n(list(values))
         return total / len(values) if op == "mean" else total
 
@@ -116,9 +116,9 @@ def strategy(devices: Optional[Sequence[Any]] = None) -> tf.distribute.Strategy:
     if devices is None:
         chosen = try_all_gpus()
         if chosen == [cpu()]:
-            chosen = [d for d in map(resolve_device, _tensorflow.logical_device_names()) if d.device_type == "CPU"]
+            chosen = [d for d in map(resolve, _tensorflow.logical_device_names()) if d.device_type == "CPU"]
     else:
-        chosen = [resolve_device(d, fallback=False, origin="tfplace.strategy's argument devices") for d in devices]
+        chosen = [resolve(d, fallback=False, origin="tfplace.strategy's argument devices") for d in devices]
     return _local_strategy(tuple(d.name for d in chosen))
 
 

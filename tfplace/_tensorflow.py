@@ -1,46 +1,86 @@
-"""The thin layer that reads and writes TensorFlow's device state.
+"""Everything tfplace reads from and writes to TensorFlow's runtime, public or internal, in one place.
 
-Everything that decides *what* to apply lives in pure modules
-(`tfplace.config._settings`, `tfplace.config._gpu_plan`); this module only talks to
-`tf.config`. Nothing here starts the runtime: before it starts, the logical
-devices are predicted from the pending configuration.
+Every other module goes through this one for `tf.config`, the eager context, op
+callbacks, graph collection, the kernel registry, op definitions and the
+`tf.data` internals; BUILD.md ("TensorFlow internals") lists each internal with
+what it is for, and `tests/test_internals.py` checks that TensorFlow still has
+every one (and that no other module reaches for them). Everything that decides
+*what* to apply lives in pure modules (`tfplace.config._settings`,
+`tfplace.config._gpu_plan`). Nothing here starts the runtime: before it starts,
+the logical devices are predicted from the pending configuration.
 
 Example:
     >>> from tfplace import _tensorflow
     >>> _tensorflow.logical_device_names()[0]
     '/device:CPU:0'
+    >>> [a.name for a in _tensorflow.op_def("MatMul").input_arg]
+    ['a', 'b']
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional
 
 import tensorflow as tf
-from tensorflow.python.eager import context
+from tensorflow.python.eager import context as _context
+from tensorflow.python.eager import core as _core
+from tensorflow.python.eager import execute as _execute
+from tensorflow.python.eager.polymorphic_function import atomic_function as _atomic_function
+from tensorflow.python.framework import kernels as _kernels
+from tensorflow.python.framework import op_callbacks as _op_callbacks
+from tensorflow.python.framework import op_def_registry as _op_def_registry
+from tensorflow.python.framework import ops as _ops
+from tensorflow.python.ops import script_ops as _script_ops
+from tensorflow.python.ops import summary_ops_v2 as _summary_ops_v2
+from tensorflow.python.util import _pywrap_util_port
 
-from tfplace.config._gpu_plan import GpuPlan
+if TYPE_CHECKING:
+    from tfplace.config._gpu_plan import GpuPlan
 
 __all__ = [
-    "runtime_started",
-    "physical_device_names",
-    "logical_device_names",
-    "visible_gpu_indices",
-    "fixed_state",
-    "apply_fixed",
-    "apply_runtime",
-    "runtime_settings",
+    # runtime state and configuration (tf.config)
+    "runtime_started", "gpu_count", "physical_device_names", "physical_devices", "logical_device_names",
+    "fixed_state", "settings_in_force", "apply_fixed", "apply_runtime", "build",
+    # the eager context and op callbacks
+    "device_name", "thread_data", "op_callbacks", "add_op_callback", "remove_op_callback", "execute_with_callbacks",
+    "use_execute", "Patch", "STATUS_TO_EXCEPTION", "SET_DEVICE", "PY_FUNCTION_CALL", "FROM_FUNC_GRAPH",
+    "dtype_enum",
+    # graph collection
+    "enable_graph_collection", "disable_graph_collection", "export_run_metadata", "function_def",
+    "tensorboard_tracing",
+    # op definitions and the kernel registry
+    "op_def", "registered_kernels",
+    # tf.data
+    "variant_tensor_of", "dataset_functions", "dataset_inputs", "is_map_dataset", "is_generator_dataset",
 ]
+
+
+# Runtime state and configuration ----------------------------------------------------------------
 
 
 def runtime_started() -> bool:
     """True once TensorFlow's eager context is initialized (devices are then fixed)."""
-    return context.context()._context_handle is not None  # pylint: disable=protected-access
+    return _context.context()._context_handle is not None  # pylint: disable=protected-access
+
+
+def gpu_count() -> int:
+    """How many physical GPUs TensorFlow sees (starts nothing)."""
+    return len(tf.config.list_physical_devices("GPU"))
 
 
 def physical_device_names() -> tuple[str, ...]:
     """Names of every physical device, e.g. `/physical_device:CPU:0` (starts nothing)."""
     return tuple(d.name for d in tf.config.list_physical_devices())
+
+
+def physical_devices() -> list[dict[str, Any]]:
+    """Each physical device: `name`, `type`, `visible`, and for a GPU TensorFlow's `details`
+    (`device_name`, `compute_capability`). Starts nothing and allocates no GPU memory."""
+    visible = {d.name for d in tf.config.get_visible_devices()}
+    return [{"name": d.name, "type": d.device_type, "visible": d.name in visible,
+             **({"details": tf.config.experimental.get_device_details(d)} if d.device_type == "GPU" else {})}
+            for d in tf.config.list_physical_devices()]
 
 
 @functools.lru_cache(maxsize=1)
@@ -60,32 +100,25 @@ def logical_device_names() -> tuple[str, ...]:
     names: list[str] = []
     counters: dict[str, int] = {}
     for device in tf.config.get_visible_devices():
-        count = len(tf.config.get_logical_device_configuration(device) or [None])
-        for _ in range(count):
+        for _ in tf.config.get_logical_device_configuration(device) or [None]:
             index = counters.get(device.device_type, 0)
             counters[device.device_type] = index + 1
             names.append(f"/device:{device.device_type}:{index}")
     return tuple(names)
 
 
-def visible_gpu_indices() -> tuple[int, ...]:
-    """Indices of the physical GPUs that are visible."""
-    gpus = tf.config.list_physical_devices("GPU")
-    visible = {d.name for d in tf.config.get_visible_devices("GPU")}
-    return tuple(i for i, d in enumerate(gpus) if d.name in visible)
-
-
 def fixed_state() -> dict[str, Any]:
-    """The settings fixed at runtime start, as they stand now.
+    """The state fixed at runtime start, as it stands now.
 
     Returns:
-      A dict with `visible_gpus` (indices), `memory_growth` (None without a
-      visible GPU, else the value shared by the visible GPUs), `memory_limits`
-      (per visible GPU, the MiB limit of each logical device) and
-      `logical_cpus` and `log_placement`.
+      A dict with `visible_gpus` (indices of the visible physical GPUs),
+      `memory_growth` (None without a visible GPU, else the value shared by the
+      visible GPUs), `memory_limits` (per visible GPU, the MiB limit of each
+      logical device), `logical_cpus` and `log_placement`.
     """
     gpus = tf.config.list_physical_devices("GPU")
-    visible = visible_gpu_indices()
+    shown = {d.name for d in tf.config.get_visible_devices("GPU")}
+    visible = tuple(i for i, d in enumerate(gpus) if d.name in shown)
     growth = {bool(tf.config.experimental.get_memory_growth(gpus[i])) for i in visible}
     limits = tuple(
         tuple(int(c.memory_limit or 0) for c in tf.config.get_logical_device_configuration(gpus[i]) or ())
@@ -97,22 +130,33 @@ def fixed_state() -> dict[str, Any]:
         "memory_growth": growth.pop() if len(growth) == 1 else None,
         "memory_limits": limits,
         "logical_cpus": len(tf.config.get_logical_device_configuration(cpu) or [None]),
-        "log_placement": bool(context.context().log_device_placement),
+        "log_placement": bool(_context.context().log_device_placement),
     }
 
 
-def apply_fixed(plan: Optional[GpuPlan], logical_cpus: Optional[int], config: Any = tf.config, *,
-                log_placement: Optional[bool] = None) -> None:
-    """Applies a GPU plan, a logical CPU count and placement logging; call only before runtime start.
+def settings_in_force() -> dict[str, Any]:
+    """The `configure()` settings TensorFlow can report, by setting name (memory caps it cannot)."""
+    state = fixed_state()
+    gpu_counts = {len(limits) for limits in state["memory_limits"] if limits}
+    return {
+        "soft_placement": bool(tf.config.get_soft_device_placement()),
+        "device_policy": tf.config.experimental.get_device_policy(),
+        **{name: state[name] for name in ("log_placement", "memory_growth", "visible_gpus", "logical_cpus")},
+        **({"logical_gpus": gpu_counts.pop()} if len(gpu_counts) == 1 else {}),
+    }
+
+
+def apply_fixed(plan: Optional["GpuPlan"], value: Mapping[str, Any], config: Any = tf.config) -> None:
+    """Applies the settings fixed at runtime start; call only before it.
 
     Args:
       plan: the GPU plan, or None to leave the GPUs alone.
-      logical_cpus: the number of logical CPUs, or None to leave it.
-      log_placement: TensorFlow's own placement logging on or off, or None to leave it.
+      value: the chosen settings by name; `logical_cpus` and `log_placement` are read
+        (the GPU settings arrive through `plan`), an absent one is left as is.
       config: the `tf.config` module (replaceable to record the calls in tests).
     """
-    if log_placement is not None:
-        tf.debugging.set_log_device_placement(log_placement)
+    if value.get("log_placement") is not None:
+        tf.debugging.set_log_device_placement(value["log_placement"])
     if plan is not None:
         gpus = config.list_physical_devices("GPU")
         if gpus:
@@ -123,23 +167,168 @@ def apply_fixed(plan: Optional[GpuPlan], logical_cpus: Optional[int], config: An
             if limits:
                 config.set_logical_device_configuration(
                     gpus[index], [config.LogicalDeviceConfiguration(memory_limit=m) for m in limits])
-    if logical_cpus is not None:
+    if value.get("logical_cpus") is not None:
         cpu = config.list_physical_devices("CPU")[0]
         config.set_logical_device_configuration(
-            cpu, [config.LogicalDeviceConfiguration() for _ in range(logical_cpus)])
+            cpu, [config.LogicalDeviceConfiguration() for _ in range(value["logical_cpus"])])
 
 
-def apply_runtime(soft_placement: Optional[bool], device_policy: Optional[str]) -> None:
-    """Applies the settings TensorFlow lets change at any time; None leaves one as is."""
-    if soft_placement is not None:
-        tf.config.set_soft_device_placement(soft_placement)
-    if device_policy is not None:
-        tf.config.experimental.set_device_policy(device_policy)
+def apply_runtime(value: Mapping[str, Any]) -> None:
+    """Applies the settings TensorFlow lets change at any time (`soft_placement`, `device_policy`);
+    an absent one is left as is."""
+    if value.get("soft_placement") is not None:
+        tf.config.set_soft_device_placement(value["soft_placement"])
+    if value.get("device_policy") is not None:
+        tf.config.experimental.set_device_policy(value["device_policy"])
 
 
-def runtime_settings() -> dict[str, Any]:
-    """The current soft placement and device policy."""
-    return {
-        "soft_placement": bool(tf.config.get_soft_device_placement()),
-        "device_policy": tf.config.experimental.get_device_policy(),
-    }
+def build() -> dict[str, Any]:
+    """TensorFlow's version and build: `tensorflow`, `is_cuda_build`, `cuda_version`, `cudnn_version`,
+    and `onednn` (whether oneDNN is on, renaming kernels such as `_MklMatMul`)."""
+    info = tf.sysconfig.get_build_info()
+    return {"tensorflow": tf.__version__, "is_cuda_build": bool(info.get("is_cuda_build")),
+            "cuda_version": info.get("cuda_version"), "cudnn_version": info.get("cudnn_version"),
+            "onednn": bool(_pywrap_util_port.IsMklEnabled())}
+
+
+# The eager context and op callbacks ------------------------------------------------------------
+
+
+def device_name() -> Optional[str]:
+    """The device the calling thread's `tf.device` scope asks for, None outside any."""
+    return _context.context().device_name
+
+
+def thread_data() -> Any:
+    """The calling thread's eager state; its `device_name` is the thread's `tf.device` scope."""
+    return _context.context()._thread_local_data  # pylint: disable=protected-access
+
+
+def op_callbacks() -> list[Callable]:
+    """The calling thread's op callbacks (the list itself: replica threads share their parent's)."""
+    return _context.context().op_callbacks
+
+
+def add_op_callback(callback: Callable) -> None:
+    """Adds an op callback for the calling thread (TensorFlow then runs eager ops on its callback path)."""
+    _op_callbacks.add_op_callback(callback)
+
+
+def remove_op_callback(callback: Callable) -> None:
+    """Removes the calling thread's op callback, leaving the eager execute path as it is."""
+    _context.context().remove_op_callback(callback)
+
+
+execute_with_callbacks = _execute.execute_with_callbacks
+dtype_enum: Callable[[Any], int] = _ops.EagerTensor._datatype_enum  # pylint: disable=protected-access
+
+
+def use_execute(replacement: Optional[Callable]) -> None:
+    """Makes `replacement` the eager execute path of every thread; None restores TensorFlow's own:
+    the callback path while any thread has op callbacks, else the fast path."""
+    if replacement is None:
+        replacement = execute_with_callbacks if op_callbacks() else _execute.quick_execute
+    _execute.execute = replacement
+
+
+class Patch:
+    """An attribute that tfplace replaces while it listens, then puts back; `original` is what it
+    replaced (what the replacement calls through to)."""
+
+    def __init__(self, owner: Any, name: str) -> None:
+        self.owner, self.name = owner, name
+        self.original: Any = None
+
+    def install(self, replacement: Any) -> None:
+        self.original = getattr(self.owner, self.name)
+        setattr(self.owner, self.name, replacement)
+
+    def remove(self) -> None:
+        setattr(self.owner, self.name, self.original)
+
+
+# Where every eager op error becomes an exception (`ops.raise_from_not_ok_status`): failed records.
+STATUS_TO_EXCEPTION = Patch(_core, "_status_to_exception")
+# Every `tf.device` scope of a thread: the requested device of an eager op.
+SET_DEVICE = Patch(_context.Context, "_set_device")
+# A `tf.py_function` run on one of TensorFlow's threads.
+PY_FUNCTION_CALL = Patch(_script_ops.FuncRegistry, "__call__")
+# Every traced graph that becomes a function (tf.function, gradients, control flow bodies, tf.data).
+FROM_FUNC_GRAPH = Patch(_atomic_function, "from_func_graph")
+
+
+# Graph collection ------------------------------------------------------------------------------
+
+
+def enable_graph_collection() -> None:
+    """Starts keeping each function TensorFlow places: its graph as written, after placement and Grappler."""
+    _context.context().enable_graph_collection()
+
+
+def disable_graph_collection() -> None:
+    _context.context().disable_graph_collection()
+
+
+def export_run_metadata() -> Any:
+    """The functions collected since the last call (`RunMetadata.function_graphs`); empties the collection."""
+    return _context.context().export_run_metadata()
+
+
+def function_def(name: str) -> Any:
+    """The `FunctionDef` registered in the eager context under `name`; raises when there is none."""
+    return _context.context().get_function_def(name)
+
+
+def tensorboard_tracing() -> bool:
+    """True while `tf.summary.trace_on(graph=True)` collects function graphs for TensorBoard."""
+    trace = getattr(_summary_ops_v2, "_current_trace_context", None)
+    return bool(trace and trace.graph and not trace.profiler)
+
+
+# Op definitions and the kernel registry --------------------------------------------------------
+
+
+def op_def(op: str) -> Any:
+    """The `OpDef` of op type `op`, None for anything else (a kernel variant, a function name)."""
+    return _op_def_registry.get(op)
+
+
+def registered_kernels(op: str) -> Iterable[Any]:
+    """The `KernelDef`s registered for `op` in this build: device type, dtype constraints, host-memory args."""
+    return _kernels.get_registered_kernels_for_op(op).kernel
+
+
+# tf.data ---------------------------------------------------------------------------------------
+
+_MAP_DATASETS = frozenset({"_MapDataset", "_ParallelMapDataset"})  # the Python classes of map()
+
+
+def variant_tensor_of(dataset_dict: Mapping[str, Any]) -> Any:
+    """The variant tensor a dataset's attribute dictionary holds (None when it has none yet)."""
+    return dataset_dict.get("_variant_tensor_attr")
+
+
+def dataset_functions(dataset: tf.data.Dataset) -> list[Any]:
+    """The functions of a dataset itself: its `map`/`filter`/... functions, and those it keeps as
+    attributes (a `MultiDeviceIterator`'s per-device generators, whose init and finalize functions
+    an iterator instantiates when it is made; their next function runs through the source device's
+    iterator and is never placed with them)."""
+    functions = [wrapper.function for wrapper in dataset._functions()]  # pylint: disable=protected-access
+    return functions + [value for key, value in vars(dataset).items()
+                        if isinstance(value, tf.types.experimental.ConcreteFunction) and key != "_next_func"]
+
+
+def dataset_inputs(dataset: tf.data.Dataset) -> list[tf.data.Dataset]:
+    """The datasets a dataset reads from."""
+    return list(dataset._inputs())  # pylint: disable=protected-access
+
+
+def is_map_dataset(dataset: tf.data.Dataset) -> bool:
+    """True for the dataset `map()` makes."""
+    return type(dataset).__name__ in _MAP_DATASETS
+
+
+def is_generator_dataset(dataset: tf.data.Dataset) -> bool:
+    """True for a dataset made by a GeneratorDataset op (`from_generator`'s, a MultiDeviceIterator's
+    per-device ones), which TensorFlow cannot serialize."""
+    return all(hasattr(dataset, name) for name in ("_init_func", "_next_func", "_finalize_func"))

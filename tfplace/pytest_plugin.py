@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Generator, NoReturn, Optional, Sequence
 
 import pytest
 
-from tfplace.config import _settings  # pure Python: no TensorFlow
+from tfplace.config._settings import BY_NAME  # pure Python: no TensorFlow
 
 if TYPE_CHECKING:  # these import TensorFlow: only when a test needs them
     from tfplace.placement._log import PlacementLog
@@ -72,7 +72,7 @@ def _logical_cpus(config: pytest.Config) -> Optional[int]:
     if value in (None, ""):
         return None
     try:
-        return _settings.parse_text("logical_cpus", str(value), source)
+        return BY_NAME["logical_cpus"].parse(str(value), source)
     except ValueError as err:
         raise pytest.UsageError(str(err)) from None
 

@@ -1,4 +1,4 @@
-"""`configure()`: every placement setting in one order-safe call.
+"""`configure()`: every placement setting in one order-safe call, and the `Config` it returns.
 
 Example:
     >>> import tfplace
@@ -16,55 +16,46 @@ from typing import Any, Mapping, Optional, Sequence
 
 from absl import logging
 
-from tfplace.config import _gpu_inventory
-from tfplace.config import _settings
 from tfplace import _tensorflow
 from tfplace._errors import RuntimeInitializedError
+from tfplace.config import _gpu_inventory
 from tfplace.config._gpu_plan import GpuPlan, plan_gpus
+from tfplace.config._settings import BY_NAME, NAMES, SETTINGS, Sourced, describe, resolve
 
-__all__ = ["Config", "configure"]
+__all__ = ["Config", "configure", "current"]
 
-# Caps that cannot be read back from TensorFlow, as last applied in this process.
-_CAPS = ("memory_fraction", "memory_limit_mb", "logical_gpus")
-_applied: dict[str, Any] = dict.fromkeys(_CAPS)
+# The fixed settings as last applied before runtime start: what `Config` says for those TensorFlow cannot report.
+_applied: dict[str, Any] = {}
 
 
-@dataclasses.dataclass(frozen=True)
-class Config:
-    """What is in force after `configure()`: the nine settings and the devices.
+def _repr(self: Any) -> str:
+    """One field per line, as Python would read it back."""
+    fields = "".join(f"    {f.name}={getattr(self, f.name)!r},\n" for f in dataclasses.fields(self))
+    return f"tfplace.Config(\n{fields})"
 
-    `sources` says where each setting given to the call came from
-    (argument, flag or environment variable).
-    """
 
-    soft_placement: bool
-    log_placement: bool
-    device_policy: str
-    memory_growth: Optional[bool]
-    memory_fraction: Optional[float]
-    memory_limit_mb: Optional[int]
-    visible_gpus: tuple[int, ...]
-    logical_cpus: int
-    logical_gpus: Optional[int]
-    physical_devices: tuple[str, ...]
-    logical_devices: tuple[str, ...]
-    runtime_started: bool
-    sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
+def _str(self: Any) -> str:
+    rows = [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "sources"]
+    width = max(len(name) for name, _ in rows)
+    lines = ["tfplace.Config("]
+    for name, value in rows:
+        shown = ", ".join(value) if isinstance(value, tuple) and name.endswith("devices") else value
+        source = f"  [{self.sources[name]}]" if name in self.sources else ""
+        lines.append(f"  {name:<{width}} = {shown}{source}")
+    return "\n".join(lines + [")"])
 
-    def __repr__(self) -> str:
-        """One field per line, as Python would read it back."""
-        fields = "".join(f"    {f.name}={getattr(self, f.name)!r},\n" for f in dataclasses.fields(self))
-        return f"tfplace.Config(\n{fields})"
 
-    def __str__(self) -> str:
-        rows = [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "sources"]
-        width = max(len(name) for name, _ in rows)
-        lines = ["tfplace.Config("]
-        for name, value in rows:
-            shown = ", ".join(value) if isinstance(value, tuple) and name.endswith("devices") else value
-            source = f"  [{self.sources[name]}]" if name in self.sources else ""
-            lines.append(f"  {name:<{width}} = {shown}{source}")
-        return "\n".join(lines + [")"])
+Config = dataclasses.make_dataclass(
+    "Config",
+    [*((s.name, Optional[s.kind.type]) for s in SETTINGS),
+     ("physical_devices", tuple[str, ...]), ("logical_devices", tuple[str, ...]), ("runtime_started", bool),
+     ("sources", Mapping[str, str], dataclasses.field(default_factory=dict))],
+    frozen=True,
+    namespace={"__repr__": _repr, "__str__": _str, "__module__": __name__, "__doc__": (
+        "What is in force after `configure()`: one field per setting (None where unknown, e.g. memory growth "
+        "without a GPU), the physical and logical device names and whether the runtime has started. "
+        "`sources` says where each setting given to the call came from (argument, flag or environment variable).")},
+)
 
 
 def _flag_values() -> dict[str, Any]:
@@ -131,55 +122,52 @@ def configure(
       RuntimeInitializedError: the runtime has started and a fixed setting asks
         for a state other than the one in force.
     """
-    arguments = {name: value for name, value in locals().items() if name in _settings.NAMES}
-    chosen = _settings.resolve(arguments, _flag_values(), os.environ)
+    arguments = dict(locals())  # the keywords, one per declared setting (tests/test_settings.py checks)
+    chosen = resolve(arguments, _flag_values(), os.environ)
     value = {name: sourced.value for name, sourced in chosen.items()}
     sources = {name: sourced.source for name, sourced in chosen.items()}
 
-    gpu_names = ("visible_gpus", "memory_growth", "memory_fraction", "memory_limit_mb", "logical_gpus")
+    gpu_names = [s.name for s in SETTINGS if s.gpu]
     plan: Optional[GpuPlan] = None
     if any(name in value for name in gpu_names):
-        import tensorflow as tf
-
-        inventory = _gpu_inventory.read_gpus(len(tf.config.list_physical_devices("GPU")))
+        inventory = _gpu_inventory.read_gpus(_tensorflow.gpu_count())
         plan = plan_gpus(inventory, **{n: value.get(n) for n in gpu_names}, sources=sources)
         if not inventory:
             logging.info("tfplace: no GPU visible, so %s has nothing to apply to",
                          ", ".join(n for n in gpu_names if n in value))
 
-    started = _tensorflow.runtime_started()
-    if started:
+    if _tensorflow.runtime_started():
         _check_in_force(plan, value, chosen)
     else:
-        _tensorflow.apply_fixed(plan, value.get("logical_cpus"), log_placement=value.get("log_placement"))
-        if any(name in value for name in _CAPS):
-            _applied.update({name: value.get(name) for name in _CAPS})
-    _tensorflow.apply_runtime(value.get("soft_placement"), value.get("device_policy"))
+        _tensorflow.apply_fixed(plan, value)
+        asked = {_state(s) for s in SETTINGS if s.fixed and s.name in value}
+        _applied.update({s.name: value.get(s.name) for s in SETTINGS if s.fixed and _state(s) in asked})
+    _tensorflow.apply_runtime(value)
     return current(sources)
 
 
-def _check_in_force(plan: Optional[GpuPlan], value: dict[str, Any], chosen: dict[str, _settings.Sourced]) -> None:
+def _state(setting: Any) -> str:
+    """The key of `_tensorflow.fixed_state()` that a fixed setting shapes (caps share one)."""
+    return setting.state or setting.name
+
+
+def _check_in_force(plan: Optional[GpuPlan], value: dict[str, Any], chosen: dict[str, Sourced]) -> None:
     """Raises unless every fixed setting asked for is already in force."""
     state = _tensorflow.fixed_state()
-    wrong = []
+    wanted = dict(value)
     if plan is not None:
-        if "visible_gpus" in value and plan.visible != state["visible_gpus"]:
-            wrong.append((_settings.describe(chosen, "visible_gpus"), f"visible GPUs are {list(state['visible_gpus'])}"))
-        if "memory_growth" in value and state["visible_gpus"] and plan.memory_growth != state["memory_growth"]:
-            wrong.append((_settings.describe(chosen, "memory_growth"), f"memory growth is {state['memory_growth']}"))
-        asked = [_settings.describe(chosen, n) for n in _CAPS if n in value]
-        if asked and plan.memory_limits != state["memory_limits"]:
-            wrong.append((" and ".join(asked), f"logical GPU memory limits (MiB) are {list(state['memory_limits'])}"))
-    if "log_placement" in value and value["log_placement"] != state["log_placement"]:
-        wrong.append((_settings.describe(chosen, "log_placement"),
-                      f"placement logging is {'on' if state['log_placement'] else 'off'}, as it was when the "
-                      "runtime started (TensorFlow 2.21 fixes it then)"))
-    if "logical_cpus" in value and value["logical_cpus"] != state["logical_cpus"]:
-        wrong.append((_settings.describe(chosen, "logical_cpus"), f"{state['logical_cpus']} logical CPU(s) exist"))
+        wanted.update(visible_gpus=plan.visible, memory_limits=plan.memory_limits,
+                      memory_growth=plan.memory_growth if state["visible_gpus"] else None)
+    asked: dict[str, list[str]] = {}
+    for setting in SETTINGS:
+        if setting.fixed and setting.name in value:
+            asked.setdefault(_state(setting), []).append(setting.name)
+    wrong = [f"{' and '.join(describe(chosen, n) for n in names)} cannot be applied: "
+             f"{BY_NAME[names[0]].in_force(state[key])}"
+             for key, names in asked.items() if wanted[key] != state[key]]
     if wrong:
-        detail = "; ".join(f"{asked} cannot be applied: {now}" for asked, now in wrong)
         raise RuntimeInitializedError(
-            f"TensorFlow's runtime has already started, so its devices are fixed. {detail}. "
+            f"TensorFlow's runtime has already started, so its devices are fixed. {'; '.join(wrong)}. "
             "Allowed after start: the state already in force, and any soft_placement and device_policy; "
             "call tfplace.configure() before the first TensorFlow op to change the rest"
         )
@@ -187,20 +175,11 @@ def _check_in_force(plan: Optional[GpuPlan], value: dict[str, Any], chosen: dict
 
 def current(sources: Optional[Mapping[str, str]] = None) -> Config:
     """The `Config` in force now, without changing anything or starting the runtime."""
-    state = _tensorflow.fixed_state()
-    logical = _tensorflow.logical_device_names()
-    gpu_counts = {len(limits) for limits in state["memory_limits"] if limits}
+    in_force = _tensorflow.settings_in_force()
     return Config(
-        **_tensorflow.runtime_settings(),
-        log_placement=state["log_placement"],
-        memory_growth=state["memory_growth"],
-        memory_fraction=_applied["memory_fraction"],
-        memory_limit_mb=_applied["memory_limit_mb"],
-        visible_gpus=state["visible_gpus"],
-        logical_cpus=state["logical_cpus"],
-        logical_gpus=gpu_counts.pop() if len(gpu_counts) == 1 else _applied["logical_gpus"],
+        **{name: in_force[name] if name in in_force else _applied.get(name) for name in NAMES},
         physical_devices=_tensorflow.physical_device_names(),
-        logical_devices=logical,
+        logical_devices=_tensorflow.logical_device_names(),
         runtime_started=_tensorflow.runtime_started(),
         sources=dict(sources or {}),
     )

@@ -20,7 +20,7 @@ import dataclasses
 import os
 import shutil
 import subprocess
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 from absl import logging
 
@@ -28,12 +28,11 @@ from tfplace.config._gpu_plan import GpuInfo
 
 __all__ = ["read_gpus", "driver_version", "parse_nvidia_smi", "map_cuda_visible"]
 
-NVIDIA_SMI_QUERY = ("nvidia-smi", "--query-gpu=index,name,memory.total,uuid,memory.used",
-                    "--format=csv,noheader,nounits")
+NVIDIA_SMI_QUERY = ("--query-gpu=index,name,memory.total,uuid,memory.used", "--format=csv,noheader,nounits")
 
 
 def parse_nvidia_smi(text: str) -> list[GpuInfo]:
-    """Parses the output of `nvidia-smi` run with `NVIDIA_SMI_QUERY`."""
+    """Parses what `nvidia-smi` prints for `NVIDIA_SMI_QUERY`."""
     gpus = []
     for line in text.splitlines():
         parts = [part.strip() for part in line.split(",")]
@@ -64,7 +63,11 @@ def map_cuda_visible(gpus: Sequence[GpuInfo], cuda_visible_devices: Optional[str
     return [dataclasses.replace(g, index=i) for i, g in enumerate(seen)]
 
 
-def _read_nvml() -> Optional[list[GpuInfo]]:
+_T = TypeVar("_T")
+
+
+def _nvml(read: Callable[[Any], _T]) -> Optional[_T]:
+    """`read(pynvml)` between NVML's init and shutdown; None without pynvml, its library or a driver."""
     try:
         import pynvml
     except ImportError:
@@ -74,56 +77,46 @@ def _read_nvml() -> Optional[list[GpuInfo]]:
     except pynvml.NVMLError:
         return None
     try:
-        gpus = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            name = pynvml.nvmlDeviceGetName(handle)
-            uuid = pynvml.nvmlDeviceGetUUID(handle)
-            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            gpus.append(GpuInfo(index, _text(name), int(memory.total) >> 20, _text(uuid), int(memory.used) >> 20))
-        return gpus
+        return read(pynvml)
+    except pynvml.NVMLError as err:
+        logging.warning("tfplace: NVML failed (%s); trying nvidia-smi", err)
+        return None
     finally:
         pynvml.nvmlShutdown()
+
+
+def _nvidia_smi(*query: str) -> Optional[str]:
+    """What `nvidia-smi <query>` prints; None without nvidia-smi or when it fails (logged)."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        return subprocess.run(("nvidia-smi", *query), capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as err:
+        logging.warning("tfplace: nvidia-smi %s failed (%s)", " ".join(query), err)
+        return None
 
 
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _read_nvidia_smi() -> Optional[list[GpuInfo]]:
-    if shutil.which("nvidia-smi") is None:
-        return None
-    try:
-        done = subprocess.run(NVIDIA_SMI_QUERY, capture_output=True, text=True, timeout=20, check=True)
-    except (OSError, subprocess.SubprocessError) as err:
-        logging.warning("tfplace: nvidia-smi failed (%s); GPU memory totals are unknown", err)
-        return None
-    return parse_nvidia_smi(done.stdout)
+def _nvml_gpus(pynvml: Any) -> list[GpuInfo]:
+    gpus = []
+    for index in range(pynvml.nvmlDeviceGetCount()):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        gpus.append(GpuInfo(index, _text(pynvml.nvmlDeviceGetName(handle)), int(memory.total) >> 20,
+                            _text(pynvml.nvmlDeviceGetUUID(handle)), int(memory.used) >> 20))
+    return gpus
 
 
 def driver_version() -> Optional[str]:
     """The NVIDIA driver version from NVML or nvidia-smi, None without a driver."""
-    try:
-        import pynvml
-    except ImportError:
-        pynvml = None
-    if pynvml is not None:
-        try:
-            pynvml.nvmlInit()
-            try:
-                return _text(pynvml.nvmlSystemGetDriverVersion())
-            finally:
-                pynvml.nvmlShutdown()
-        except pynvml.NVMLError:  # no library or no driver: try nvidia-smi
-            pass
-    if shutil.which("nvidia-smi") is None:
-        return None
-    try:
-        done = subprocess.run(("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"),
-                              capture_output=True, text=True, timeout=20, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.splitlines()[0].strip() if done.stdout.strip() else None
+    version = _nvml(lambda pynvml: _text(pynvml.nvmlSystemGetDriverVersion()))
+    if version is None:
+        text = _nvidia_smi("--query-gpu=driver_version", "--format=csv,noheader") or ""
+        version = text.splitlines()[0].strip() if text.strip() else None
+    return version
 
 
 def read_gpus(count: int) -> list[GpuInfo]:
@@ -133,7 +126,7 @@ def read_gpus(count: int) -> list[GpuInfo]:
     """
     if count == 0:
         return []
-    driver = _read_nvml() or _read_nvidia_smi() or []
+    driver = _nvml(_nvml_gpus) or parse_nvidia_smi(_nvidia_smi(*NVIDIA_SMI_QUERY) or "")
     mapped = map_cuda_visible(driver, os.environ.get("CUDA_VISIBLE_DEVICES"))
     if len(mapped) != count:
         if driver:

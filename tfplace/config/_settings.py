@@ -1,169 +1,194 @@
-"""The nine placement settings: their types, bounds, sources and priority.
+"""The placement settings, each declared once, and how a value is chosen for each.
+
+`SETTINGS` holds one `Setting` per `configure()` keyword: its name, type (`Kind`:
+the allowed values, how text is read, which absl flag carries it), help,
+environment variables and whether TensorFlow fixes it when its runtime starts.
+`configure()`'s checks, the absl flags (`tfplace.flags`), the command line's
+options, `Config` and every message are derived from these declarations.
 
 A setting can come from an environment variable, an absl flag or a keyword
 argument of `configure()`; the later in that list wins. Everything here is pure
-Python: validating a setting never touches TensorFlow.
+Python: choosing a setting never touches TensorFlow.
 
 Example:
     >>> from tfplace.config import _settings
     >>> chosen = _settings.resolve({"memory_fraction": 0.5}, {}, {"TFPLACE_LOGICAL_CPUS": "2"})
     >>> chosen["memory_fraction"].value, chosen["logical_cpus"].source
     (0.5, 'environment variable TFPLACE_LOGICAL_CPUS')
+    >>> _settings.BY_NAME["memory_growth"].environment
+    ('TF_FORCE_GPU_ALLOW_GROWTH', 'TFPLACE_MEMORY_GROWTH')
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import numbers
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Optional
 
 from tfplace._errors import ConfigurationError
 
-__all__ = ["NAMES", "DEVICE_POLICIES", "ENVIRONMENT", "ALLOWED", "Sourced", "validate", "parse_text", "resolve", "describe", "check_conflicts"]
+__all__ = ["Kind", "Setting", "SETTINGS", "BY_NAME", "NAMES", "CONFLICTS", "Sourced", "resolve", "describe",
+           "check_conflicts"]
 
-NAMES = (
-    "soft_placement",
-    "log_placement",
-    "device_policy",
-    "memory_growth",
-    "memory_fraction",
-    "memory_limit_mb",
-    "visible_gpus",
-    "logical_cpus",
-    "logical_gpus",
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """A type of setting: what it allows, how a value is checked and how text is read.
+
+    Attributes:
+      allowed: the allowed values, as messages and help say them ("a number in (0, 1]").
+      type: the Python type of a checked value (`Config`'s field type).
+      flag: the absl `DEFINE_<flag>` that carries it: "boolean", "enum", "float", "integer" or "list".
+      check: returns the value normalized, or None when it is not allowed.
+      read: parses text (an environment variable, an option, an ini value); raises ValueError or KeyError.
+      choices: the allowed values of an "enum".
+    """
+
+    allowed: str
+    type: type
+    flag: str
+    check: Callable[[Any], Any]
+    read: Callable[[str], Any]
+    choices: tuple[str, ...] = ()
+
+
+_WORDS = {**dict.fromkeys(("1", "true", "yes", "on"), True), **dict.fromkeys(("0", "false", "no", "off"), False)}
+
+
+def _whole(value: Any, least: int) -> Optional[int]:
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= least:
+        return int(value)
+    return None
+
+
+def _fraction(value: Any) -> Optional[float]:
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and 0.0 < float(value) <= 1.0:
+        return float(value)  # NaN fails the comparison
+    return None
+
+
+def _indices(value: Any) -> Optional[tuple[int, ...]]:
+    checked = tuple(_whole(i, 0) for i in value) if isinstance(value, (list, tuple)) else (None,)
+    if None in checked or len(set(checked)) != len(checked):
+        return None
+    return checked  # type: ignore[return-value]
+
+
+def _choice(*values: str) -> Kind:
+    return Kind("one of " + ", ".join(repr(v) for v in values), str, "enum",
+                lambda v: v if isinstance(v, str) and v in values else None, str.strip, values)
+
+
+BOOLEAN = Kind("True or False", bool, "boolean", lambda v: v if isinstance(v, bool) else None,
+               lambda text: _WORDS[text.strip().lower()])
+FRACTION = Kind("a number in (0, 1]", float, "float", _fraction, float)
+COUNT = Kind("a whole number >= 1", int, "integer", lambda v: _whole(v, 1), int)
+MIB = Kind("a whole number of MiB >= 1", int, "integer", lambda v: _whole(v, 1), int)
+INDICES = Kind("a list of distinct GPU indices >= 0", tuple, "list", _indices,
+               lambda text: [int(part) for part in text.split(",")] if text.strip() else [])
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One `configure()` setting, declared once.
+
+    Attributes:
+      name: the keyword of `configure()`, the absl flag `--<name>`, the variable `TFPLACE_<NAME>`.
+      kind: its type.
+      help: one sentence for flag and option help.
+      fixed: True when TensorFlow fixes it at runtime start (applied before, checked after).
+      gpu: True when it is planned per GPU over the device inventory (`tfplace.config._gpu_plan`).
+      tensorflow_variable: an environment variable TensorFlow itself reads for it ("true" or
+        "false"), below `TFPLACE_<NAME>` in priority; "" when none.
+      state: the key of `_tensorflow.fixed_state()` a fixed setting is checked against after start.
+      in_force: says that state, for the message of a setting that cannot be applied after start.
+    """
+
+    name: str
+    kind: Kind
+    help: str
+    fixed: bool
+    gpu: bool = False
+    tensorflow_variable: str = ""
+    state: str = ""
+    in_force: Callable[[Any], str] = str
+
+    @property
+    def environment(self) -> tuple[str, ...]:
+        """The environment variables read for it, lowest priority first."""
+        return (*([self.tensorflow_variable] if self.tensorflow_variable else []), f"TFPLACE_{self.name.upper()}")
+
+    def check(self, value: Any, source: str) -> Any:
+        """`value` normalized, or ConfigurationError naming `source` (e.g. "argument memory_fraction")."""
+        checked = self.kind.check(value)
+        if checked is None:
+            raise ConfigurationError(
+                f"{self.name}={value!r} (from {source}) is not allowed: expected {self.kind.allowed}")
+        return checked
+
+    def parse(self, text: str, source: str, variable: str = "") -> Any:
+        """Reads `text` from `source`; `variable` names the environment variable it came from, if any.
+
+        Raises:
+          ConfigurationError: naming `source`, when the text cannot be read or is out of bounds.
+        """
+        strict = variable == self.tensorflow_variable != ""  # TensorFlow reads only "true" and "false"
+        try:
+            parsed = {"true": True, "false": False}[text.strip()] if strict else self.kind.read(text)
+        except (KeyError, ValueError):
+            raise ConfigurationError(
+                f"{variable or self.name}={text!r} (from {source}) cannot be read as {self.name}: "
+                f"expected {self.kind.allowed}" + (", written 'true' or 'false'" if strict else "")) from None
+        return self.check(parsed, source)
+
+
+def _on_off(on: bool) -> str:
+    return (f"placement logging is {'on' if on else 'off'}, as it was when the runtime started "
+            "(TensorFlow 2.21 fixes it then)")
+
+
+def _limits(limits: Any) -> str:
+    return f"logical GPU memory limits (MiB) are {list(limits)}"
+
+
+SETTINGS = (
+    Setting("soft_placement", BOOLEAN, "Let ops run elsewhere when the asked device lacks a kernel.", fixed=False),
+    Setting("log_placement", BOOLEAN, "Print TensorFlow's own placement lines on the terminal, as the guide "
+            "shows them (capture_placement() does not need them).", fixed=True, in_force=_on_off),
+    Setting("device_policy", _choice("silent", "warn", "explicit"),
+            "What an implicit cross-device copy does: nothing, a log line, or an error.", fixed=False),
+    Setting("memory_growth", BOOLEAN, "Allocate GPU memory as needed, on every visible GPU.", fixed=True, gpu=True,
+            tensorflow_variable="TF_FORCE_GPU_ALLOW_GROWTH", in_force=lambda v: f"memory growth is {v}"),
+    Setting("memory_fraction", FRACTION, "Cap each visible GPU at this share of its own memory.", fixed=True,
+            gpu=True, state="memory_limits", in_force=_limits),
+    Setting("memory_limit_mb", MIB, "Cap each visible GPU at this many MiB.", fixed=True, gpu=True,
+            state="memory_limits", in_force=_limits),
+    Setting("visible_gpus", INDICES, "Comma-separated indices of the GPUs TensorFlow may use.", fixed=True, gpu=True,
+            in_force=lambda v: f"visible GPUs are {list(v)}"),
+    Setting("logical_cpus", COUNT, "Split the host CPU into this many logical devices.", fixed=True,
+            in_force=lambda v: f"{v} logical CPU(s) exist"),
+    Setting("logical_gpus", COUNT, "Split each visible GPU into this many logical GPUs.", fixed=True, gpu=True,
+            state="memory_limits", in_force=_limits),
 )
-DEVICE_POLICIES = ("silent", "warn", "explicit")
+BY_NAME = {setting.name: setting for setting in SETTINGS}
+NAMES = tuple(BY_NAME)
 
-# Environment variables per setting, lowest priority first.
-ENVIRONMENT: dict[str, tuple[str, ...]] = {
-    name: (f"TFPLACE_{name.upper()}",) for name in NAMES
-}
-ENVIRONMENT["memory_growth"] = ("TF_FORCE_GPU_ALLOW_GROWTH", "TFPLACE_MEMORY_GROWTH")
-
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
-
-# What each setting allows, as said in error messages and flag help.
-ALLOWED = {
-    "soft_placement": "True or False",
-    "log_placement": "True or False",
-    "device_policy": "one of " + ", ".join(repr(p) for p in DEVICE_POLICIES),
-    "memory_growth": "True or False",
-    "memory_fraction": "a number in (0, 1]",
-    "memory_limit_mb": "a whole number of MiB >= 1",
-    "visible_gpus": "a list of distinct GPU indices >= 0",
-    "logical_cpus": "a whole number >= 1",
-    "logical_gpus": "a whole number >= 1",
-}
+_GROWTH = "TensorFlow allows memory growth only on GPUs without logical devices or memory caps; drop one of the two"
+# Pairs of settings that cannot both be on (given, and not False), with why.
+CONFLICTS = (
+    ("memory_fraction", "memory_limit_mb", "give the GPU memory cap either as a fraction or in MiB"),
+    ("memory_growth", "memory_fraction", _GROWTH),
+    ("memory_growth", "memory_limit_mb", _GROWTH),
+    ("memory_growth", "logical_gpus", _GROWTH),
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class Sourced:
-    """A validated setting value and where it came from."""
+    """A checked setting value and where it came from."""
 
     value: Any
     source: str
-
-
-def _reject(name: str, value: Any, source: str) -> ConfigurationError:
-    return ConfigurationError(
-        f"{name}={value!r} (from {source}) is not allowed: expected {ALLOWED[name]}"
-    )
-
-
-def _bool(name: str, value: Any, source: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    raise _reject(name, value, source)
-
-
-def _policy(name: str, value: Any, source: str) -> str:
-    if isinstance(value, str) and value in DEVICE_POLICIES:
-        return value
-    raise _reject(name, value, source)
-
-
-def _fraction(name: str, value: Any, source: str) -> float:
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        number = float(value)
-        if not math.isnan(number) and 0.0 < number <= 1.0:
-            return number
-    raise _reject(name, value, source)
-
-
-def _count(name: str, value: Any, source: str) -> int:
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= 1:
-        return int(value)
-    raise _reject(name, value, source)
-
-
-def _indices(name: str, value: Any, source: str) -> tuple[int, ...]:
-    if isinstance(value, (list, tuple)) and all(
-        isinstance(i, numbers.Integral) and not isinstance(i, bool) and int(i) >= 0 for i in value
-    ):
-        if len(set(value)) == len(value):
-            return tuple(int(i) for i in value)
-    raise _reject(name, value, source)
-
-
-_VALIDATORS: dict[str, Callable[[str, Any, str], Any]] = {
-    "soft_placement": _bool,
-    "log_placement": _bool,
-    "device_policy": _policy,
-    "memory_growth": _bool,
-    "memory_fraction": _fraction,
-    "memory_limit_mb": _count,
-    "visible_gpus": _indices,
-    "logical_cpus": _count,
-    "logical_gpus": _count,
-}
-
-
-def validate(name: str, value: Any, source: str) -> Any:
-    """Returns `value` normalized for setting `name`, or raises ConfigurationError.
-
-    Args:
-      name: one of `NAMES`.
-      value: the value asked for (not None).
-      source: where it came from, e.g. "argument memory_fraction"; quoted in errors.
-
-    Raises:
-      ConfigurationError: the value is of the wrong type or out of bounds.
-    """
-    return _VALIDATORS[name](name, value, source)
-
-
-def parse_text(name: str, text: str, source: str) -> Any:
-    """Parses `text` (an environment variable, a command-line or ini value) into setting `name`.
-
-    Raises:
-      ConfigurationError: naming `source`, when the text cannot be read or is out of bounds.
-    """
-    variable = source.rsplit(" ", 1)[-1]
-    clean = text.strip()
-    parsed: Any
-    try:
-        if _VALIDATORS[name] is _bool:
-            if variable == "TF_FORCE_GPU_ALLOW_GROWTH":  # TensorFlow reads only these two
-                parsed = {"true": True, "false": False}[clean]
-            else:
-                parsed = {**{t: True for t in _TRUE}, **{f: False for f in _FALSE}}[clean.lower()]
-        elif _VALIDATORS[name] is _fraction:
-            parsed = float(clean)
-        elif _VALIDATORS[name] is _count:
-            parsed = int(clean)
-        elif _VALIDATORS[name] is _indices:
-            parsed = [int(part) for part in clean.split(",")] if clean else []
-        else:
-            parsed = clean
-    except (KeyError, ValueError):
-        raise ConfigurationError(
-            f"{variable.lstrip('-')}={text!r} (from {source}) cannot be read as {name}: "
-            f"expected {ALLOWED[name]}"
-            + (", written 'true' or 'false'" if variable == "TF_FORCE_GPU_ALLOW_GROWTH" else "")
-        ) from None
-    return validate(name, parsed, source)
 
 
 def resolve(
@@ -185,15 +210,15 @@ def resolve(
       ConfigurationError: a value is invalid, or two settings cannot be combined.
     """
     chosen: dict[str, Sourced] = {}
-    for name in NAMES:
-        for variable in ENVIRONMENT[name]:
+    for setting in SETTINGS:
+        name = setting.name
+        for variable in setting.environment:
             if variable in environ:
                 source = f"environment variable {variable}"
-                chosen[name] = Sourced(parse_text(name, environ[variable], source), source)
-        if flag_values.get(name) is not None:
-            chosen[name] = Sourced(validate(name, flag_values[name], f"flag --{name}"), f"flag --{name}")
-        if arguments.get(name) is not None:
-            chosen[name] = Sourced(validate(name, arguments[name], f"argument {name}"), f"argument {name}")
+                chosen[name] = Sourced(setting.parse(environ[variable], source, variable), source)
+        for given, source in ((flag_values.get(name), f"flag --{name}"), (arguments.get(name), f"argument {name}")):
+            if given is not None:
+                chosen[name] = Sourced(setting.check(given, source), source)
     check_conflicts(chosen)
     return chosen
 
@@ -204,17 +229,9 @@ def describe(chosen: Mapping[str, Sourced], name: str) -> str:
 
 
 def check_conflicts(chosen: Mapping[str, Sourced]) -> None:
-    """Raises ConfigurationError when two chosen settings cannot be combined."""
-    if "memory_fraction" in chosen and "memory_limit_mb" in chosen:
-        raise ConfigurationError(
-            f"{describe(chosen, 'memory_fraction')} and {describe(chosen, 'memory_limit_mb')} "
-            "cannot be combined: give the GPU memory cap either as a fraction or in MiB"
-        )
-    if chosen.get("memory_growth", Sourced(False, "")).value:
-        for other in ("memory_fraction", "memory_limit_mb", "logical_gpus"):
-            if other in chosen:
-                raise ConfigurationError(
-                    f"{describe(chosen, 'memory_growth')} cannot be combined with "
-                    f"{describe(chosen, other)}: TensorFlow allows memory growth only on GPUs "
-                    "without logical devices or memory caps; drop one of the two"
-                )
+    """Raises ConfigurationError naming both settings and their sources when two chosen ones conflict."""
+    on = {name for name, sourced in chosen.items() if sourced.value is not False}
+    for first, second, why in CONFLICTS:
+        if first in on and second in on:
+            raise ConfigurationError(
+                f"{describe(chosen, first)} and {describe(chosen, second)} cannot be combined: {why}")

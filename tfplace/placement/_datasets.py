@@ -24,10 +24,10 @@ import sys
 from types import FrameType
 from typing import Any, Optional
 
+import tensorflow as tf
 from tensorflow.core.framework import types_pb2
-from tensorflow.python.data.ops import dataset_ops
-from tensorflow.python.eager.polymorphic_function.concrete_function import ConcreteFunction
 
+from tfplace import _tensorflow
 from tfplace.placement import _graphs
 
 __all__ = ["pipeline_of"]
@@ -41,7 +41,7 @@ def _on_stack(variant: Any) -> Optional[Any]:
         if frame is None:
             return None
         for value in frame.f_locals.values():
-            if isinstance(value, dataset_ops.DatasetV2) and value.__dict__.get("_variant_tensor_attr") is variant:
+            if isinstance(value, tf.data.Dataset) and _tensorflow.variant_tensor_of(value.__dict__) is variant:
                 return value
         frame = frame.f_back
     return None
@@ -49,17 +49,16 @@ def _on_stack(variant: Any) -> Optional[Any]:
 
 def _referring(variant: Any) -> Optional[Any]:
     for referrer in gc.get_referrers(variant):
-        if isinstance(referrer, dataset_ops.DatasetV2):
+        if isinstance(referrer, tf.data.Dataset):
             return referrer
-        if isinstance(referrer, dict) and referrer.get("_variant_tensor_attr") is variant:
+        if isinstance(referrer, dict) and _tensorflow.variant_tensor_of(referrer) is variant:
             for owner in gc.get_referrers(referrer):
-                if isinstance(owner, dataset_ops.DatasetV2) and owner.__dict__ is referrer:
+                if isinstance(owner, tf.data.Dataset) and owner.__dict__ is referrer:
                     return owner
     return None
 
 
 _HOST_MEMORY = frozenset({types_pb2.DT_INT32, types_pb2.DT_STRING})
-_MAP_DATASETS = frozenset({"_MapDataset", "_ParallelMapDataset"})  # the Python classes of map()
 
 
 def _captures(function: Any) -> tuple[str, ...]:
@@ -80,16 +79,8 @@ def _functions(dataset: Any) -> list[tuple[str, tuple[str, ...]]]:
     functions, and functions it keeps as attributes (a `MultiDeviceIterator`'s per-device
     generators, whose init and finalize functions an iterator instantiates when it is made; their
     next function runs through the source device's iterator and is never placed here)."""
-    functions = [wrapper.function for wrapper in dataset._functions()]  # pylint: disable=protected-access
-    functions += [value for key, value in vars(dataset).items()
-                  if isinstance(value, ConcreteFunction) and key != "_next_func"]
+    functions = _tensorflow.dataset_functions(dataset)
     return [(f.name.decode() if isinstance(f.name, bytes) else f.name, _captures(f)) for f in functions]
-
-
-def _is_generator(dataset: Any) -> bool:
-    """A dataset made by a GeneratorDataset op (`from_generator`'s, a MultiDeviceIterator's per-device
-    ones): TensorFlow cannot serialize it, so tf.data's graph rewrites skip pipelines holding one."""
-    return all(hasattr(dataset, name) for name in ("_init_func", "_next_func", "_finalize_func"))
 
 
 def pipeline_of(variant: Any, own: tuple[str, ...] = ()) -> Optional[_graphs.Pipeline]:
@@ -108,10 +99,10 @@ def pipeline_of(variant: Any, own: tuple[str, ...] = ()) -> Optional[_graphs.Pip
         seen.add(id(current))
         functions = _functions(current)
         found.update(functions)
-        if type(current).__name__ in _MAP_DATASETS:
+        if _tensorflow.is_map_dataset(current):
             maps += [name for name, kinds in functions if not kinds]
-        generator = generator or _is_generator(current)
-        todo += list(current._inputs())  # pylint: disable=protected-access
+        generator = generator or _tensorflow.is_generator_dataset(current)  # tf.data's rewrites skip these
+        todo += _tensorflow.dataset_inputs(current)
     options = dataset.options().experimental_optimization
     allowed = options.apply_default_optimizations is not False or any(
         getattr(options, name, None) is True for name in _graphs.OPTIMIZATIONS)

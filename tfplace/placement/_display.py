@@ -28,7 +28,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Sequence
 
 from tfplace._devices import parse_device
-from tfplace.placement._records import PLUMBING, PlacementRecord
+from tfplace.placement._records import PLUMBING, PlacementRecord, split_plumbing
 
 if TYPE_CHECKING:
     from tfplace.placement._explain import Explanation
@@ -99,11 +99,8 @@ def _ops_table(records: Sequence[PlacementRecord]) -> str:
     """Ops (and kinds) per device: one row per op and kind, in order of first appearance."""
     counts: dict[tuple[str, str], Counter] = {}
     devices: set[str] = set()
-    plumbing = 0
-    for record in records:
-        if record.op in PLUMBING:
-            plumbing += 1
-            continue
+    ops, plumbing = split_plumbing(records)
+    for record in ops:
         counts.setdefault((record.op, record.kind), Counter())[record.device] += 1
         devices.add(record.device)
     columns = sorted(devices, key=_device_key)
@@ -183,7 +180,7 @@ def html(log: "PlacementLog", explanations: Sequence["Explanation"]) -> str:
     """
     records = log.records
     failed = [r for r in records if r.kind == "failed"]
-    devices = {r.device for r in records if r.device and r.op not in PLUMBING}
+    devices = {r.device for r in split_plumbing(records)[0] if r.device}
     state = (f'<span style="{_OK}">complete</span>' if log.complete
              else f'<span style="{_BAD}">INCOMPLETE</span>')
     summary = " · ".join([

@@ -24,8 +24,7 @@ import contextlib
 import threading
 from typing import Any, Iterator, Mapping, Sequence
 
-from tensorflow.python.eager.polymorphic_function import atomic_function
-
+from tfplace import _tensorflow
 from tfplace.placement._lowering import PlacerNode
 from tfplace.placement._sources import stack_user_line
 
@@ -58,7 +57,7 @@ def _remember(name: str, graph: Any) -> None:
 
 def _from_func_graph(name: Any, graph: Any, *args: Any, **kwargs: Any) -> Any:
     """`atomic_function.from_func_graph` while watching: the function, its nodes' lines remembered."""
-    function = _original(name, graph, *args, **kwargs)
+    function = _tensorflow.FROM_FUNC_GRAPH.original(name, graph, *args, **kwargs)
     made = function.name
     _remember(made.decode() if isinstance(made, bytes) else str(made), graph)
     return function
@@ -67,20 +66,18 @@ def _from_func_graph(name: Any, graph: Any, *args: Any, **kwargs: Any) -> Any:
 @contextlib.contextmanager
 def watching() -> Iterator[None]:
     """Remembers the lines of the functions traced in the block (nested and threaded blocks share one patch)."""
-    global _watchers, _original
+    global _watchers
     with _lock:
         _watchers += 1
         if _watchers == 1:
-            _original = atomic_function.from_func_graph
-            atomic_function.from_func_graph = _from_func_graph
+            _tensorflow.FROM_FUNC_GRAPH.install(_from_func_graph)
     try:
         yield
     finally:
         with _lock:
             _watchers -= 1
             if _watchers == 0:
-                atomic_function.from_func_graph = _original
-                _original = None
+                _tensorflow.FROM_FUNC_GRAPH.remove()
 
 
 def watched() -> bool:

@@ -47,8 +47,6 @@ import warnings
 from typing import Any, Iterable, NamedTuple, Optional, Sequence
 
 from tensorflow.core.framework import function_pb2, graph_pb2
-from tensorflow.python.eager import context
-from tensorflow.python.ops import summary_ops_v2
 
 from tfplace.placement import _function_sources
 from tfplace.placement import _kernels
@@ -68,12 +66,6 @@ _collecting = False
 waiting = False  # a capture is open but the runtime had not started: the op callback starts collection
 
 
-def _tensorboard_tracing() -> bool:
-    """True while `tf.summary.trace_on(graph=True)` collects function graphs for TensorBoard."""
-    trace = getattr(summary_ops_v2, "_current_trace_context", None)
-    return bool(trace and trace.graph and not trace.profiler)
-
-
 def start() -> None:
     """Starts graph collection if a capture is open and the runtime has started (it never starts the runtime)."""
     global _collecting, waiting
@@ -81,7 +73,7 @@ def start() -> None:
         return
     with _lock:
         if not _collecting and _logs and _tensorflow.runtime_started():
-            context.context().enable_graph_collection()
+            _tensorflow.enable_graph_collection()
             _collecting = True
         waiting = not _collecting
 
@@ -102,8 +94,8 @@ def detach(log: PlacementLog) -> None:
         _logs[:] = [entry for entry in _logs if entry[0] is not log]
         waiting = waiting and bool(_logs)
         if not _logs and _collecting:
-            if not _tensorboard_tracing():  # TensorBoard's trace keeps collecting after the capture
-                context.context().disable_graph_collection()
+            if not _tensorflow.tensorboard_tracing():  # TensorBoard's trace keeps collecting after the capture
+                _tensorflow.disable_graph_collection()
             _collecting = False
 
 
@@ -258,7 +250,7 @@ def _graph_datasets(graph: graph_pb2.GraphDef, placed: list[Any]) -> tuple[Optio
     if not names and not own:
         return None, ""
     pipeline = Pipeline(tuple(names), tuple(own), rewritten, maps=tuple(maps))
-    return pipeline, device or context.context().device_name or "/device:CPU:0"
+    return pipeline, device or _tensorflow.device_name() or "/device:CPU:0"
 
 
 def _function_def(name: str, library: Optional[function_pb2.FunctionDefLibrary]) -> Optional[function_pb2.FunctionDef]:
@@ -267,7 +259,7 @@ def _function_def(name: str, library: Optional[function_pb2.FunctionDefLibrary])
             if function.signature.name == name:
                 return function
     try:
-        return context.context().get_function_def(name)
+        return _tensorflow.function_def(name)
     except Exception:  # pylint: disable=broad-except  # not registered in this context
         return None
 
@@ -414,9 +406,9 @@ def collect() -> int:
     with _lock:
         if not _collecting:
             return 0
-        metadata = context.context().export_run_metadata()
+        metadata = _tensorflow.export_run_metadata()
         functions = [f for f in metadata.function_graphs if not _is_eager_op_wrapper(f.pre_optimization_graph)]
-        if functions and _tensorboard_tracing():
+        if functions and _tensorflow.tensorboard_tracing():
             warnings.warn(
                 "tfplace: a placement capture and tf.summary.trace_on(graph=True) both read TensorFlow's "
                 "collection of function graphs, and reading it empties it: trace_export will not show the "

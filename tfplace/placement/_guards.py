@@ -31,7 +31,7 @@ from tfplace.placement import _explain
 from tfplace.placement import _hooks
 from tfplace.placement import _kernel_table
 from tfplace import _tensorflow
-from tfplace._devices import Device, device as resolve_device
+from tfplace._devices import Device, resolve
 from tfplace._errors import ConfigurationError, ImplicitCopyError, PlacementError
 from tfplace.placement._records import CopyRecord, PlacementRecord
 from tfplace.placement._sources import user_line
@@ -168,7 +168,7 @@ def device_guard(device: Union[str, Device, Any], *, allow_ops: Sequence[str] = 
         raise ConfigurationError(
             f"device_guard received allow_ops={allow_ops!r} (from argument allow_ops): allowed is a sequence "
             f"of op types, e.g. allow_ops=({allow_ops!r},)")
-    wanted = resolve_device(device, fallback=False, origin="tfplace.device_guard's argument device")
+    wanted = resolve(device, fallback=False, origin="tfplace.device_guard's argument device")
     guard = _DeviceGuard(wanted, frozenset(allow_ops))
     with _hooks.listening(guard):
         yield

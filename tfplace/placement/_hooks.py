@@ -50,15 +50,15 @@ import sys
 import threading
 from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
+import tensorflow as tf
 from tensorflow.core.framework import types_pb2
-from tensorflow.python.eager import context, core, execute
-from tensorflow.python.framework import errors, op_callbacks, op_def_registry
-from tensorflow.python.ops import script_ops
 
+from tfplace import _tensorflow
+from tfplace._tensorflow import dtype_enum
 from tfplace.placement import _datasets
 from tfplace.placement import _graphs
 from tfplace.placement import _kernels
-from tfplace._devices import canonical_name, requested_name
+from tfplace._devices import canonical_name, parse_device, requested_name
 from tfplace.placement._records import CopyRecord, PlacementRecord
 from tfplace.placement._sources import started_by_framework, user_line
 
@@ -74,7 +74,7 @@ _local = threading.local()
 _requested = threading.local()  # `name`: the thread's tf.device scope, mirrored while hooks listen
 _lock = threading.Lock()
 _hooks: list["_Hook"] = []  # one per listening thread (threads inheriting one are not counted)
-_patched: dict[tuple[Any, str], Any] = {}
+_THREAD_START = _tensorflow.Patch(threading.Thread, "start")
 
 
 class Listener(Protocol):
@@ -95,7 +95,7 @@ class Listener(Protocol):
 
 @functools.lru_cache(maxsize=4096)
 def _type_attrs(op: str) -> frozenset[str]:
-    op_def = op_def_registry.get(op)
+    op_def = _tensorflow.op_def(op)
     if op_def is None:
         return frozenset()
     return frozenset(a.name for a in op_def.attr if a.type in ("type", "list(type)"))
@@ -133,11 +133,11 @@ def _host_of(full: str) -> str:
 def _copies(op: str, inputs: Sequence[Any], full: str, device: str) -> list[CopyRecord]:
     """Inputs whose memory is elsewhere than where the op needs them."""
     found: list[CopyRecord] = []
-    device_type = device.rsplit(":", 2)[-2]
+    device_type = parse_device(device).device_type
     host_inputs = _kernels.host_memory_inputs(op, device_type, len(inputs))
     host = _host_of(full)
     for index, tensor in enumerate(inputs):
-        dtype = tensor._datatype_enum()  # pylint: disable=protected-access
+        dtype = dtype_enum(tensor)
         if dtype == _RESOURCE:
             continue
         on_host = dtype in _ON_HOST or (dtype == _INT32 and device_type != "CPU") or index in host_inputs
@@ -159,7 +159,7 @@ _OP, _FUNCTION, _ITERATOR, _EXPLICIT = range(4)
 def _describe(op_type: Any, full: str, requested: Optional[str], types: tuple) -> tuple[str, int, PlacementRecord]:
     """(op type, what it is, its record without source) of an eager op."""
     op = op_type.decode() if isinstance(op_type, bytes) else op_type
-    if op.startswith("__") and op_def_registry.get(op) is None:
+    if op.startswith("__") and _tensorflow.op_def(op) is None:
         kind = _FUNCTION
     else:
         op = _kernels.op_type(op)
@@ -176,7 +176,7 @@ class _Hook:
         self.listeners: list[Listener] = []
         self.calls: tuple[Callable, ...] = ()
         self.sources = False
-        self.thread_data = context.context()._thread_local_data  # pylint: disable=protected-access  # per thread inside
+        self.thread_data = _tensorflow.thread_data()  # per thread inside
 
     def update(self) -> None:
         self.calls = tuple(listener.on_op for listener in self.listeners)
@@ -224,7 +224,7 @@ class _Hook:
             else:
                 placed = _graphs.collect() > 0
                 for tensor in inputs if placed else ():
-                    if tensor._datatype_enum() == _VARIANT:  # pylint: disable=protected-access
+                    if dtype_enum(tensor) == _VARIANT:  # pylint: disable=protected-access
                         pipeline = _datasets.pipeline_of(tensor)
                         if pipeline is not None:
                             later = ("dataset", op), _graphs.iterator_records(pipeline, full)
@@ -253,14 +253,14 @@ class _Hook:
 def _device_of(inputs: Sequence[Any]) -> str:
     """Where an op without outputs ran: with its resource, else where it was asked to run."""
     for tensor in inputs:
-        if tensor._datatype_enum() == _RESOURCE:  # pylint: disable=protected-access
+        if dtype_enum(tensor) == _RESOURCE:  # pylint: disable=protected-access
             return tensor.device
-    return context.context().device_name or _HOST
+    return _tensorflow.device_name() or _HOST
 
 
 def _thread_hooks() -> list[_Hook]:
     """The hooks this thread runs: its own, or those it inherited (replica threads)."""
-    return [c for c in context.context().op_callbacks if isinstance(c, _Hook)]
+    return [c for c in _tensorflow.op_callbacks() if isinstance(c, _Hook)]
 
 
 # An eager op that raises: TensorFlow's message names the op ("[Op:MatMul]") and, when a
@@ -272,7 +272,7 @@ _FAILED_DEVICE = re.compile(r"__wrapped__\w*?_device_(/job:[^/}]+/replica:\d+/ta
 def _failed_dtypes(op: str, frame: Any) -> tuple[tuple[str, str], ...]:
     """The type attributes of a failed eager op, read from the arguments of its generated Python
     function (`gen_math_ops.mat_mul(a, b, ...)`), the first frame above `frame` holding all its inputs."""
-    op_def = op_def_registry.get(op)
+    op_def = _tensorflow.op_def(op)
     names = [a.name for a in op_def.input_arg] if op_def is not None else []
     for _ in range(6):
         if frame is None or not names:
@@ -312,7 +312,7 @@ def _record_failure(error: BaseException, dtypes: Optional[tuple[tuple[str, str]
     except AttributeError:
         pass
     device = _FAILED_DEVICE.search(message)
-    requested = context.context().device_name
+    requested = _tensorflow.device_name()
     where = device[1] if device else requested or _HOST
     name = op[1] if op[1].startswith("__") else _kernels.op_type(op[1])
     if dtypes is None:
@@ -326,7 +326,7 @@ def _record_failure(error: BaseException, dtypes: Optional[tuple[tuple[str, str]
 
 def _status_to_exception(status: Any) -> Any:
     """Where the fast path's errors become exceptions (`ops.raise_from_not_ok_status`)."""
-    error = _patched[(core, "_status_to_exception")](status)
+    error = _tensorflow.STATUS_TO_EXCEPTION.original(status)
     _record_failure(error)
     return error
 
@@ -334,8 +334,8 @@ def _status_to_exception(status: Any) -> Any:
 def _execute(op_name: Any, num_outputs: int, inputs: Any, attrs: Any, ctx: Any, name: Any = None) -> Any:
     """`execute.execute` while hooks listen: the slow path, whose errors TensorFlow's C++ code raises."""
     try:
-        return execute.execute_with_callbacks(op_name, num_outputs, inputs, attrs, ctx, name)
-    except errors.OpError as error:
+        return _tensorflow.execute_with_callbacks(op_name, num_outputs, inputs, attrs, ctx, name)
+    except tf.errors.OpError as error:
         _record_failure(error, _dtypes(_type_values(op_name, attrs)))
         raise
 
@@ -343,7 +343,7 @@ def _execute(op_name: Any, num_outputs: int, inputs: Any, attrs: Any, ctx: Any, 
 def _set_device(ctx: Any, device_name: Any, device_spec: Any) -> None:
     """`Context._set_device` while hooks listen: every `tf.device` scope passes here; mirrored in
     Python, the scope costs the op callback a thread-local read, not a call into TensorFlow."""
-    _patched[(context.Context, "_set_device")](ctx, device_name, device_spec)
+    _tensorflow.SET_DEVICE.original(ctx, device_name, device_spec)
     _requested.name = device_name
 
 
@@ -351,7 +351,7 @@ def _start(thread: threading.Thread) -> None:
     hooks = _thread_hooks()
     if hooks and (started_by_framework(2) or any(l.all_threads for h in hooks for l in h.listeners)):
         thread.run = _inheriting(thread.run, hooks)  # type: ignore[method-assign]
-    _patched[(threading.Thread, "start")](thread)
+    _THREAD_START.original(thread)
 
 
 @contextlib.contextmanager
@@ -362,11 +362,10 @@ def _hooks_in_this_thread(hooks: Sequence[_Hook]) -> Iterator[None]:
     parent's (which holds the parent's hooks): only the list they were added
     to loses them.
     """
-    ctx = context.context()
-    added = [h for h in hooks if h not in ctx.op_callbacks]
+    added = [h for h in hooks if h not in _tensorflow.op_callbacks()]
     for hook in added:
         _add_callback(hook)
-    callbacks = ctx.op_callbacks
+    callbacks = _tensorflow.op_callbacks()
     try:
         yield
     finally:
@@ -386,18 +385,18 @@ def _inheriting(run: Callable[[], None], hooks: list[_Hook]) -> Callable[[], Non
 def _py_function_call(registry: Any, token: Any, device: Any, args: Any) -> Any:
     """Runs a `tf.py_function` (on a TensorFlow thread) with the listening threads' hooks."""
     with _hooks_in_this_thread(list(_hooks)):
-        return _patched[(script_ops.FuncRegistry, "__call__")](registry, token, device, args)
+        return _tensorflow.PY_FUNCTION_CALL.original(registry, token, device, args)
 
 
-_PATCHES = ((core, "_status_to_exception", _status_to_exception),
-            (context.Context, "_set_device", _set_device),
-            (threading.Thread, "start", _start),
-            (script_ops.FuncRegistry, "__call__", _py_function_call))
+_PATCHES = ((_tensorflow.STATUS_TO_EXCEPTION, _status_to_exception),
+            (_tensorflow.SET_DEVICE, _set_device),
+            (_THREAD_START, _start),
+            (_tensorflow.PY_FUNCTION_CALL, _py_function_call))
 
 
 def _add_callback(hook: _Hook) -> None:
-    op_callbacks.add_op_callback(hook)
-    execute.execute = _execute  # add_op_callback installs execute_with_callbacks; _execute wraps it
+    _tensorflow.add_op_callback(hook)
+    _tensorflow.use_execute(_execute)  # add_op_callback installs execute_with_callbacks; _execute wraps it
 
 
 def _register(hook: _Hook) -> None:
@@ -407,22 +406,19 @@ def _register(hook: _Hook) -> None:
         _hooks.append(hook)
         if len(_hooks) == 1:
             _requested = threading.local()  # scopes set while nothing listened were not mirrored
-            for owner, name, replacement in _PATCHES:
-                _patched[(owner, name)] = getattr(owner, name)
-                setattr(owner, name, replacement)
+            for patch, replacement in _PATCHES:
+                patch.install(replacement)
 
 
 def _unregister(hook: _Hook) -> None:
     """Removes this thread's callback; the patches and the callback path go with the last one."""
     with _lock:
         _hooks.remove(hook)
-        ctx = context.context()
-        ctx.remove_op_callback(hook)
+        _tensorflow.remove_op_callback(hook)
         if not _hooks:
-            for owner, name, _ in _PATCHES:
-                setattr(owner, name, _patched.pop((owner, name)))
-            # what op_callbacks.remove_op_callback does, keeping other tools' callbacks working
-            execute.execute = execute.execute_with_callbacks if ctx.op_callbacks else execute.quick_execute
+            for patch, _ in _PATCHES:
+                patch.remove()
+            _tensorflow.use_execute(None)  # TensorFlow's own path, keeping other tools' callbacks working
 
 
 @contextlib.contextmanager

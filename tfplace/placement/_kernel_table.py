@@ -98,21 +98,22 @@ class KernelTable:
 
 
 def _live_kernels(op: str) -> tuple[Kernel, ...]:
-    from tensorflow.python.framework import dtypes as tf_dtypes
-    from tensorflow.python.framework import kernels as tf_kernels
+    import tensorflow as tf
+
+    from tfplace import _tensorflow
 
     return tuple(
         Kernel(k.device_type,
-               tuple((c.name, tuple(sorted(tf_dtypes.as_dtype(t).name for t in c.allowed_values.list.type)))
+               tuple((c.name, tuple(sorted(tf.dtypes.as_dtype(t).name for t in c.allowed_values.list.type)))
                      for c in k.constraint if c.allowed_values.list.type),
                tuple(k.host_memory_arg), k.label)
-        for k in tf_kernels.get_registered_kernels_for_op(op).kernel)
+        for k in _tensorflow.registered_kernels(op))
 
 
 def _running_version() -> str:
-    from tensorflow.python.framework import versions
+    import tensorflow as tf
 
-    return str(versions.__version__)
+    return str(tf.__version__)
 
 
 @functools.lru_cache(maxsize=1)
@@ -130,10 +131,10 @@ def _dtype_constraints(constraints: Mapping[str, Sequence[Any]]) -> tuple[tuple[
 
 @functools.lru_cache(maxsize=256)
 def _is_dtype_name(value: str) -> bool:
-    from tensorflow.python.framework import dtypes as tf_dtypes
+    import tensorflow as tf
 
     try:
-        return tf_dtypes.as_dtype(value).name == value
+        return tf.dtypes.as_dtype(value).name == value
     except TypeError:
         return False
 

@@ -24,9 +24,9 @@ import re
 from typing import Any, Mapping, Optional, Sequence
 
 from tensorflow.core.framework import types_pb2
-from tensorflow.python.framework import dtypes as tf_dtypes
-from tensorflow.python.framework import kernels as tf_kernels
-from tensorflow.python.framework import op_def_registry
+import tensorflow as tf
+
+from tfplace import _tensorflow
 
 __all__ = ["op_type", "dtype_name", "node_dtypes", "is_wrapper_plumbing", "host_memory_inputs",
            "resource_inputs", "output_dtypes", "is_op"]
@@ -43,7 +43,7 @@ def op_type(name: str) -> str:
         if name.startswith(prefix):
             base = name[len(prefix):]
             for candidate in (base, "_" + base):
-                if op_def_registry.get(candidate) is not None:
+                if _tensorflow.op_def(candidate) is not None:
                     return candidate
     return name
 
@@ -51,7 +51,7 @@ def op_type(name: str) -> str:
 @functools.lru_cache(maxsize=256)
 def dtype_name(enum: int) -> str:
     """The name of a dtype enum of an attribute, e.g. 1 -> "float32"."""
-    return tf_dtypes.as_dtype(enum).name
+    return tf.dtypes.as_dtype(enum).name
 
 
 def node_dtypes(attr: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -71,13 +71,13 @@ def node_dtypes(attr: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 @functools.lru_cache(maxsize=4096)
 def is_op(name: str) -> bool:
     """True if `name` is a registered op type (False for a function's name such as `__inference_f_12`)."""
-    return op_def_registry.get(name) is not None
+    return _tensorflow.op_def(name) is not None
 
 
 @functools.lru_cache(maxsize=4096)
 def resource_inputs(op: str) -> tuple[str, ...]:
     """Names of `op`'s inputs that are resources (a variable's handle, a table's ...)."""
-    op_def = op_def_registry.get(op)
+    op_def = _tensorflow.op_def(op)
     if op_def is None:
         return ()
     return tuple(a.name for a in op_def.input_arg if a.type == types_pb2.DT_RESOURCE)
@@ -85,7 +85,7 @@ def resource_inputs(op: str) -> tuple[str, ...]:
 
 def output_dtypes(op: str, dtypes: Sequence[tuple[str, str]]) -> tuple[str, ...]:
     """The dtype names of `op`'s outputs, given its type attributes (`()` where unknown)."""
-    op_def = op_def_registry.get(op)
+    op_def = _tensorflow.op_def(op)
     if op_def is None:
         return ()
     values = dict(dtypes)
@@ -102,7 +102,7 @@ def output_dtypes(op: str, dtypes: Sequence[tuple[str, str]]) -> tuple[str, ...]
 
 @functools.lru_cache(maxsize=4096)
 def _arguments(op: str) -> tuple[frozenset[str], frozenset[str]]:
-    op_def = op_def_registry.get(op)
+    op_def = _tensorflow.op_def(op)
     if op_def is None:
         return frozenset(), frozenset()
     return frozenset(a.name for a in op_def.input_arg), frozenset(a.name for a in op_def.output_arg)
@@ -125,7 +125,7 @@ def is_wrapper_plumbing(node: str, op: str) -> bool:
 @functools.lru_cache(maxsize=4096)
 def _host_memory_args(op: str, device_type: str) -> frozenset[str]:
     return frozenset(
-        arg for k in tf_kernels.get_registered_kernels_for_op(op).kernel if k.device_type == device_type
+        arg for k in _tensorflow.registered_kernels(op) if k.device_type == device_type
         for arg in k.host_memory_arg)
 
 
@@ -139,7 +139,7 @@ def host_memory_inputs(op: str, device_type: str, count: int) -> frozenset[int]:
       count: how many inputs this call has (list arguments take several).
     """
     names = _host_memory_args(op, device_type)
-    op_def = op_def_registry.get(op)
+    op_def = _tensorflow.op_def(op)
     if not names or op_def is None:
         return frozenset()
     args = list(op_def.input_arg)

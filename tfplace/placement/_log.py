@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
 from tfplace.placement import _kernels
 from tfplace._devices import parse_device
 from tfplace.placement._parsing import parse_placement
-from tfplace.placement._records import PLUMBING, CopyRecord, PlacementRecord
+from tfplace.placement._records import PLUMBING, CopyRecord, PlacementRecord, split_plumbing
 
 if TYPE_CHECKING:
     from tfplace.placement._explain import Explanation, Readiness
@@ -157,9 +157,8 @@ class PlacementLog:
         The arguments and results of TensorFlow's internal functions (`_Arg`,
         `_Retval`, ...) are counted in one line, not listed.
         """
-        records = self._records
-        counts = Counter((r.op, r.device or "(unknown)", r.kind) for r in records if r.op not in PLUMBING)
-        plumbing = sum(1 for r in records if r.op in PLUMBING)
+        ops, plumbing = split_plumbing(self._records)
+        counts = Counter((r.op, r.device or "(unknown)", r.kind) for r in ops)
         rows = sorted(counts.items(), key=lambda item: (item[0][0] != op, item[0]))
         note = "" if self.complete else "\n  (incomplete log: " + self.incomplete_reason + ")"
         if not rows and not plumbing:

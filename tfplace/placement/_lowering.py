@@ -56,8 +56,8 @@ import heapq
 from typing import Any, Mapping, NamedTuple, Optional
 
 from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, types_pb2
-from tensorflow.python.framework import op_def_registry
 
+from tfplace import _tensorflow
 from tfplace.placement import _kernels
 
 __all__ = ["PlacerNode", "placer_nodes", "function_graph_def"]
@@ -187,7 +187,7 @@ def _output_sizes(op: str, attr: Mapping, lib: Mapping) -> dict[str, tuple[int, 
     if op in lib:
         args, defaults = lib[op].signature.output_arg, {}
     else:
-        op_def = op_def_registry.get(op)
+        op_def = _tensorflow.op_def(op)
         if op_def is None:
             raise ValueError(f"op {op!r} is neither registered nor a library function")
         args, defaults = op_def.output_arg, {a.name: a.default_value for a in op_def.attr}

@@ -5,17 +5,17 @@ D` (C++ `LOG(INFO)`, fd 2), graph placer lines `name: (Op): D` (printed twice:
 `printf` to fd 1 and `LOG(INFO)` to fd 2) and, under the "warn" device
 policy, `before computing Op input #i was expected to be on D1 but is actually
 on D0 ...` copy warnings. `parse_placement()` finds them anywhere in a text,
-also where two streams spliced lines together, keeps each placer event once,
-and returns the rest of the text untouched. Kernel variants (oneDNN's
-`_MklMatMul`) are read as their op type; each record keeps the printed line.
+also where two streams spliced lines together, and keeps each placer event
+once. Kernel variants (oneDNN's `_MklMatMul`) are read as their op type; each
+record keeps the printed line. `PlacementLog.from_text` is built on it.
 
 Example:
     >>> from tfplace.placement._parsing import parse_placement
     >>> parsed = parse_placement(
     ...     "hello\\nI0000 00:00:1.5  7 execute.cc:1775] Executing op MatMul in device "
     ...     "/job:localhost/replica:0/task:0/device:CPU:0\\n")
-    >>> parsed.records[0].op, parsed.records[0].device, parsed.other
-    ('MatMul', '/device:CPU:0', 'hello\\n')
+    >>> parsed.records[0].op, parsed.records[0].device, parsed.copies
+    ('MatMul', '/device:CPU:0', [])
     >>> parse_placement("Executing op _MklMatMul in device /job:localhost/replica:0/task:0/device:CPU:0").records[0].op
     'MatMul'
 """
@@ -52,14 +52,10 @@ _LEVELS = frozenset("IWEF")
 
 
 class Parsed(NamedTuple):
-    """What `parse_placement()` found: records, copies and the remaining text."""
+    """What `parse_placement()` found: records and copies."""
 
     records: list
     copies: list
-    other: str
-
-
-_bodies: dict[str, Any] = {}
 
 
 def _read_body(body: str) -> Any:
@@ -79,17 +75,9 @@ def _read_body(body: str) -> Any:
 _MARKERS = ("Executing op ", "): /job:", "before computing ")
 
 
-def _split_line(line: str) -> tuple[list[tuple[str, Any]], str]:
-    """The statements in a line that may hold several (spliced), and the rest of it."""
-    found: list[tuple[str, Any]] = []
-    rest: list[str] = []
-    end = 0
-    for match in _LINE.finditer(line):  # one pass: linear in the line's length
-        found.append((match[1] or "", _read_body(match[2])))
-        rest.append(line[end:match.start()])
-        end = match.end()
-    rest.append(line[end:])
-    return found, "".join(rest)
+def _split_line(line: str) -> list[tuple[str, Any]]:
+    """The statements in a line that may hold several (spliced), with their log prefixes."""
+    return [(match[1] or "", _read_body(match[2])) for match in _LINE.finditer(line)]  # linear in the line
 
 
 def parse_placement(text: str) -> Parsed:
@@ -103,20 +91,14 @@ def parse_placement(text: str) -> Parsed:
       text: the output to parse.
 
     Returns:
-      `Parsed(records, copies, other)`: records in text order, copies, and
-      every byte that is not part of a placement line, in order.
+      `Parsed(records, copies)`: records and copies in text order.
     """
     records: list = []
     copies: list = []
-    other: list[str] = []
     bare: list[int] = []
     logged: Counter = Counter()
-    bodies = _bodies
-    if len(bodies) > 100_000:
-        bodies.clear()
-    lines = text.split("\n")
-    last = len(lines) - 1
-    for number, line in enumerate(lines):
+    bodies: dict[str, Any] = {}  # a statement read once per text: logs repeat the same lines
+    for line in text.split("\n"):
         body, prefix = line, ""
         if line[:1] in _LEVELS and line[1:5].isdigit():
             cut = line.find("] ")
@@ -127,13 +109,10 @@ def parse_placement(text: str) -> Parsed:
         if record is not None:
             found = [(prefix, record)]
         elif any(marker in line for marker in _MARKERS):
-            found, rest = _split_line(line)
-            if len(found) == 1 and not rest:
+            found = _split_line(line)
+            if len(found) == 1 and found[0][1].line == body:
                 bodies[body] = found[0][1]
-            elif rest:
-                other.append(rest if number == last else rest + "\n")
         else:
-            other.append(line if number == last else line + "\n")
             continue
         for prefix, record in found:
             if type(record) is CopyRecord:
@@ -152,4 +131,4 @@ def parse_placement(text: str) -> Parsed:
                 logged[records[position]] -= 1
                 drop.add(position)
         records = [r for i, r in enumerate(records) if i not in drop]
-    return Parsed(records, copies, "".join(other))
+    return Parsed(records, copies)
