@@ -26,7 +26,6 @@ from absl import app, flags
 
 import tfplace
 import tfplace.flags
-from tfplace.config._gpu_plan import GpuInfo, plan_gpus
 
 SECTIONS = (
     "log_placement", "manual_placement", "memory_growth", "memory_limit", "single_gpu",
@@ -36,7 +35,7 @@ flags.adopt_module_key_flags(tfplace.flags)  # --help lists the tfplace flags
 _SECTION = flags.DEFINE_enum("section", "all", SECTIONS + ("all",), "Which section of the guide to run.")
 
 # The machine of d2l's GPU chapter, to show what a plan looks like with GPUs.
-V100_MACHINE = [GpuInfo(i, "Tesla V100-SXM2-16GB", 16160) for i in range(8)]
+V100_MACHINE = [tfplace.GpuInfo(i, "Tesla V100-SXM2-16GB", 16160) for i in range(8)]
 
 
 def accelerators() -> list[tfplace.Device]:
@@ -87,13 +86,13 @@ def manual_placement() -> None:
 
 
 def memory_growth() -> None:
-    plan = plan_gpus(V100_MACHINE, memory_growth=True)
+    plan = tfplace.plan_gpus(V100_MACHINE, memory_growth=True)
     print(f"On d2l's 8 x Tesla V100 machine: memory growth on GPUs {list(plan.visible)}.")
     _configure_now(memory_growth=True)
 
 
 def memory_limit() -> None:
-    plan = plan_gpus(V100_MACHINE, memory_fraction=0.4)
+    plan = tfplace.plan_gpus(V100_MACHINE, memory_fraction=0.4)
     print("On d2l's 8 x Tesla V100 machine, memory_fraction=0.4 caps each GPU at "
           f"{plan.memory_limits[0][0]} MiB (of 16160 MiB); memory_limit_mb=1024 caps each at 1024 MiB.")
     _configure_now(memory_limit_mb=1024)

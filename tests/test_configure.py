@@ -56,7 +56,6 @@ def test_environment_and_flags_priority(python):
         import sys
         from absl import flags
         import tfplace, tfplace.flags
-        from absl import flags
         flags.FLAGS(["prog", "--logical_cpus=3", "--device_policy=warn"])
         config = tfplace.configure(device_policy="explicit")
         report({"logical": len(config.logical_devices), "policy": config.device_policy,

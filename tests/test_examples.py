@@ -7,6 +7,7 @@ import pytest
 
 from conftest import ROOT
 from tfplace import PlacementLog
+from tfplace.placement._parsing import parse_placement
 
 
 def run_guide(*args: str) -> str:
@@ -88,7 +89,7 @@ def test_log_placement_flag_shows_tensorflows_own_lines():
                            "--section=log_placement", "--log_placement"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
-    own = [r for r in PlacementLog.from_text(done.stderr).records if r.kind == "execute"]  # every line TensorFlow printed
+    own = [r for r in parse_placement(done.stderr).records if r.kind == "execute"]  # every line TensorFlow printed
     assert [(r.op, r.device) for r in own][-3:] == [("_EagerConst", "/device:CPU:0")] * 2 + [("MatMul", "/device:CPU:0")]
     assert executed(done.stdout) == [("MatMul", "/device:CPU:0")]  # the records, as without the flag
 

@@ -29,6 +29,7 @@ from tfplace._errors import (
 if TYPE_CHECKING:
     from tfplace.placement._capture import capture_placement
     from tfplace.config._configure import Config, configure
+    from tfplace.config._gpu_plan import GpuInfo, GpuPlan, plan_gpus
     from tfplace._devices import (Device, cpu, device, devices_of, gpu, num_gpus, parse_device, to_device,
                                  try_all_gpus, try_gpu)
     from tfplace.placement._explain import Explanation, Readiness
@@ -43,6 +44,7 @@ __version__ = "0.1.0"
 _LAZY = {
     **dict.fromkeys(("capture_placement",), "tfplace.placement._capture"),
     **dict.fromkeys(("Config", "configure"), "tfplace.config._configure"),
+    **dict.fromkeys(("GpuInfo", "GpuPlan", "plan_gpus"), "tfplace.config._gpu_plan"),
     **dict.fromkeys(("Device", "cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "device", "parse_device",
                      "to_device", "devices_of"), "tfplace._devices"),
     **dict.fromkeys(("transfer_guard", "device_guard"), "tfplace.placement._guards"),
@@ -55,6 +57,9 @@ _LAZY = {
 __all__ = [
     "Config",
     "configure",
+    "GpuInfo",
+    "GpuPlan",
+    "plan_gpus",
     "Device",
     "cpu",
     "gpu",

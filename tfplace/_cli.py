@@ -40,7 +40,7 @@ def _devices(args: argparse.Namespace) -> dict[str, Any]:
 
     config = tfplace.configure(**_given(args))
     gpus = _gpu_inventory.read_gpus(_tensorflow.gpu_count())
-    physical = []
+    physical: list[dict[str, Any]] = []
     for row in _tensorflow.physical_devices():
         details = row.pop("details", None)
         if details is not None:  # a GPU: TensorFlow numbers them in this order

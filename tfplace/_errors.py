@@ -46,3 +46,8 @@ class ImplicitCopyError(Error, RuntimeError):
 
 class PlacementError(Error, RuntimeError):
     """An op ran on another device than `device_guard` allows."""
+
+
+for _error in (Error, ConfigurationError, RuntimeInitializedError, DeviceNotFoundError, DeviceSpecError,
+               ImplicitCopyError, PlacementError):
+    _error.__module__ = "tfplace"  # tracebacks name them as users import them: tfplace.PlacementError

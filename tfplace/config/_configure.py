@@ -28,34 +28,36 @@ __all__ = ["Config", "configure", "current"]
 _applied: dict[str, Any] = {}
 
 
-def _repr(self: Any) -> str:
-    """One field per line, as Python would read it back."""
-    fields = "".join(f"    {f.name}={getattr(self, f.name)!r},\n" for f in dataclasses.fields(self))
-    return f"tfplace.Config(\n{fields})"
-
-
-def _str(self: Any) -> str:
-    rows = [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "sources"]
-    width = max(len(name) for name, _ in rows)
-    lines = ["tfplace.Config("]
-    for name, value in rows:
-        shown = ", ".join(value) if isinstance(value, tuple) and name.endswith("devices") else value
-        source = f"  [{self.sources[name]}]" if name in self.sources else ""
-        lines.append(f"  {name:<{width}} = {shown}{source}")
-    return "\n".join(lines + [")"])
-
-
-Config = dataclasses.make_dataclass(
+_Fields: Any = dataclasses.make_dataclass(
     "Config",
     [*((s.name, Optional[s.kind.type]) for s in SETTINGS),
      ("physical_devices", tuple[str, ...]), ("logical_devices", tuple[str, ...]), ("runtime_started", bool),
      ("sources", Mapping[str, str], dataclasses.field(default_factory=dict))],
     frozen=True,
-    namespace={"__repr__": _repr, "__str__": _str, "__module__": __name__, "__doc__": (
-        "What is in force after `configure()`: one field per setting (None where unknown, e.g. memory growth "
-        "without a GPU), the physical and logical device names and whether the runtime has started. "
-        "`sources` says where each setting given to the call came from (argument, flag or environment variable).")},
 )
+
+
+class Config(_Fields):
+    """What is in force after `configure()`: one field per setting (None where unknown, e.g. memory
+    growth without a GPU), the physical and logical device names, and whether the runtime has started.
+
+    `sources` says where each setting given to the call came from (argument, flag or environment variable).
+    """
+
+    def __repr__(self) -> str:
+        """One field per line, as Python would read it back."""
+        fields = "".join(f"    {f.name}={getattr(self, f.name)!r},\n" for f in dataclasses.fields(self))
+        return f"tfplace.Config(\n{fields})"
+
+    def __str__(self) -> str:
+        rows = [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "sources"]
+        width = max(len(name) for name, _ in rows)
+        lines = ["tfplace.Config("]
+        for name, value in rows:
+            shown = ", ".join(value) if isinstance(value, tuple) and name.endswith("devices") else value
+            source = f"  [{self.sources[name]}]" if name in self.sources else ""
+            lines.append(f"  {name:<{width}} = {shown}{source}")
+        return "\n".join(lines + [")"])
 
 
 def _flag_values() -> dict[str, Any]:

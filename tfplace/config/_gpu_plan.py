@@ -6,9 +6,9 @@ memory limit of each logical device. It touches neither TensorFlow nor CUDA,
 so any machine can be planned for from a recorded inventory.
 
 Example:
-    >>> from tfplace.config._gpu_plan import GpuInfo, plan_gpus
-    >>> v100s = [GpuInfo(i, "Tesla V100-SXM2-16GB", 16160) for i in range(8)]
-    >>> plan_gpus(v100s, memory_fraction=0.4).memory_limits[0]
+    >>> import tfplace
+    >>> v100s = [tfplace.GpuInfo(i, "Tesla V100-SXM2-16GB", 16160) for i in range(8)]
+    >>> tfplace.plan_gpus(v100s, memory_fraction=0.4).memory_limits[0]
     (6464,)
 """
 

@@ -1,0 +1,12 @@
+"""Seeing placement: records of where each op ran, why, and guards over them.
+
+* `_records`, `_log`, `_parsing`: the records, `PlacementLog`, and the reader of a saved TensorFlow log.
+* `_hooks`: eager ops through an op callback; `_graphs`, `_lowering`, `_datasets`: the nodes of the
+  functions TensorFlow places (graph collection, rebuilt as the placer saw them, tf.data functions).
+* `_sources`, `_function_sources`: the user's line behind each op and node.
+* `_kernels`, `_kernel_table`, `_explain`: op definitions and kernels; why an op ran where it did.
+* `_capture`, `_guards`, `_display`: `capture_placement()`, the guards, the notebook view.
+
+Every read of TensorFlow's state goes through `tfplace._tensorflow`. Nothing here is imported by
+`import tfplace`; the public names are re-exported there.
+"""
