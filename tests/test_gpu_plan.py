@@ -5,9 +5,9 @@ import types
 import pytest
 
 from tfplace import ConfigurationError
+from tfplace._tensorflow import apply_fixed
 from tfplace.config._gpu_inventory import map_cuda_visible, parse_nvidia_smi
 from tfplace.config._gpu_plan import GpuInfo, GpuPlan, plan_gpus
-from tfplace._tensorflow import apply_fixed
 
 # d2l's GPU chapter machine (nvidia-smi in seeds/003): 8 x Tesla V100-SXM2-16GB, 16160 MiB each.
 V100S = [GpuInfo(i, "Tesla V100-SXM2-16GB", 16160) for i in range(8)]

@@ -25,8 +25,7 @@ from google.protobuf import text_format
 from tensorflow.core.framework import function_pb2, graph_pb2
 from tensorflow.core.protobuf import config_pb2
 
-from tfplace.placement import _kernels
-from tfplace.placement import _lowering
+from tfplace.placement import _kernels, _lowering
 
 ROOT = Path(__file__).resolve().parents[1]
 

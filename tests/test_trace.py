@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
+from tfplace._trace import Findings, plot, report
 from tfplace.placement._log import PlacementLog
 from tfplace.placement._records import CopyRecord, PlacementRecord
-from tfplace._trace import Findings, plot, report
 
 SCRIPT = """\
 import sys

@@ -20,9 +20,9 @@ from typing import Any, Callable, Optional, Sequence
 import tensorflow as tf
 from absl import logging
 
+from tfplace import _tensorflow
 from tfplace._devices import cpu, resolve, try_all_gpus
 from tfplace._errors import ConfigurationError
-from tfplace import _tensorflow
 
 __all__ = ["split_batch", "replicate", "reduce_on", "strategy"]
 

@@ -25,9 +25,7 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator, Sequence
 
-from tfplace.placement import _function_sources
-from tfplace.placement import _graphs
-from tfplace.placement import _hooks
+from tfplace.placement import _function_sources, _graphs, _hooks
 from tfplace.placement._log import PlacementLog
 from tfplace.placement._records import PlacementRecord
 from tfplace.placement._sources import user_stacklevel

@@ -33,8 +33,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Iterable, NamedTuple, Optional, Sequence
 
-from tfplace.placement import _kernels
 from tfplace._devices import parse_device
+from tfplace.placement import _kernels
 from tfplace.placement._kernel_table import KernelTable
 from tfplace.placement._records import PLUMBING, PlacementRecord
 

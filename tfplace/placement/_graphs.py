@@ -48,11 +48,9 @@ from typing import Any, Iterable, NamedTuple, Optional, Sequence
 
 from tensorflow.core.framework import function_pb2, graph_pb2
 
-from tfplace.placement import _function_sources
-from tfplace.placement import _kernels
-from tfplace.placement import _lowering
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name, requested_name
+from tfplace.placement import _function_sources, _kernels, _lowering
 from tfplace.placement._log import PlacementLog
 from tfplace.placement._records import PLUMBING, PlacementRecord
 from tfplace.placement._sources import user_stacklevel

@@ -27,12 +27,10 @@ from typing import Any, Iterator, Optional, Sequence, Union
 
 from absl import logging
 
-from tfplace.placement import _explain
-from tfplace.placement import _hooks
-from tfplace.placement import _kernel_table
 from tfplace import _tensorflow
 from tfplace._devices import Device, resolve
 from tfplace._errors import ConfigurationError, ImplicitCopyError, PlacementError
+from tfplace.placement import _explain, _hooks, _kernel_table
 from tfplace.placement._records import CopyRecord, PlacementRecord
 from tfplace.placement._sources import user_line
 

@@ -54,11 +54,9 @@ import tensorflow as tf
 from tensorflow.core.framework import types_pb2
 
 from tfplace import _tensorflow
-from tfplace._tensorflow import dtype_enum
-from tfplace.placement import _datasets
-from tfplace.placement import _graphs
-from tfplace.placement import _kernels
 from tfplace._devices import canonical_name, parse_device, requested_name
+from tfplace._tensorflow import dtype_enum
+from tfplace.placement import _datasets, _graphs, _kernels
 from tfplace.placement._records import CopyRecord, PlacementRecord
 from tfplace.placement._sources import started_by_framework, user_line
 

@@ -18,8 +18,8 @@ import warnings
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
 
-from tfplace.placement import _kernels
 from tfplace._devices import parse_device
+from tfplace.placement import _kernels
 from tfplace.placement._parsing import parse_placement
 from tfplace.placement._records import PLUMBING, CopyRecord, PlacementRecord, split_plumbing
 
