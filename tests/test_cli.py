@@ -106,5 +106,5 @@ def test_every_setting_is_an_option_of_trace_and_every_fixed_one_a_preview_of_de
     for setting in SETTINGS:
         assert f"--{setting.name}" in trace_help and setting.kind.allowed in trace_help, setting.name
         assert (f"--{setting.name}" in devices_help) == setting.fixed, setting.name
-    done = tfplace("devices", "--logical_cpus=3", "--log_placement=false", "--json")
+    done = tfplace("devices", "--json", "--log_placement=false", "--logical_cpus=3")
     assert json.loads(done.stdout)["logical"] == ["/device:CPU:0", "/device:CPU:1", "/device:CPU:2"], done.stderr

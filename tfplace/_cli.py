@@ -179,10 +179,11 @@ def _add_trace(commands: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def _absl_booleans(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
+def _absl_booleans(parser: argparse.ArgumentParser, argv: Sequence[str], own: Sequence[str] = ()) -> list[str]:
     """A command's arguments, with each `--name=value` of a boolean flag before the script (if any)
-    read as `--name` or `--noname`; the script and its own arguments are left as they are."""
-    takes_value = {"--json", "--plot", "--top"} | {f"--{name}" for name in NAMES if name not in BOOLEANS}
+    read as `--name` or `--noname`; the script and its own arguments are left as they are. `own`: the
+    command's other options that take a value."""
+    takes_value = {*own, *(f"--{name}" for name in NAMES if name not in BOOLEANS)}
     read: list[str] = []
     rest = iter(argv)
     for arg in rest:
@@ -293,7 +294,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv[:1] == ["trace"] and "--" in argv:
         argv, passed = argv[:argv.index("--")], argv[argv.index("--") + 1:]
     if argv[:1] in (["trace"], ["devices"]):
-        argv = argv[:1] + _absl_booleans(trace if argv[0] == "trace" else devices, argv[1:])
+        argv = argv[:1] + (_absl_booleans(trace, argv[1:], ("--json", "--plot", "--top")) if argv[0] == "trace"
+                           else _absl_booleans(devices, argv[1:]))
     args = parser.parse_args(argv)
     if args.command == "trace":
         return _trace(trace, args, passed)
