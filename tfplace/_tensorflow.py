@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional, Protocol
 
 import tensorflow as tf
 from tensorflow.python.eager import context as _context
@@ -35,13 +35,10 @@ from tensorflow.python.ops import script_ops as _script_ops
 from tensorflow.python.ops import summary_ops_v2 as _summary_ops_v2
 from tensorflow.python.util import _pywrap_util_port
 
-if TYPE_CHECKING:
-    from tfplace.config._gpu_plan import GpuPlan
-
 __all__ = [
     # runtime state and configuration (tf.config)
     "runtime_started", "gpu_count", "physical_device_names", "physical_devices", "logical_device_names",
-    "fixed_state", "settings_in_force", "apply_fixed", "apply_runtime", "build",
+    "fixed_state", "settings_in_force", "GpuSettings", "apply_fixed", "apply_runtime", "build",
     # the eager context and op callbacks
     "device_name", "thread_data", "op_callbacks", "add_op_callback", "remove_op_callback", "execute_with_callbacks",
     "use_execute", "Patch", "STATUS_TO_EXCEPTION", "SET_DEVICE", "PY_FUNCTION_CALL", "FROM_FUNC_GRAPH",
@@ -146,7 +143,20 @@ def settings_in_force() -> dict[str, Any]:
     }
 
 
-def apply_fixed(plan: Optional["GpuPlan"], value: Mapping[str, Any], config: Any = tf.config) -> None:
+class GpuSettings(Protocol):
+    """What `apply_fixed` reads of a GPU plan (`tfplace.config._gpu_plan.GpuPlan`)."""
+
+    @property
+    def visible(self) -> tuple[int, ...]: ...
+
+    @property
+    def memory_growth(self) -> Optional[bool]: ...
+
+    @property
+    def memory_limits(self) -> tuple[tuple[int, ...], ...]: ...
+
+
+def apply_fixed(plan: Optional[GpuSettings], value: Mapping[str, Any], config: Any = tf.config) -> None:
     """Applies the settings fixed at runtime start; call only before it.
 
     Args:

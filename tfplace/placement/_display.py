@@ -25,16 +25,32 @@ from __future__ import annotations
 
 import html as _html
 from collections import Counter
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from tfplace._devices import parse_device
-from tfplace.placement._records import PLUMBING, PlacementRecord, split_plumbing
+from tfplace.placement._records import PLUMBING, CopyRecord, PlacementRecord, split_plumbing
 
 if TYPE_CHECKING:
     from tfplace.placement._explain import Explanation
-    from tfplace.placement._log import PlacementLog
 
-__all__ = ["html", "text", "MAX_ROWS"]
+__all__ = ["Log", "html", "text", "MAX_ROWS"]
+
+
+class Log(Protocol):
+    """What the view reads of a `PlacementLog` (its text form is `str(log)`)."""
+
+    @property
+    def records(self) -> Sequence[PlacementRecord]: ...
+
+    @property
+    def copies(self) -> Sequence[CopyRecord]: ...
+
+    @property
+    def complete(self) -> bool: ...
+
+    @property
+    def incomplete_reason(self) -> str: ...
+
 
 MAX_ROWS = 30  # rows per table; the rest is counted in one line
 
@@ -119,7 +135,7 @@ def _ops_table(records: Sequence[PlacementRecord]) -> str:
     return _table(head, rows, [False, False] + [True] * len(columns))
 
 
-def _copies_table(log: "PlacementLog") -> str:
+def _copies_table(log: Log) -> str:
     copies = Counter((c.source, c.op, c.input_index, c.from_device, c.to_device) for c in log.copies)
     rows = [_row([_e(line or "(unknown line)"), _e(op), f"#{index}", _e(source), _e(target), str(n)], _COUNT6)
             for (line, op, index, source, target), n in copies.most_common(MAX_ROWS)]
@@ -167,7 +183,7 @@ def _explanations_table(explanations: Sequence["Explanation"]) -> str:
     return _table(["line", "op", "ran on", "asked for", "reason", "count"], rows, [False] * 5 + [True])
 
 
-def html(log: "PlacementLog", explanations: Sequence["Explanation"]) -> str:
+def html(log: Log, explanations: Sequence["Explanation"]) -> str:
     """The log as compact HTML: summary, ops per device, copies, failed ops and explanations.
 
     Args:
@@ -207,7 +223,7 @@ def html(log: "PlacementLog", explanations: Sequence["Explanation"]) -> str:
     return "".join(parts)
 
 
-def text(log: "PlacementLog", explanations: Sequence["Explanation"]) -> str:
+def text(log: Log, explanations: Sequence["Explanation"]) -> str:
     """The log as text: `str(log)` (its table and copies), then failed ops and explanations."""
     lines = [str(log)]
     failed = Counter((r.source, r.op, r.device, r.requested) for r in log.records if r.kind == "failed")
