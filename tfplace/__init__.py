@@ -27,20 +27,20 @@ from tfplace._errors import (
 )
 
 if TYPE_CHECKING:
-    from tfplace.placement._capture import capture_placement
+    from tfplace._devices import (Device, cpu, device, devices_of, gpu, num_gpus, parse_device, to_device,
+                                  try_all_gpus, try_gpu)
+    from tfplace._replication import reduce_on, replicate, split_batch, strategy
     from tfplace.config._configure import Config, configure
     from tfplace.config._gpu_plan import GpuInfo, GpuPlan, plan_gpus
-    from tfplace._devices import (Device, cpu, device, devices_of, gpu, num_gpus, parse_device, to_device,
-                                 try_all_gpus, try_gpu)
+    from tfplace.placement._capture import capture_placement
     from tfplace.placement._explain import Explanation, Readiness
     from tfplace.placement._guards import device_guard, transfer_guard
     from tfplace.placement._log import PlacementLog
     from tfplace.placement._records import CopyRecord, PlacementRecord
-    from tfplace._replication import reduce_on, replicate, split_batch, strategy
 
 __version__ = "0.1.0"
 
-# Each public name that needs TensorFlow, and the module that defines it.
+# Each public name loaded on first use, and the module that defines it.
 _LAZY = {
     **dict.fromkeys(("capture_placement",), "tfplace.placement._capture"),
     **dict.fromkeys(("Config", "configure"), "tfplace.config._configure"),
