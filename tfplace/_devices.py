@@ -206,25 +206,16 @@ _resolved: dict[str, Device] = {}  # specs of existing devices, once the runtime
 
 
 def device(spec: Union[str, Device, Any], *, fallback: bool = True) -> Device:
-    """Resolves `spec` against the devices of this process (see `resolve`).
+    """Resolves `spec` against the devices of this process.
 
     >>> import tfplace
     >>> tfplace.device("/gpu:3").name   # on a machine without GPU 3
     '/device:CPU:0'
-    """
-    return resolve(spec, fallback=fallback)
-
-
-def resolve(spec: Union[str, Device, Any], *, fallback: bool = True,
-            origin: str = "tfplace.device's argument spec") -> Device:
-    """Resolves `spec` against the devices of this process.
 
     Args:
       spec: the device, written any accepted way (see `parse_device`).
       fallback: when the device does not exist, return the CPU (logging why
         once per device) instead of raising.
-      origin: where `spec` came from, for error messages (callers name their
-        own argument).
 
     Returns:
       The `Device`. Remote devices (another job) are returned unchecked.
@@ -233,6 +224,13 @@ def resolve(spec: Union[str, Device, Any], *, fallback: bool = True,
       DeviceSpecError (a ValueError): `spec` is malformed.
       DeviceNotFoundError: the device does not exist and `fallback` is False.
     """
+    return resolve(spec, fallback=fallback)
+
+
+def resolve(spec: Union[str, Device, Any], *, fallback: bool = True,
+            origin: str = "tfplace.device's argument spec") -> Device:
+    """`device(spec, fallback=...)` for tfplace's own functions: `origin` names where `spec` came
+    from in error messages (callers name their own argument, e.g. "tfplace.to_device's argument device")."""
     if isinstance(spec, str) and spec in _resolved:
         return _resolved[spec]
     wanted = parse_device(spec, origin=origin)
