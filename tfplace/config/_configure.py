@@ -142,15 +142,10 @@ def configure(
         _check_in_force(plan, value, chosen)
     else:
         _tensorflow.apply_fixed(plan, value)
-        asked = {_state(s) for s in SETTINGS if s.fixed and s.name in value}
-        _applied.update({s.name: value.get(s.name) for s in SETTINGS if s.fixed and _state(s) in asked})
+        asked = {s.state for s in SETTINGS if s.fixed and s.name in value}
+        _applied.update({s.name: value.get(s.name) for s in SETTINGS if s.fixed and s.state in asked})
     _tensorflow.apply_runtime(value)
     return current(sources)
-
-
-def _state(setting: Any) -> str:
-    """The key of `_tensorflow.fixed_state()` that a fixed setting shapes (caps share one)."""
-    return setting.state or setting.name
 
 
 def _check_in_force(plan: Optional[GpuPlan], value: dict[str, Any], chosen: dict[str, Sourced]) -> None:
@@ -163,7 +158,7 @@ def _check_in_force(plan: Optional[GpuPlan], value: dict[str, Any], chosen: dict
     asked: dict[str, list[str]] = {}
     for setting in SETTINGS:
         if setting.fixed and setting.name in value:
-            asked.setdefault(_state(setting), []).append(setting.name)
+            asked.setdefault(setting.state, []).append(setting.name)
     wrong = [f"{' and '.join(describe(chosen, n) for n in names)} cannot be applied: "
              f"{BY_NAME[names[0]].in_force(state[key])}"
              for key, names in asked.items() if wanted[key] != state[key]]

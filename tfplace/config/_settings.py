@@ -100,7 +100,8 @@ class Setting:
       gpu: True when it is planned per GPU over the device inventory (`tfplace.config._gpu_plan`).
       tensorflow_variable: an environment variable TensorFlow itself reads for it ("true" or
         "false"), below `TFPLACE_<NAME>` in priority; "" when none.
-      state: the key of `_tensorflow.fixed_state()` a fixed setting is checked against after start.
+      state: the key of `_tensorflow.fixed_state()` a fixed setting is checked against after start
+        (its name unless given; the memory caps share "memory_limits").
       in_force: says that state, for the message of a setting that cannot be applied after start.
     """
 
@@ -112,6 +113,10 @@ class Setting:
     tensorflow_variable: str = ""
     state: str = ""
     in_force: Callable[[Any], str] = str
+
+    def __post_init__(self) -> None:
+        if not self.state:
+            object.__setattr__(self, "state", self.name)
 
     @property
     def environment(self) -> tuple[str, ...]:
