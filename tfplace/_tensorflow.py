@@ -45,7 +45,7 @@ __all__ = [
     "dtype_enum",
     # graph collection
     "enable_graph_collection", "disable_graph_collection", "export_run_metadata", "function_def",
-    "tensorboard_tracing",
+    "tensorboard_tracing", "static_sizes", "dtype_size",
     # op definitions and the kernel registry
     "op_def", "registered_kernels",
     # tf.data
@@ -293,6 +293,38 @@ def tensorboard_tracing() -> bool:
     """True while `tf.summary.trace_on(graph=True)` collects function graphs for TensorBoard."""
     trace = getattr(_summary_ops_v2, "_current_trace_context", None)
     return bool(trace and trace.graph and not trace.profiler)
+
+
+def static_sizes(graph: Any, tensors: Iterable[str]) -> dict[str, Optional[int]]:
+    """Elements of each tensor (e.g. "MatMul:0") of a placed `GraphDef`, from TensorFlow's shape
+    inference (importing the graph runs it); None where the shape is not fully known or the graph
+    cannot be imported (a node whose op this process lacks)."""
+    wanted = list(tensors)
+    found: dict[str, Optional[int]] = dict.fromkeys(wanted)
+    imported = tf.Graph()
+    try:
+        with imported.as_default():
+            tf.graph_util.import_graph_def(graph, name="")
+    except Exception:  # pylint: disable=broad-except  # an op unknown here, a name the importer refuses
+        return found
+    for tensor in wanted:
+        try:
+            found[tensor] = imported.get_tensor_by_name(tensor).shape.num_elements()
+        except (KeyError, ValueError):
+            pass
+    return found
+
+
+@functools.lru_cache(maxsize=64)
+def dtype_size(name: str) -> Optional[int]:
+    """Bytes per element of dtype `name` (e.g. "float32" -> 4), None for strings, variants, resources."""
+    try:
+        dtype = tf.dtypes.as_dtype(name)
+    except TypeError:
+        return None
+    if dtype in (tf.string, tf.variant, tf.resource):
+        return None
+    return dtype.size
 
 
 # Op definitions and the kernel registry --------------------------------------------------------

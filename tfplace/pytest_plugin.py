@@ -254,7 +254,7 @@ class _AskedDevices:
 
             self.asked[record.requested] = user_line()
 
-    def on_function(self, record: "PlacementRecord", placed: bool) -> None:
+    def on_function(self, record: "PlacementRecord", placed: bool, call: Any) -> None:
         """A function call asks for its device in its `on_op`."""
 
     def on_records(self, key: tuple, records: "Sequence[PlacementRecord]") -> None:

@@ -44,7 +44,9 @@ class _Recorder:
         self.placed_here: set[str] = set()
         self.keys: set[tuple] = set()
 
-    def on_function(self, record: PlacementRecord, placed: bool) -> None:
+    def on_function(self, record: PlacementRecord, placed: bool, call: _graphs.Placed) -> None:
+        if call.runs:
+            self.log.add_runs(call.runs)
         if placed:
             self.placed_here.add(record.op)
         elif record.op not in self.placed_here:

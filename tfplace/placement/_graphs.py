@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections import Counter
 import threading
 import warnings
 from typing import Any, Iterable, NamedTuple, Optional, Sequence
@@ -50,16 +51,18 @@ from tensorflow.core.framework import function_pb2, graph_pb2
 
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name, requested_name
-from tfplace.placement import _function_sources, _kernels, _lowering
+from tfplace.placement import _function_sources, _kernels, _lowering, _transfers
 from tfplace.placement._log import PlacementLog
-from tfplace.placement._records import PLUMBING, PlacementRecord
+from tfplace.placement._records import PLUMBING, CopyRecord, PlacementRecord
 from tfplace.placement._sources import user_stacklevel
 
-__all__ = ["attach", "detach", "collect", "start", "without_sources", "is_xla", "compiled_records",
+__all__ = ["attach", "detach", "collect", "Placed", "start", "without_sources", "is_xla", "compiled_records",
            "dataset_records", "dataset_function_names", "iterator_records", "Pipeline", "ITERATOR_OPS", "MAP_OPS", "OPTIMIZATIONS"]
 
 _lock = threading.RLock()
-_logs: list[tuple[PlacementLog, bool]] = []  # the open captures' logs, in every thread, and whether they keep sources
+# The open captures' logs (and the guards, which read what `collect()` returns), in every thread,
+# and whether they keep sources.
+_logs: list[tuple[object, bool]] = []
 _collecting = False
 waiting = False  # a capture is open but the runtime had not started: the op callback starts collection
 
@@ -76,19 +79,24 @@ def start() -> None:
         waiting = not _collecting
 
 
-def attach(log: PlacementLog, *, sources: bool = False) -> None:
+def attach(log: object, *, sources: bool = False) -> None:
     """Gives `log` the records of every function placed from now until `detach(log)` (with the
-    lines of the nodes traced while a sources capture was open, when `sources`)."""
+    lines of the nodes traced while a sources capture was open, when `sources`); any other object
+    (a guard) keeps collection on until it is detached."""
     with _lock:
         _logs.append((log, sources))
         start()
 
 
-def detach(log: PlacementLog) -> None:
-    """Collects what is pending, then stops feeding `log` (and collecting, after the last log)."""
+def detach(log: object) -> None:
+    """Collects what is pending, then stops feeding `log` (and collecting, after the last log).
+    Transfers of functions placed since the last function call ran at least once: each log gets them once."""
     global _collecting, waiting
     with _lock:
-        collect()
+        pending = collect().transfers
+        for other, _ in _logs if pending else ():
+            if isinstance(other, PlacementLog):
+                other.add(copies=pending)
         _logs[:] = [entry for entry in _logs if entry[0] is not log]
         waiting = waiting and bool(_logs)
         if not _logs and _collecting:
@@ -177,7 +185,10 @@ def without_sources(records: Sequence[PlacementRecord]) -> Sequence[PlacementRec
     return [r._replace(source="") if r.source else r for r in records]
 
 
-def _function_records(function_graphs: Any) -> list[PlacementRecord]:
+def _function_records(function_graphs: Any) -> tuple[list[PlacementRecord], list[CopyRecord], Counter]:
+    """The "place"/"removed" records of one placed function (its tf.data functions included), its
+    implicit transfers (`tfplace.placement._transfers`) and how many of its nodes run per call,
+    by (device, op): removed nodes, arguments and results left out."""
     graph = function_graphs.pre_optimization_graph
     placed = list(function_graphs.post_optimization_graph.node) or [
         n for g in function_graphs.partition_graphs for n in g.node]
@@ -187,10 +198,14 @@ def _function_records(function_graphs: Any) -> list[PlacementRecord]:
         top = _function_sources.lines_of_graph([n.name for n in graph.node if n.op not in PLUMBING])
         lines = _function_sources.node_sources(nodes, top)  # one per record, "" where unknown
         records = [record._replace(source=line) if line else record for record, line in zip(records, lines)]
+    transfers = _transfers.function_transfers(
+        function_graphs.partition_graphs, {n.name: n for n in nodes}, {r.name: r.source for r in records if r.source},
+        graph=function_graphs.post_optimization_graph, devices={r.name: r.device for r in records})
+    runs = Counter((r.device, r.op) for r in records if r.kind == "place" and r.op not in PLUMBING)
     pipeline, device = _graph_datasets(graph, placed)
     if pipeline is not None:
         records.extend(dataset_records(pipeline, device, graph.library))
-    return records
+    return records, transfers, runs
 
 
 # Ops whose function attributes are tf.data functions, instantiated when an iterator is made.
@@ -399,11 +414,29 @@ def compiled_records(function: str, device: str) -> tuple[PlacementRecord, ...]:
                  for n in graph.node)
 
 
-def collect() -> int:
-    """Hands the functions placed since the last call to every open log; returns how many there were."""
+class Placed(NamedTuple):
+    """What `collect()` found: the functions TensorFlow placed since the last call.
+
+    Attributes:
+      functions: how many.
+      records: their nodes' records, with source lines where known.
+      transfers: their implicit transfers, `CopyRecord(kind="function")` templates
+        (one call's worth; `function` and `call` empty).
+      runs: ((device, op), count) of the nodes one call runs (each node once: a loop
+        body's nodes run at least that often).
+    """
+
+    functions: int = 0
+    records: tuple[PlacementRecord, ...] = ()
+    transfers: tuple[CopyRecord, ...] = ()
+    runs: tuple[tuple[tuple[str, str], int], ...] = ()
+
+
+def collect() -> Placed:
+    """Hands the functions placed since the last call to every open log, and returns them."""
     with _lock:
         if not _collecting:
-            return 0
+            return Placed()
         metadata = _tensorflow.export_run_metadata()
         functions = [f for f in metadata.function_graphs if not _is_eager_op_wrapper(f.pre_optimization_graph)]
         if functions and _tensorflow.tensorboard_tracing():
@@ -412,9 +445,16 @@ def collect() -> int:
                 "collection of function graphs, and reading it empties it: trace_export will not show the "
                 "functions placed while the capture was open. Trace for TensorBoard "
                 "outside the capture.", RuntimeWarning, stacklevel=user_stacklevel())
+        every: list[PlacementRecord] = []
+        transfers: list[CopyRecord] = []
+        runs: Counter = Counter()
         for function_graphs in functions:
-            records = _function_records(function_graphs)
+            records, moved, ran = _function_records(function_graphs)
+            every += records
+            transfers += moved
+            runs.update(ran)
             plain = without_sources(records)
             for log, sources in _logs:
-                log.add(records if sources else plain)
-        return len(functions)
+                if isinstance(log, PlacementLog):
+                    log.add(records if sources else plain)
+        return Placed(len(functions), tuple(every), tuple(transfers), tuple(runs.items()))

@@ -10,8 +10,11 @@ calls, for every eager op of the block:
   handles and explicit copies (`tf.identity` under a device,
   `tfplace.to_device`); values TensorFlow keeps in host memory (strings, int32
   on accelerators, a kernel's host-memory arguments) are needed on the host;
-* `listener.on_function(record, placed)` after a function call's `on_op`:
-  whether TensorFlow placed the function just now (True) or earlier (False);
+* `listener.on_function(record, placed, ran)` after a function call's `on_op`:
+  whether TensorFlow placed the function just now (True) or earlier (False), and
+  what that call ran (`_graphs.Placed`: its nodes' records and transfers, as
+  collected when TensorFlow placed it, in this capture or an earlier one; a
+  function call's `copies` in `on_op` are its transfers, `kind="function"`);
 * `listener.on_records(key, records)` for the functions an op runs that graph
   collection does not report: an XLA function's "compiled" nodes, the `tf.data`
   functions an iterator instantiates, and a "failed" record when an eager op
@@ -31,7 +34,7 @@ Example:
     ...     sources = all_threads = False
     ...     def on_op(self, record, copies):
     ...         print(record.op, record.device)
-    ...     def on_function(self, record, placed):
+    ...     def on_function(self, record, placed, call):
     ...         pass
     ...     def on_records(self, key, records):
     ...         pass
@@ -56,13 +59,13 @@ from tensorflow.core.framework import types_pb2
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name, parse_device, requested_name
 from tfplace._tensorflow import dtype_enum
-from tfplace.placement import _datasets, _graphs, _kernels
+from tfplace.placement import _calls, _datasets, _graphs, _kernels, _transfers
 from tfplace.placement._records import CopyRecord, PlacementRecord
 from tfplace.placement._sources import started_by_framework, user_line
 
 __all__ = ["Listener", "listening", "EXPLICIT_COPIES"]
 
-EXPLICIT_COPIES = frozenset({"Identity", "IdentityN"})
+EXPLICIT_COPIES = _transfers.EXPLICIT_COPIES
 _ON_HOST = frozenset({types_pb2.DT_STRING, types_pb2.DT_RESOURCE})
 _RESOURCE = types_pb2.DT_RESOURCE
 _INT32 = types_pb2.DT_INT32
@@ -84,7 +87,7 @@ class Listener(Protocol):
     def on_op(self, record: PlacementRecord, copies: Sequence[CopyRecord]) -> None:
         ...
 
-    def on_function(self, record: PlacementRecord, placed: bool) -> None:
+    def on_function(self, record: PlacementRecord, placed: bool, call: "_graphs.Placed") -> None:
         ...
 
     def on_records(self, key: tuple, records: Sequence[PlacementRecord]) -> None:
@@ -141,7 +144,10 @@ def _copies(op: str, inputs: Sequence[Any], full: str, device: str) -> list[Copy
         on_host = dtype in _ON_HOST or (dtype == _INT32 and device_type != "CPU") or index in host_inputs
         where = tensor.backing_device
         if where and where != (host if on_host else full):
-            found.append(CopyRecord(op, index, canonical_name(where), canonical_name(host if on_host else full)))
+            dtype = _kernels.dtype_name(dtype)
+            size = _tensorflow.dtype_size(dtype)
+            found.append(CopyRecord(op, index, canonical_name(where), canonical_name(host if on_host else full),
+                                    dtype=dtype, bytes=None if size is None else size * tensor.shape.num_elements()))
     return found
 
 
@@ -208,6 +214,7 @@ class _Hook:
                 (op_type, full, requested, types), _describe(op_type, full, requested, types))
         op, kind, record = known
         placed = False
+        ran = _graphs.Placed()
         copies: Sequence[CopyRecord] = ()
         later: Optional[tuple[tuple, Sequence[PlacementRecord]]] = None
         if kind == _OP:
@@ -219,8 +226,12 @@ class _Hook:
             if _graphs.is_xla(op):
                 later = ("compiled", op, record.device), _graphs.compiled_records(op, full)
                 placed = True
+                ran = _graphs.Placed(1, later[1])
             else:
-                placed = _graphs.collect() > 0
+                found = _graphs.collect()
+                placed = found.functions > 0
+                ran = _calls.after(op, full, inputs, found)
+                copies = ran.transfers
                 for tensor in inputs if placed else ():
                     if dtype_enum(tensor) == _VARIANT:  # pylint: disable=protected-access
                         pipeline = _datasets.pipeline_of(tensor)
@@ -233,7 +244,9 @@ class _Hook:
                 later = ("dataset", op), _graphs.iterator_records(pipeline, full)
         if self.sources or copies:
             source = user_line()
-            if copies:
+            if kind == _FUNCTION:
+                copies = [copy._replace(function=op, call=source, source=copy.source or source) for copy in copies]
+            elif copies:
                 copies = [copy._replace(source=source) for copy in copies]
             if self.sources:
                 sourced = (record, source)
@@ -242,7 +255,7 @@ class _Hook:
             call(record, copies)
         if kind == _FUNCTION:
             for listener in tuple(self.listeners):
-                listener.on_function(record, placed)
+                listener.on_function(record, placed, ran)
         if later is not None:
             self.records(*later)
         return None

@@ -24,6 +24,7 @@ from tfplace.placement._parsing import parse_placement
 from tfplace.placement._records import PLUMBING, CopyRecord, PlacementRecord, split_plumbing
 
 if TYPE_CHECKING:
+    from tfplace.placement._cost import Cost, Transfer
     from tfplace.placement._explain import Explanation, Readiness
 
 __all__ = ["PlacementLog"]
@@ -52,6 +53,9 @@ class PlacementLog:
         self._copies: list[CopyRecord] = list(copies)
         self._reasons: list[str] = []
         self._lock = threading.Lock()
+        self._runs: Counter = Counter()  # (device, op) -> executions of function nodes
+        self._timing: Any = None  # the profile of the block (`timing=True`)
+        self._timing_missing = ""
 
     def add(self, records: Sequence[PlacementRecord] = (), copies: Sequence[CopyRecord] = ()) -> None:
         """Appends events (the capture's writer; each extend is atomic, so threads may add at once)."""
@@ -64,6 +68,16 @@ class PlacementLog:
         self._records.append(record)
         if copies:
             self._copies.extend(copies)
+
+    def add_runs(self, runs: Iterable[tuple[tuple[str, str], int]]) -> None:
+        """Counts one function call's node executions, ((device, op), count) pairs (the capture's writer)."""
+        with self._lock:
+            for key, count in runs:
+                self._runs[key] += count
+
+    def set_timing(self, timing: Any, missing: str = "") -> None:
+        """Gives the log its block's profile (`tfplace.placement._profile.Timing`), or why it has none."""
+        self._timing, self._timing_missing = timing, missing
 
     def mark_incomplete(self, reason: str, *, stacklevel: int = 2) -> None:
         """Records that the log misses something, and warns once per distinct reason."""
@@ -93,10 +107,43 @@ class PlacementLog:
         """The implicit-copy records so far, in order (a copy)."""
         return list(self._copies)
 
+    def transfers(self) -> list["Transfer"]:
+        """One row per distinct implicit transfer (kind, function, node or op, input, devices, source):
+        `count`, `bytes` per transfer, `total_bytes`, most bytes first; `lower_bound` says that a
+        transfer in a loop body ran at least `count` times.
+
+        >>> import tensorflow as tf, tfplace
+        >>> x = tf.ones((2, 2))
+        >>> with tfplace.capture_placement() as log:
+        ...     y = x + 1.0
+        >>> log.transfers()      # one device: nothing moved
+        []
+        """
+        from tfplace.placement import _cost
+
+        return _cost.transfers(self._copies)
+
+    def cost(self) -> "Cost":
+        """Where the time and bytes went: per device executions (and, with `timing=True`, busy time
+        and share), per (device, op) executions (and time), per direction transfers and bytes (and
+        time where the profile times transfers). Times are None without timing.
+
+        >>> import tensorflow as tf, tfplace
+        >>> with tfplace.capture_placement() as log:
+        ...     y = tf.matmul(tf.ones((2, 2)), tf.ones((2, 2)))
+        >>> log.cost().ops[("/device:CPU:0", "MatMul")]
+        OpCost(executions=1, time_us=None)
+        """
+        from tfplace.placement import _cost
+
+        missing = self._timing_missing
+        return _cost.cost(self._records, self._copies, self._runs, self._timing, missing)
+
     def to_json(self) -> dict[str, Any]:
-        """Every record and copy, and the completeness, as JSON-ready data."""
+        """Every record and copy, the transfers, the cost and the completeness, as JSON-ready data."""
         return {"complete": self.complete, "incomplete_reason": self.incomplete_reason,
-                "records": [r.to_json() for r in self._records], "copies": [c.to_json() for c in self._copies]}
+                "records": [r.to_json() for r in self._records], "copies": [c.to_json() for c in self._copies],
+                "transfers": [t.to_json() for t in self.transfers()], "cost": self.cost().to_json()}
 
     @classmethod
     def from_text(cls, text: str) -> "PlacementLog":

@@ -9,7 +9,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 __all__ = ["PlacementRecord", "CopyRecord", "PLUMBING", "KINDS", "split_plumbing"]
 
@@ -69,15 +69,30 @@ def split_plumbing(records: Sequence[PlacementRecord]) -> tuple[list[PlacementRe
 
 
 class CopyRecord(NamedTuple):
-    """An implicit cross-device copy: an eager op read an input whose memory is on another device.
+    """An implicit transfer of a tensor between devices: one per transfer.
+
+    `kind="eager"`: an eager op read an input whose memory (`backing_device`)
+    is on another device. `kind="function"`: an edge of a function that ran in
+    the block whose producer and consumer TensorFlow placed on different
+    devices (the `_Send`/`_Recv` pair its partitioner inserted), once per call.
 
     Attributes:
-      op: the op type that needed the copy, e.g. "AddV2".
+      op: the op type that needed the copy (the consumer), e.g. "AddV2".
       input_index: which of its inputs was copied.
       from_device: where the input's memory was (canonical name).
       to_device: where the op needed it (canonical name).
-      source: "file.py:LINE" of the user's code that ran the op ("" when unknown).
+      source: "file.py:LINE" of the user's code that made the consumer ("" when
+        unknown; for a function's transfer, known with `sources=True`).
       line: the text TensorFlow printed, for copies read from a saved log.
+      kind: "eager" or "function".
+      function: the function that ran the transfer (e.g. "__inference_step_52"), "" for eager.
+      node: the consuming node's name in that function, "" for eager.
+      tensor: the producer's output, e.g. "MatMul:0" ("" for eager).
+      dtype: the tensor's dtype, e.g. "float32" ("" when unknown).
+      bytes: bytes per transfer where the shape is known, else None.
+      call: "file.py:LINE" of the user's call of `function` ("" for eager).
+      in_loop: the transfer runs in a loop body of `function`: one record per
+        call is a lower bound of how often it ran.
     """
 
     op: str
@@ -86,6 +101,14 @@ class CopyRecord(NamedTuple):
     to_device: str
     source: str = ""
     line: str = ""
+    kind: str = "eager"
+    function: str = ""
+    node: str = ""
+    tensor: str = ""
+    dtype: str = ""
+    bytes: Optional[int] = None
+    call: str = ""
+    in_loop: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The copy as JSON-ready data."""

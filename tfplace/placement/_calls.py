@@ -1,0 +1,63 @@
+"""What each call of a function runs, remembered from when TensorFlow placed it.
+
+TensorFlow places a function once per device it is called on (and per set of
+devices holding its arguments), at its first call; graph collection reports its
+nodes and transfers then (`tfplace.placement._graphs.collect`). Every later call
+runs the same nodes and the same transfers, so guards and captures opened after
+that first call still see what each call moves. A function first placed while
+nothing collected is unknown here: its calls report nothing (and a capture says
+its log is incomplete).
+
+Example:
+    >>> from tfplace.placement import _calls, _graphs
+    >>> _calls.after("__inference_never_called_1", "/job:localhost/replica:0/task:0/device:CPU:0", [], _graphs.Placed())
+    Placed(functions=0, records=(), transfers=(), runs=())
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+from tfplace.placement._graphs import Placed
+
+__all__ = ["after"]
+
+_LIMIT = 1024  # (function, device) pairs remembered, oldest forgotten first
+_lock = threading.Lock()
+_known: dict[tuple[str, str], dict[tuple[str, ...], Placed]] = {}  # (function, device) -> argument devices -> Placed
+
+
+def _merged(old: Placed, new: Placed) -> Placed:
+    """`old` with what a later call placed (a branch function TensorFlow instantiates when first taken)."""
+    runs = dict(old.runs)
+    for key, count in new.runs:
+        runs[key] = runs.get(key, 0) + count
+    return Placed(old.functions + new.functions, old.records + new.records, old.transfers + new.transfers,
+                  tuple(runs.items()))
+
+
+def _argument_devices(inputs: Sequence[Any]) -> tuple[str, ...]:
+    return tuple(tensor.backing_device for tensor in inputs)
+
+
+def after(function: str, device: str, inputs: Sequence[Any], found: Placed) -> Placed:
+    """What the call of `function` on `device` (full name) with `inputs` just ran, given what
+    `collect()` found after it (`found`: what TensorFlow placed for this call, if anything)."""
+    key = (function, device)
+    if found.functions:
+        devices = _argument_devices(inputs)
+        with _lock:
+            entries = _known.pop(key, {})
+            old = entries.get(devices)
+            entries[devices] = found if old is None else _merged(old, found)
+            _known[key] = entries
+            if len(_known) > _LIMIT:
+                del _known[next(iter(_known))]
+        return entries[devices]
+    entries = _known.get(key)
+    if not entries:
+        return found
+    if len(entries) == 1:
+        return next(iter(entries.values()))
+    return entries.get(_argument_devices(inputs), found)

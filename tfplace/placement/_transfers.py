@@ -1,0 +1,178 @@
+"""The transfers inside a function: every edge whose producer and consumer TensorFlow placed on
+different devices, read from the `_Send`/`_Recv` pairs its partitioner inserted.
+
+TensorFlow partitions a function's placed graph per device and replaces each
+edge that crosses devices by a `_Send` on the producer's device and a `_Recv`
+on the consumer's (attributes `send_device`, `recv_device`, `tensor_name`); a
+tensor read by several nodes on one device crosses once. Graph collection
+hands tfplace these `partition_graphs`. Each cross-device pair becomes one
+`CopyRecord(kind="function")` template per call of the function, except:
+
+* control edges (the partitioner sends a dummy scalar so that a node waits for
+  one on another device): no value of the program moves;
+* host-memory transfers (`_HostSend`/`_HostRecv`, resource handles, strings):
+  TensorFlow keeps these values on the host by design, as for eager ops;
+* explicit copies: the consumer is an `Identity` the program placed on a
+  device (`tf.identity` under `tf.device`), as for eager ops.
+
+Bytes per transfer come from the producer's static shape (TensorFlow's shape
+inference over the placed graph) times its dtype's size; `None` where the shape
+is not fully known. A transfer whose producer runs inside a loop frame (between
+the lowered loop's `Enter` and `Exit`) runs once per iteration: `in_loop`.
+
+Example:
+    >>> import tensorflow as tf
+    >>> from tfplace.placement import _transfers
+    >>> len(_transfers.function_transfers([], {}, {}))   # a function on one device moves nothing
+    0
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence
+
+from tensorflow.core.framework import types_pb2
+
+from tfplace import _tensorflow
+from tfplace._devices import canonical_name
+from tfplace.placement import _kernels
+from tfplace.placement._lowering import PlacerNode
+from tfplace.placement._records import CopyRecord
+
+__all__ = ["function_transfers", "EXPLICIT_COPIES"]
+
+EXPLICIT_COPIES = frozenset({"Identity", "IdentityN"})
+_SENDS = frozenset({"_Send", "_HostSend"})
+_RECVS = frozenset({"_Recv", "_HostRecv"})
+_HOST_TYPES = frozenset({types_pb2.DT_RESOURCE, types_pb2.DT_STRING})
+
+
+def _node_name(tensor: str) -> str:
+    return tensor.lstrip("^").split(":", 1)[0]
+
+
+def _tensor_name(tensor: str) -> str:
+    """`"MatMul"` -> `"MatMul:0"`; `"split:1"` stays."""
+    return tensor if ":" in tensor else tensor + ":0"
+
+
+def _loop_depth(name: str, nodes: Mapping[str, Any], memo: dict[str, int]) -> int:
+    """How many loop frames node `name` runs in: `Enter` opens one, `Exit` closes one; a `Merge`
+    ignores its `NextIteration` input (the loop's back edge)."""
+    stack = [name]
+    while stack:
+        current = stack[-1]
+        if current in memo:
+            stack.pop()
+            continue
+        node = nodes.get(current)
+        if node is None:
+            memo[current] = 0
+            stack.pop()
+            continue
+        inputs = [_node_name(i) for i in node.input]
+        if node.op in ("Merge", "RefMerge"):
+            inputs = [i for i in inputs if getattr(nodes.get(i), "op", "") != "NextIteration"]
+        pending = [i for i in inputs if i not in memo]
+        if pending:
+            stack.extend(pending)
+            continue
+        depth = max((memo[i] for i in inputs), default=0)
+        if node.op in ("Enter", "RefEnter"):
+            depth += 1
+        elif node.op in ("Exit", "RefExit"):
+            depth = max(depth - 1, 0)
+        memo[current] = depth
+        stack.pop()
+    return memo[name]
+
+
+def _consumer(recv: str, partition: Any) -> Optional[tuple[Any, int]]:
+    """The first node of `partition` reading `recv`'s value as data, and at which input (None: only
+    control inputs read it, the partitioner's dummy for a control edge)."""
+    wanted = (recv, recv + ":0")
+    for node in partition.node:
+        slot = 0
+        for tensor in node.input:
+            if tensor.startswith("^"):
+                continue
+            if tensor in wanted:
+                return node, slot
+            slot += 1
+    return None
+
+
+def _placer_consumer(after: Any, slot: int, tensor: str, to_device: str,
+                     placer: Mapping[str, PlacerNode], consumers: Mapping[str, list[tuple[PlacerNode, int]]],
+                     devices: Mapping[str, str]) -> tuple[Optional[PlacerNode], str, str, int]:
+    """(placer node, op type, node name, input index) of the node that reads the transferred tensor,
+    as TensorFlow's placer saw it: the consumer itself, or, when the graph optimizer fused it
+    (`_FusedMatMul` named after the `Relu` it absorbed), the placed node that read the tensor."""
+    op = _kernels.op_type(after.op)
+    node = placer.get(after.name)
+    if node is not None and node.op == op:
+        return node, op, node.name, slot
+    readers = consumers.get(tensor, [])
+    for reader, index in sorted(readers, key=lambda pair: devices.get(pair[0].name) != to_device):
+        return reader, reader.op, reader.name, index
+    return node, op, after.name, slot
+
+
+def function_transfers(partitions: Sequence[Any], placer: Mapping[str, PlacerNode], sources: Mapping[str, str],
+                       graph: Any = None, devices: Optional[Mapping[str, str]] = None) -> list[CopyRecord]:
+    """The implicit transfers of one placed function, as `CopyRecord(kind="function")` templates
+    (`function` and `call` are filled per call).
+
+    Args:
+      partitions: the function's `partition_graphs` (GraphDefs, one per device).
+      placer: the placer's nodes by name (`tfplace.placement._lowering.placer_nodes`).
+      sources: node name -> the user's "file.py:LINE" that made it (may be empty).
+      graph: the placed graph (`post_optimization_graph`), for static shapes; None: bytes unknown.
+      devices: node name -> canonical device of the placer's nodes, to pick a fused consumer's reader.
+    """
+    recvs: dict[tuple[str, str], tuple[Any, Any]] = {}
+    sends: list[tuple[Any, Any]] = []
+    for partition in partitions:
+        for node in partition.node:
+            if node.op in _RECVS:
+                recvs[(node.attr["tensor_name"].s.decode(), node.attr["recv_device"].s.decode())] = (node, partition)
+            elif node.op in _SENDS and node.attr["send_device"].s != node.attr["recv_device"].s:
+                sends.append((node, partition))
+    if not sends:
+        return []
+    consumers: dict[str, list[tuple[PlacerNode, int]]] = {}
+    for node in placer.values():
+        data = [i for i in node.inputs if not i.startswith("^")]
+        for index, tensor in enumerate(data):
+            consumers.setdefault(_tensor_name(tensor), []).append((node, index))
+    found: list[tuple[CopyRecord, str]] = []
+    depths: dict[int, tuple[dict[str, Any], dict[str, int]]] = {}
+    for send, partition in sends:
+        dtype = send.attr["T"].type
+        to_device = send.attr["recv_device"].s.decode()
+        pair = recvs.get((send.attr["tensor_name"].s.decode(), to_device))
+        if pair is None or send.op == "_HostSend" or pair[0].op == "_HostRecv" or dtype in _HOST_TYPES:
+            continue
+        read = _consumer(pair[0].name, pair[1])
+        if read is None:  # a control edge
+            continue
+        tensor = _tensor_name(send.input[0])
+        node, op, name, index = _placer_consumer(read[0], read[1], tensor, canonical_name(to_device), placer,
+                                                 consumers, devices or {})
+        if op in EXPLICIT_COPIES and node is not None and node.requested:
+            continue
+        if id(partition) not in depths:
+            depths[id(partition)] = ({n.name: n for n in partition.node}, {})
+        by_name, memo = depths[id(partition)]
+        in_loop = _loop_depth(_node_name(send.input[0]), by_name, memo) > 0
+        copy = CopyRecord(op, index, canonical_name(send.attr["send_device"].s.decode()), canonical_name(to_device),
+                          source=sources.get(name, ""), kind="function", node=name, tensor=tensor,
+                          dtype=_kernels.dtype_name(dtype), in_loop=in_loop)
+        found.append((copy, tensor))
+    sizes = _tensorflow.static_sizes(graph, {tensor for _, tensor in found}) if graph is not None else {}
+    return [copy._replace(bytes=_bytes(sizes.get(tensor), copy.dtype)) for copy, tensor in found]
+
+
+def _bytes(elements: Optional[int], dtype: str) -> Optional[int]:
+    size = _tensorflow.dtype_size(dtype)
+    return None if elements is None or size is None else elements * size
