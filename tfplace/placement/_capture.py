@@ -100,8 +100,7 @@ def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool 
     _graphs.attach(log, sources=sources)
     try:
         with contextlib.ExitStack() as stack:
-            if sources:
-                stack.enter_context(_function_sources.watching())
+            stack.enter_context(_function_sources.watching())  # lines tell the user's explicit copies apart
             stack.enter_context(_hooks.listening(_Recorder(log, sources, all_threads)))
             yield log
     finally:

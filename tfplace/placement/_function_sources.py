@@ -5,7 +5,9 @@ While watching, each FuncGraph that becomes a function (`tf.function`s, Keras st
 gradients, `cond`/`while` bodies, `tf.data` functions: all go through
 `atomic_function.from_func_graph`) leaves, per node, the first frame outside TensorFlow,
 Keras and tfplace: the line of user code that created it (a Keras layer's MatMul gets the
-line that called the layer). `node_sources()` hands them to the records of placed nodes,
+line that called the layer). An `Identity` gets a line only when the user's code made it
+itself (`tf.identity`): one that TensorFlow's or Keras' code made (a strategy's copy to a
+replica) has none, so that only the user's copies count as explicit transfers. `node_sources()` hands them to the records of placed nodes,
 through their `origin` (see `tfplace.placement._lowering`). Nothing is patched or kept while no
 sources capture is open.
 
@@ -21,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -31,11 +34,26 @@ from tfplace.placement._sources import stack_user_line
 __all__ = ["watching", "watched", "lines", "lines_of_graph", "node_sources"]
 
 _LIMIT = 4096  # functions remembered (oldest forgotten first)
+_IDENTITIES = frozenset({"Identity", "IdentityN"})
 _lock = threading.Lock()
 _watchers = 0
 _original: Any = None
 _lines: dict[str, dict[str, str]] = {}  # function name -> node name -> "file.py:LINE"
 _by_nodes: dict[tuple[str, ...], str] = {}  # a function's node names (arguments left out) -> its name
+
+
+# TensorFlow's modules that make ops on behalf of the code calling them (`tf.identity` and the like).
+_OP_MAKERS = tuple(f"{os.sep}tensorflow{os.sep}python{os.sep}{part}{os.sep}"
+                   for part in ("ops", "framework", "util", "eager", "autograph"))
+
+
+def _made_by_caller(stack: Any) -> bool:
+    """True if the first frame outside TensorFlow's op-making modules, from the innermost out, is
+    the user's: the op is the user's own `tf.identity`, not one a strategy's or Keras' code made."""
+    for frame in reversed(list(stack)):
+        if not any(part in frame.filename for part in _OP_MAKERS):
+            return bool(stack_user_line([frame]))
+    return False
 
 
 def _remember(name: str, graph: Any) -> None:
@@ -44,6 +62,8 @@ def _remember(name: str, graph: Any) -> None:
     for op in operations:
         stack = op.traceback  # None for an op made without a Python stack
         line = stack_user_line(stack.get_user_frames()) if stack is not None else ""  # TensorFlow's frames left out
+        if line and op.type in _IDENTITIES and not _made_by_caller(stack):
+            line = ""  # a copy TensorFlow's or Keras' own code made: not the user's explicit copy
         if line:
             found[op.name] = line
     with _lock:

@@ -185,9 +185,10 @@ def without_sources(records: Sequence[PlacementRecord]) -> Sequence[PlacementRec
     return [r._replace(source="") if r.source else r for r in records]
 
 
-def _function_records(function_graphs: Any) -> tuple[list[PlacementRecord], list[CopyRecord], Counter]:
-    """The "place"/"removed" records of one placed function (its tf.data functions included), its
-    implicit transfers (`tfplace.placement._transfers`) and how many of its nodes run per call,
+def _function_records(function_graphs: Any) -> tuple[list[PlacementRecord], list[PlacementRecord],
+                                                     list[CopyRecord], Counter]:
+    """The "place"/"removed" records of one placed function, those of the tf.data functions it
+    instantiates, its implicit transfers (`tfplace.placement._transfers`) and how many of its nodes run per call,
     by (device, op): removed nodes, arguments and results left out."""
     graph = function_graphs.pre_optimization_graph
     placed = list(function_graphs.post_optimization_graph.node) or [
@@ -203,9 +204,8 @@ def _function_records(function_graphs: Any) -> tuple[list[PlacementRecord], list
         graph=function_graphs.post_optimization_graph, devices={r.name: r.device for r in records})
     runs = Counter((r.device, r.op) for r in records if r.kind == "place" and r.op not in PLUMBING)
     pipeline, device = _graph_datasets(graph, placed)
-    if pipeline is not None:
-        records.extend(dataset_records(pipeline, device, graph.library))
-    return records, transfers, runs
+    datasets = dataset_records(pipeline, device, graph.library) if pipeline is not None else []
+    return records, datasets, transfers, runs
 
 
 # Ops whose function attributes are tf.data functions, instantiated when an iterator is made.
@@ -419,7 +419,8 @@ class Placed(NamedTuple):
 
     Attributes:
       functions: how many.
-      records: their nodes' records, with source lines where known.
+      records: their nodes' records, with source lines where known (the tf.data functions
+        they instantiate left out).
       transfers: their implicit transfers, `CopyRecord(kind="function")` templates
         (one call's worth; `function` and `call` empty).
       runs: ((device, op), count) of the nodes one call runs (each node once: a loop
@@ -449,10 +450,11 @@ def collect() -> Placed:
         transfers: list[CopyRecord] = []
         runs: Counter = Counter()
         for function_graphs in functions:
-            records, moved, ran = _function_records(function_graphs)
-            every += records
+            own, datasets, moved, ran = _function_records(function_graphs)
+            every += own
             transfers += moved
             runs.update(ran)
+            records = own + datasets
             plain = without_sources(records)
             for log, sources in _logs:
                 if isinstance(log, PlacementLog):

@@ -4,14 +4,16 @@
   "disallow" raises `ImplicitCopyError`, "log" logs it (absl) and goes on,
   "allow" does nothing; the innermost guard decides, so a nested block can
   allow what its surroundings forbid.
-* `device_guard(device, allow_ops=())`: an eager op or function call of the
-  block that runs anywhere but `device` raises `PlacementError` (a silent
-  fallback to the CPU, for instance).
+* `device_guard(device, allow_ops=())`: an eager op, function call or node of
+  a function the block runs (its plumbing and input pipeline left out) that
+  runs anywhere but `device` raises `PlacementError` (a silent fallback to the
+  CPU, for instance).
 
 Both watch the eager ops of the block's thread and of the threads TensorFlow
 starts for it, through the same op callback as `capture_placement()`
-(`tfplace.placement._hooks`). The nodes inside a function are placed by TensorFlow's
-placer; see them with `capture_placement()` ("place" records).
+(`tfplace.placement._hooks`), and every function those ops call: its nodes and
+its transfers as TensorFlow placed them (`tfplace.placement._calls`), with the
+lines of the nodes traced while a guard is open.
 
 Example:
     >>> import tensorflow as tf, tfplace
@@ -23,15 +25,15 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any, Iterator, NoReturn, Optional, Sequence, Union
 
 from absl import logging
 
 from tfplace import _tensorflow
 from tfplace._devices import Device, resolve
 from tfplace._errors import ConfigurationError, ImplicitCopyError, PlacementError
-from tfplace.placement import _explain, _hooks, _kernel_table
-from tfplace.placement._records import CopyRecord, PlacementRecord
+from tfplace.placement import _explain, _function_sources, _graphs, _hooks, _kernel_table
+from tfplace.placement._records import PLUMBING, CopyRecord, PlacementRecord
 from tfplace.placement._sources import user_line
 
 __all__ = ["transfer_guard", "device_guard", "LEVELS"]
@@ -42,6 +44,11 @@ _local = threading.local()
 
 def _describe_copy(copy: CopyRecord) -> str:
     where = copy.source or "an unknown line"
+    if copy.kind == "function":
+        return (f"implicit transfer inside function {copy.function} (called at {copy.call or 'an unknown line'}): "
+                f"node {copy.node} ({copy.op}, made at {where}) input #{copy.input_index} ({copy.tensor}) is produced "
+                f"on {copy.from_device}, but {copy.node} runs on {copy.to_device}, so TensorFlow sends it across on "
+                "every call")
     return (f"implicit copy at {where}: {copy.op} input #{copy.input_index} lives on {copy.from_device}, "
             f"but {copy.op} runs on {copy.to_device}, so TensorFlow copies it on every call")
 
@@ -57,8 +64,8 @@ class _TransferGuard:
     def on_records(self, key: tuple, records: Sequence[PlacementRecord]) -> None:
         """Function nodes are placed by TensorFlow's placer, not guarded here."""
 
-    def on_function(self, record: PlacementRecord, placed: bool) -> None:
-        """A function call's copies come with its `on_op`."""
+    def on_function(self, record: PlacementRecord, placed: bool, call: _graphs.Placed) -> None:
+        """A function call's transfers come with its `on_op`."""
 
     def on_op(self, record: PlacementRecord, copies: Sequence[CopyRecord]) -> None:
         if not copies or self.levels[-1] == "allow":
@@ -68,10 +75,12 @@ class _TransferGuard:
                 logging.warning("tfplace.transfer_guard: %s", _describe_copy(copy))
             return
         copy = copies[0]
+        more = f" ({len(copies) - 1} more transfer(s) in the same call)" if len(copies) > 1 else ""
         raise ImplicitCopyError(
-            f"{_describe_copy(copy)}. Allowed in transfer_guard('disallow'): explicit copies, "
+            f"{_describe_copy(copy)}{more}. Allowed in transfer_guard('disallow'): explicit copies, "
             f"tfplace.to_device(x, '{copy.to_device}') or tf.identity(x) under tf.device('{copy.to_device}'), "
-            "before the op; or a nested transfer_guard('allow') around it.")
+            f"before the {'node' if copy.kind == 'function' else 'op'}; or a nested transfer_guard('allow') around "
+            "it.")
 
 
 @contextlib.contextmanager
@@ -103,7 +112,20 @@ def transfer_guard(level: str = "disallow") -> Iterator[None]:
             stack.enter_context(_hooks.listening(guard))
         guard.levels.append(level)
         stack.callback(guard.levels.pop)
+        stack.enter_context(_collecting(guard))
         yield
+
+
+@contextlib.contextmanager
+def _collecting(guard: object) -> Iterator[None]:
+    """Keeps graph collection on (a function's nodes and transfers are known from its placement)
+    and the lines of the functions traced in the block remembered, while a guard is open."""
+    _graphs.attach(guard)
+    try:
+        with _function_sources.watching():
+            yield
+    finally:
+        _graphs.detach(guard)
 
 
 class _DeviceGuard:
@@ -116,16 +138,27 @@ class _DeviceGuard:
     def on_records(self, key: tuple, records: Sequence[PlacementRecord]) -> None:
         """Function nodes are placed by TensorFlow's placer, not guarded here."""
 
-    def on_function(self, record: PlacementRecord, placed: bool) -> None:
-        """A function call's device is checked in its `on_op`."""
+    def on_function(self, record: PlacementRecord, placed: bool, call: _graphs.Placed) -> None:
+        """The nodes the call ran: each one the program computes (not a function's plumbing, not its
+        input pipeline) must run on the guarded device."""
+        for node in call.records:
+            if node.device in ("", self.wanted) or node.kind not in _RAN or not _computes(node.op) \
+                    or node.op in self.allow_ops:
+                continue
+            self.fail(node, f"node {node.name} of function {record.op} (called at {user_line() or 'an unknown line'})",
+                      node.source)
 
     def on_op(self, record: PlacementRecord, copies: Sequence[CopyRecord]) -> None:
         if record.device == self.wanted or record.op in self.allow_ops:
             return
+        self.fail(record, "", user_line())
+
+    def fail(self, record: PlacementRecord, node: str, line: str) -> NoReturn:
         asked = record.requested or "no device (TensorFlow chose)"
         allowed = ", ".join(sorted(self.allow_ops)) or "none"
+        what = f"{record.op} ({node})" if node else record.op
         raise PlacementError(
-            f"{record.op} ran on {record.device} at {user_line() or 'an unknown line'} (asked for: {asked}), but "
+            f"{what} ran on {record.device} at {line or 'an unknown line'} (asked for: {asked}), but "
             f"device_guard('{self.wanted}') allows only ops on {self.wanted} and the op types in allow_ops "
             f"({allowed}). Why it ran there: {self.why(record)} Place it with tf.device('{self.wanted}'), or "
             f"pass allow_ops=('{record.op}',).")
@@ -168,5 +201,16 @@ def device_guard(device: Union[str, Device, Any], *, allow_ops: Sequence[str] = 
             f"of op types, e.g. allow_ops=({allow_ops!r},)")
     wanted = resolve(device, fallback=False, origin="tfplace.device_guard's argument device")
     guard = _DeviceGuard(wanted, frozenset(allow_ops))
-    with _hooks.listening(guard):
+    with _hooks.listening(guard), _collecting(guard):
         yield
+
+
+# Function nodes that ran (a "removed" node never did), and what a device guard leaves out: a
+# function's plumbing and its input pipeline, which TensorFlow keeps on the host by design.
+_RAN = frozenset({"place", "compiled"})
+_PLUMBING = PLUMBING | {"Identity", "IdentityN", "NoOp", "Const"}
+_INPUT_PIPELINE = ("Dataset", "Iterator", "Optional")
+
+
+def _computes(op: str) -> bool:
+    return op not in _PLUMBING and not any(word in op for word in _INPUT_PIPELINE)

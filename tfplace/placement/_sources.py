@@ -24,7 +24,7 @@ def _package_dir(name: str) -> str:
     return os.path.join(list(spec.submodule_search_locations)[0], "")
 
 
-_INTERNAL = tuple(d for d in map(_package_dir, ("tensorflow", "keras", "tf_keras", "tfplace")) if d) + tuple(
+_INTERNAL = tuple(d for d in map(_package_dir, ("tensorflow", "keras", "tf_keras", "tfplace", "optree")) if d) + tuple(
     os.path.join(os.path.dirname(os.__file__), name) for name in ("threading.py", "contextlib.py"))
 _FRAMEWORKS = tuple(d for d in map(_package_dir, ("tensorflow", "keras", "tf_keras")) if d)
 _STDLIB = os.path.join(os.path.dirname(os.__file__), "")

@@ -12,8 +12,10 @@ hands tfplace these `partition_graphs`. Each cross-device pair becomes one
   one on another device): no value of the program moves;
 * host-memory transfers (`_HostSend`/`_HostRecv`, resource handles, strings):
   TensorFlow keeps these values on the host by design, as for eager ops;
-* explicit copies: the consumer is an `Identity` the program placed on a
-  device (`tf.identity` under `tf.device`), as for eager ops.
+* explicit copies: the consumer is an `Identity` the user's code placed on a
+  device (`tf.identity` under `tf.device`, its line known), as for eager ops.
+  TensorFlow's and Keras' own identities under a device (a strategy's replica
+  copies) are transfers the user did not write: they are listed.
 
 Bytes per transfer come from the producer's static shape (TensorFlow's shape
 inference over the placed graph) times its dtype's size; `None` where the shape
@@ -103,19 +105,20 @@ def _consumer(recv: str, partition: Any) -> Optional[tuple[Any, int]]:
 
 
 def _placer_consumer(after: Any, slot: int, tensor: str, to_device: str,
-                     placer: Mapping[str, PlacerNode], consumers: Mapping[str, list[tuple[PlacerNode, int]]],
+                     placer: Mapping[str, PlacerNode], readers: Sequence[tuple[PlacerNode, int]],
                      devices: Mapping[str, str]) -> tuple[Optional[PlacerNode], str, str, int]:
     """(placer node, op type, node name, input index) of the node that reads the transferred tensor,
-    as TensorFlow's placer saw it: the consumer itself, or, when the graph optimizer fused it
-    (`_FusedMatMul` named after the `Relu` it absorbed), the placed node that read the tensor."""
-    op = _kernels.op_type(after.op)
+    as TensorFlow's placer saw it: the consumer itself when it reads the tensor there; else a node
+    the graph optimizer removed or fused (an explicit `tf.identity` it elided, a `MatMul` inside the
+    `_FusedMatMul` named after its `Relu`): the placed reader of the tensor on the receiving device."""
     node = placer.get(after.name)
-    if node is not None and node.op == op:
-        return node, op, node.name, slot
-    readers = consumers.get(tensor, [])
-    for reader, index in sorted(readers, key=lambda pair: devices.get(pair[0].name) != to_device):
+    for reader, index in readers:
+        if reader is node:
+            return node, node.op, node.name, index
+    on_device = [pair for pair in readers if devices.get(pair[0].name, "") in (to_device, "")]
+    for reader, index in sorted(on_device, key=lambda pair: devices.get(pair[0].name, "") != to_device):
         return reader, reader.op, reader.name, index
-    return node, op, after.name, slot
+    return node, _kernels.op_type(after.op), after.name, slot
 
 
 def function_transfers(partitions: Sequence[Any], placer: Mapping[str, PlacerNode], sources: Mapping[str, str],
@@ -126,7 +129,8 @@ def function_transfers(partitions: Sequence[Any], placer: Mapping[str, PlacerNod
     Args:
       partitions: the function's `partition_graphs` (GraphDefs, one per device).
       placer: the placer's nodes by name (`tfplace.placement._lowering.placer_nodes`).
-      sources: node name -> the user's "file.py:LINE" that made it (may be empty).
+      sources: node name -> the user's "file.py:LINE" that made it (nodes made by TensorFlow's or
+        Keras' code, or traced while no capture or guard was open, have none).
       graph: the placed graph (`post_optimization_graph`), for static shapes; None: bytes unknown.
       devices: node name -> canonical device of the placer's nodes, to pick a fused consumer's reader.
     """
@@ -146,6 +150,7 @@ def function_transfers(partitions: Sequence[Any], placer: Mapping[str, PlacerNod
         for index, tensor in enumerate(data):
             consumers.setdefault(_tensor_name(tensor), []).append((node, index))
     found: list[tuple[CopyRecord, str]] = []
+    ran = {n.name for n in graph.node} if graph is not None else None
     depths: dict[int, tuple[dict[str, Any], dict[str, int]]] = {}
     for send, partition in sends:
         dtype = send.attr["T"].type
@@ -154,13 +159,13 @@ def function_transfers(partitions: Sequence[Any], placer: Mapping[str, PlacerNod
         if pair is None or send.op == "_HostSend" or pair[0].op == "_HostRecv" or dtype in _HOST_TYPES:
             continue
         read = _consumer(pair[0].name, pair[1])
-        if read is None:  # a control edge
-            continue
+        if read is None or (ran is not None and _node_name(send.input[0]) not in ran):
+            continue  # a control edge: the partitioner's dummy value, made for the send
         tensor = _tensor_name(send.input[0])
         node, op, name, index = _placer_consumer(read[0], read[1], tensor, canonical_name(to_device), placer,
-                                                 consumers, devices or {})
-        if op in EXPLICIT_COPIES and node is not None and node.requested:
-            continue
+                                                 consumers.get(tensor, ()), devices or {})
+        if op in EXPLICIT_COPIES and node is not None and node.requested and sources.get(name):
+            continue  # the user's tf.identity under a device
         if id(partition) not in depths:
             depths[id(partition)] = ({n.name: n for n in partition.node}, {})
         by_name, memo = depths[id(partition)]
