@@ -139,7 +139,9 @@ def test_copies_follow_where_the_memory_is(tmp_path):
     """)
     assert out["device"].endswith("CPU:0") and out["backing"].endswith("CPU:1")
     assert out["strings"] == []
-    assert out["output"] == [["AddV2", 0, "/device:CPU:1", "/device:CPU:0"]]
+    # The argument crosses into the function's Mul on CPU:1 (a function transfer), and the result,
+    # whose memory stays on CPU:1, crosses back into the eager AddV2.
+    assert out["output"] == [["Mul", 0, "/device:CPU:0", "/device:CPU:1"], ["AddV2", 0, "/device:CPU:1", "/device:CPU:0"]]
 
 
 def test_complete_is_live_and_an_incomplete_snapshot_fails_whatever_the_order(pytester):
@@ -230,4 +232,4 @@ def test_reading_a_log_changes_nothing(python):
     """)
     assert out["sizes"][0] == out["sizes"][1] > 1
     assert out["after"] == out["sizes"][0]
-    assert out["json"] == ["complete", "copies", "incomplete_reason", "records"]
+    assert out["json"] == ["complete", "copies", "cost", "incomplete_reason", "records", "transfers"]

@@ -97,8 +97,8 @@ def tables(page: str) -> list[list[list[str]]]:
 
 
 def placed(page: str) -> dict[str, set[str]]:
-    """From the display's first table (ops per device): op -> the devices it ran on."""
-    head, *rows = tables(page)[0]
+    """From the display's table of ops per device (headed "op", "kind", devices): op -> the devices it ran on."""
+    head, *rows = next(table for table in tables(page) if table[0][:2] == ["op", "kind"])
     found: dict[str, set[str]] = {}
     for row in rows:
         if len(row) == len(head):

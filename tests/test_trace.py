@@ -47,7 +47,8 @@ def test_trace_keeps_argv_and_exit_status_and_names_the_copy(tmp_path):
                                               for r in data["records"]]
     assert {k: v for k, v in data["copies"][0].items() if k != "line"} == {
         "op": "AddV2", "input_index": 0, "from_device": "/device:CPU:0", "to_device": "/device:CPU:1",
-        "source": "script.py:9"}
+        "source": "script.py:9", "kind": "eager", "function": "", "node": "", "tensor": "", "dtype": "float32",
+        "bytes": 16, "call": "", "in_loop": False}
 
 
 def test_uncaught_exception_keeps_its_traceback_and_status(tmp_path):

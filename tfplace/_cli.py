@@ -130,7 +130,8 @@ def _option(setting: Setting):
     return parse
 
 
-TRACE_USAGE = "tfplace trace [tfplace flags] [--json=FILE] [--plot=FILE.png] [--top=N] script.py [--] [args ...]"
+TRACE_USAGE = ("tfplace trace [tfplace flags] [--json=FILE] [--plot=FILE.png] [--timing] [--top=N] script.py [--] "
+               "[args ...]")
 BOOLEANS = tuple(setting.name for setting in SETTINGS if setting.kind is BOOLEAN)
 
 
@@ -173,6 +174,8 @@ def _add_trace(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument("--json", metavar="FILE", help="write every record and copy as JSON")
     parser.add_argument("--plot", metavar="FILE.png", help="draw ops per device (needs matplotlib: .[plot]); "
                                                           "the extension picks the format: .png, .svg, .pdf, ...")
+    parser.add_argument("--timing", action="store_true",
+                        help="run the script under TensorFlow's profiler: busy time per device and op, time shares")
     parser.add_argument("--top", metavar="N", type=int, default=10, help="rows per report section (default 10)")
     parser.add_argument("script", help="the Python script to run")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
@@ -267,15 +270,17 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
     except tfplace.Error as err:
         parser.error(str(err))
     script_args = [*args.args, *passed]
-    log, status = _trace.run_script(args.script, script_args)
+    log, status = _trace.run_script(args.script, script_args, timing=args.timing)
     found = _trace.findings(log, gpus_visible=tfplace.num_gpus() > 0)
     print(_trace.report(log, found, top=args.top), flush=True)
     if args.json:
         _trace.write_json(args.json, _trace.to_json(log, found, script=args.script, args=script_args, exit_status=status))
         print(f"tfplace trace: wrote {len(log.records)} records and {len(log.copies)} copies to {args.json}")
     if args.plot:
-        _trace.plot(log, args.plot, top=args.top, title=f"ops per device: {os.path.basename(args.script)}")
-        print(f"tfplace trace: drew ops per device in {args.plot}")
+        _trace.plot(log, args.plot, top=args.top,
+                    title=f"{'time' if args.timing else 'op executions'} per device: {os.path.basename(args.script)}")
+        print(f"tfplace trace: drew {'time' if args.timing else 'executions'} per device and bytes per direction in "
+              f"{args.plot}")
     return status
 
 

@@ -11,7 +11,7 @@ Usage, in IPython or Jupyter:
 
     %load_ext tfplace
 
-    %%placement [--sources] [--transfer-guard=LEVEL] [--device-guard=DEVICE]
+    %%placement [--sources] [--timing] [--transfer-guard=LEVEL] [--device-guard=DEVICE]
     with tf.device("CPU:1"):
         c = tf.matmul(a, b)
     c
@@ -21,6 +21,8 @@ Usage, in IPython or Jupyter:
 Options:
 
 * `--sources`: each record carries the line of the cell that ran it (`In[3]:2`).
+* `--timing`: the cell runs under TensorFlow's profiler; the display leads with each
+  device's busy time and share.
 * `--transfer-guard=LEVEL`: `tfplace.transfer_guard(LEVEL)` around the cell, LEVEL one of
   disallow (the default of a bare `--transfer-guard`), log, allow. Under disallow the cell
   fails at its first implicit copy with `ImplicitCopyError` naming the cell's line.
@@ -43,7 +45,6 @@ import os
 import re
 import shlex
 import tokenize
-import warnings
 from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = ["load_ipython_extension", "USAGE", "parse_options", "LOG_NAME"]
 
-USAGE = "%%placement [--sources] [--transfer-guard=LEVEL] [--device-guard=DEVICE]"
+USAGE = "%%placement [--sources] [--timing] [--transfer-guard=LEVEL] [--device-guard=DEVICE]"
 LOG_NAME = "_placement"  # where the last cell's log is kept in the user's namespace
 _LEVELS = ("disallow", "log", "allow")  # tfplace.placement._guards.LEVELS, without importing TensorFlow
 _LOCATION = re.compile(r"(?P<file>[^\s:'\"(),]+):(?P<line>\d+)")
@@ -69,6 +70,7 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> _Parser:
     parser = _Parser(prog="%%placement", add_help=False, allow_abbrev=False)
     parser.add_argument("--sources", action="store_true")
+    parser.add_argument("--timing", action="store_true")
     parser.add_argument("--transfer-guard", nargs="?", const="disallow", default=None, metavar="LEVEL")
     parser.add_argument("--device-guard", default=None, metavar="DEVICE")
     return parser
@@ -170,18 +172,11 @@ def _cell_names(shell: Any, text: str) -> str:
 
 def _cell_log(shell: Any, log: "PlacementLog") -> "PlacementLog":
     """`log` with the sources of its records and copies named as IPython names cells."""
-    from tfplace.placement._log import PlacementLog
-
     records = [r._replace(source=_cell_names(shell, r.source)) if r.source else r for r in log.records]
     copies = [c._replace(source=_cell_names(shell, c.source)) if c.source else c for c in log.copies]
     if records == log.records and copies == log.copies:
         return log
-    named = PlacementLog(records, copies)
-    if not log.complete:
-        with warnings.catch_warnings():  # the capture warned already
-            warnings.simplefilter("ignore")
-            named.mark_incomplete(log.incomplete_reason)
-    return named
+    return log.replaced(records, copies)
 
 
 def _show(log: "PlacementLog") -> None:
@@ -213,7 +208,7 @@ def run(shell: Any, line: str, cell: str) -> None:
 
     error: Optional[BaseException] = None
     with contextlib.ExitStack() as stack:
-        log = stack.enter_context(_capture.capture_placement(sources=options.sources))
+        log = stack.enter_context(_capture.capture_placement(sources=options.sources, timing=options.timing))
         try:
             if options.transfer_guard is not None:
                 stack.enter_context(_guards.transfer_guard(options.transfer_guard))

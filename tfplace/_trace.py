@@ -16,7 +16,7 @@ Example:
     >>> log = PlacementLog.from_text(
     ...     "Executing op MatMul in device /job:localhost/replica:0/task:0/device:CPU:0\\n")
     >>> print(report(log, Findings(gpus_visible=False), top=5).splitlines()[2])
-      /device:CPU:0  1 op(s): MatMul 1
+      CPU:0: 1 op execution(s)
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import traceback
 from collections import Counter
 from typing import Any, NamedTuple, Optional, Sequence
 
+from tfplace.placement import _display
 from tfplace.placement._capture import capture_placement
 from tfplace.placement._explain import Explanation, Readiness
 from tfplace.placement._log import PlacementLog
@@ -55,8 +56,9 @@ def _print_traceback(error: BaseException, script: str) -> None:
     traceback.print_exception(type(error), error, tb or error.__traceback__)
 
 
-def run_script(path: str, args: Sequence[str]) -> tuple[PlacementLog, int]:
-    """Runs `path` as `__main__` with `sys.argv = [path, *args]` under a capture with sources.
+def run_script(path: str, args: Sequence[str], *, timing: bool = False) -> tuple[PlacementLog, int]:
+    """Runs `path` as `__main__` with `sys.argv = [path, *args]` under a capture with sources
+    (and TensorFlow's profiler, with `timing`).
 
     Returns:
       The placement log and the script's exit status (1 after an uncaught
@@ -68,7 +70,7 @@ def run_script(path: str, args: Sequence[str]) -> tuple[PlacementLog, int]:
     sys.path.insert(0, os.path.dirname(script))
     status = 0
     try:
-        with capture_placement(sources=True, all_threads=True) as log:
+        with capture_placement(sources=True, all_threads=True, timing=timing) as log:
             try:
                 runpy.run_path(path, run_name="__main__")
             except SystemExit as done:
@@ -138,8 +140,8 @@ def report(log: PlacementLog, found: Findings, *, top: int = 10) -> str:
     GPU visible, the ops that would still run on the CPU on a GPU machine."""
     explanations, readiness = found.explanations, found.readiness
     records = [r for r in log.records if _is_op(r.op)]
-    lines = [f"== tfplace trace: {len(records)} op placement(s), {len(log.copies)} implicit copy(ies)",
-             "ops per device:"]
+    lines = [f"== tfplace trace: {len(records)} op placement(s), {len(log.copies)} implicit transfer(s)",
+             *_display.cost_lines(log, top=top), "ops per device:"]
     per_device = {device: Counter({op: n for op, n in ops.items() if _is_op(op)})
                   for device, ops in log.summary().items()}
     for device, ops in sorted((d, ops) for d, ops in per_device.items() if ops):
@@ -219,10 +221,12 @@ def _colours(count: int) -> list[Any]:
 
 
 def plot(log: PlacementLog, path: str, *, top: int = 10, title: Optional[str] = None) -> None:
-    """Draws ops per device as stacked bars into `path` (its extension picks the format).
+    """Draws where the work and bytes went into `path` (its extension picks the format): per device,
+    op executions (or, with timing, busy time) as bars stacked by op type; beside it, bytes moved
+    per direction.
 
-    The `top` op types have a colour each, the rest are one grey "other";
-    the legend stands beside the bars, the axis counts whole ops.
+    The `top` op types have a colour each, the rest are one grey "other"; arguments and results of
+    functions are not work and are left out.
     """
     import matplotlib
 
@@ -230,33 +234,54 @@ def plot(log: PlacementLog, path: str, *, top: int = 10, title: Optional[str] = 
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    records = [r for r in log.records if _is_op(r.op)]
-    totals = Counter(r.op for r in records)
+    cost = log.cost()
+    timed = cost.timed and all(c.time_us is not None for c in cost.ops.values())
+    amounts = {key: (c.time_us / 1000 if timed else c.executions) for key, c in cost.ops.items() if _is_op(key[1])}
+    totals: Counter = Counter()
+    for (_, op), amount in amounts.items():
+        totals[op] += amount
     kept = [op for op, _ in totals.most_common(top)]
-    devices = sorted({r.device for r in records})
-    counts = {device: Counter(r.op if r.op in kept else "other" for r in records if r.device == device)
-              for device in devices}
-    labels = {op: f"{op} ({totals[op]})" for op in kept}
+    devices = sorted({device for device, _ in amounts})
+    counts = {device: Counter() for device in devices}
+    for (device, op), amount in amounts.items():
+        counts[device][op if op in kept else "other"] += amount
+    labels = {op: f"{op} ({totals[op]:.1f} ms)" if timed else f"{op} ({totals[op]})" for op in kept}
     stacked = list(zip(kept, _colours(len(kept))))
     if len(totals) > len(kept):
         rest = sum(totals.values()) - sum(totals[op] for op in kept)
-        labels["other"] = f"{len(totals) - len(kept)} other op types ({rest})"
+        labels["other"] = f"{len(totals) - len(kept)} other op types ({f'{rest:.1f} ms' if timed else rest})"
         stacked.append(("other", "#8c8c8c"))
-    height = max(1.6 + 0.5 * len(devices), 0.9 + 0.24 * len(stacked))
-    figure, axes = plt.subplots(figsize=(9, height))
-    left = [0] * len(devices)
+    directions = sorted(cost.directions.items())
+    top_height = max(1.6 + 0.5 * len(devices), 0.9 + 0.24 * len(stacked))
+    low_height = 1.0 + 0.4 * max(len(directions), 1)
+    figure, (axes, moved) = plt.subplots(2, 1, figsize=(9, top_height + low_height),
+                                         gridspec_kw={"height_ratios": [top_height, low_height]})
+    left = [0.0] * len(devices)
     for op, colour in stacked:
         widths = [counts[d][op] for d in devices]
         axes.barh(devices, widths, left=left, label=labels[op], color=colour, edgecolor="white", linewidth=0.5)
         left = [a + b for a, b in zip(left, widths)]
     for y, total in enumerate(left):
-        axes.annotate(f" {total}", (total, y), va="center", fontsize="small")
+        axes.annotate(f" {total:.1f} ms" if timed else f" {total:.0f}", (total, y), va="center", fontsize="small")
     axes.invert_yaxis()  # the first device on top
-    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set_xlabel("ops (placement events)")
-    axes.set_title(title or "ops per device")
+    if not timed:
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_xlabel("busy time (ms, TensorFlow's profiler)" if timed else "op executions (function nodes once per call)")
+    axes.set_title(title or ("time per device" if timed else "op executions per device"))
     if stacked:
-        axes.legend(title="op type (count)", fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+        axes.legend(title="op type", fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
                     borderaxespad=0.0, frameon=False)
+    arrows = [f"{_display.short_device(a)} → {_display.short_device(b)}" for (a, b), _ in directions]
+    kib = [(c.bytes or 0) / 1024 for _, c in directions]
+    moved.barh(arrows, kib, color="#4c72b0")
+    for y, ((_, c), amount) in enumerate(zip(directions, kib)):
+        moved.annotate(f" {_display.size(c.bytes)} in {c.count} transfer(s)", (amount, y), va="center",
+                       fontsize="small")
+    moved.invert_yaxis()
+    moved.set_xlabel("KiB moved by implicit transfers (those of known size)")
+    moved.set_title("bytes per direction" if directions else "bytes per direction: no implicit transfers")
+    if not directions:
+        moved.set_yticks([])
+    figure.tight_layout()
     figure.savefig(path, bbox_inches="tight", dpi=120)
     plt.close(figure)

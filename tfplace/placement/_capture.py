@@ -23,7 +23,8 @@ Example:
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Sequence
+import warnings
+from typing import Any, Iterator, Sequence
 
 from tfplace.placement import _function_sources, _graphs, _hooks
 from tfplace.placement._log import PlacementLog
@@ -66,7 +67,7 @@ class _Recorder:
 
 
 @contextlib.contextmanager
-def capture_placement(*, sources: bool = False, all_threads: bool = False) -> Iterator[PlacementLog]:
+def capture_placement(*, sources: bool = False, all_threads: bool = False, timing: bool = False) -> Iterator[PlacementLog]:
     """Records where each op of the block ran, as a `PlacementLog`.
 
     >>> import tensorflow as tf, tfplace
@@ -84,20 +85,34 @@ def capture_placement(*, sources: bool = False, all_threads: bool = False) -> It
       all_threads: also record the ops of every Python thread started while
         the block is open (data loaders, say); the threads TensorFlow starts
         for the block are always recorded.
+      timing: run the block under TensorFlow's own profiler, so that
+        `log.cost()` has each device's busy time and each op's time (this
+        starts TensorFlow's runtime). TensorFlow runs one profiler session per
+        process: if another one is active (the user's own, Keras' TensorBoard
+        callback), the capture warns once and the times stay None.
 
     Yields:
       The `PlacementLog`, growing while the block runs. As soon as the block
       runs a function that TensorFlow placed before the block opened, the
       log's `complete` turns False, with `incomplete_reason` and a warning.
     """
-    with capture_into(PlacementLog(), sources=sources, all_threads=all_threads) as log:
+    with capture_into(PlacementLog(), sources=sources, all_threads=all_threads, timing=timing) as log:
         yield log
 
 
 @contextlib.contextmanager
-def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool = False) -> Iterator[PlacementLog]:
+def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool = False,
+                 timing: bool = False) -> Iterator[PlacementLog]:
     """`capture_placement()` filling a given log (the pytest fixture's, made earlier)."""
     _graphs.attach(log, sources=sources)
+    session = None
+    if timing:
+        from tfplace.placement import _profile  # the profiler's schema loads only when timing is asked for
+
+        session = _profile.Session.start()
+    if session is not None and session.missing:
+        warnings.warn(f"tfplace: capture_placement(timing=True) has no times: {session.missing}; executions and "
+                      "bytes are still counted", RuntimeWarning, stacklevel=user_stacklevel())
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(_function_sources.watching())  # lines tell the user's explicit copies apart
@@ -105,3 +120,17 @@ def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool 
             yield log
     finally:
         _graphs.detach(log)
+        if session is not None:
+            _timed(log, session)
+
+
+def _timed(log: PlacementLog, session: Any) -> None:
+    """Gives `log` the profile of its block (function nodes on the devices their records say)."""
+    from tfplace.placement import _profile
+
+    space = session.stop()
+    if space is None:
+        log.set_timing(None, f"times: {session.missing or 'the profiler recorded nothing'}")
+        return
+    devices = {r.name: r.device for r in log.records if r.name and r.kind in ("place", "compiled")}
+    log.set_timing(_profile.read_xspace(space, devices))

@@ -25,15 +25,16 @@ from __future__ import annotations
 
 import html as _html
 from collections import Counter
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import TYPE_CHECKING, Optional, Protocol, Sequence
 
 from tfplace._devices import parse_device
 from tfplace.placement._records import PLUMBING, CopyRecord, PlacementRecord, split_plumbing
 
 if TYPE_CHECKING:
+    from tfplace.placement._cost import Cost, Transfer
     from tfplace.placement._explain import Explanation
 
-__all__ = ["Log", "html", "text", "MAX_ROWS"]
+__all__ = ["Log", "html", "text", "cost_lines", "size", "short_device", "MAX_ROWS"]
 
 
 class Log(Protocol):
@@ -50,6 +51,10 @@ class Log(Protocol):
 
     @property
     def incomplete_reason(self) -> str: ...
+
+    def cost(self) -> "Cost": ...
+
+    def transfers(self) -> list["Transfer"]: ...
 
 
 MAX_ROWS = 30  # rows per table; the rest is counted in one line
@@ -135,12 +140,36 @@ def _ops_table(records: Sequence[PlacementRecord]) -> str:
     return _table(head, rows, [False, False] + [True] * len(columns))
 
 
-def _copies_table(log: Log) -> str:
-    copies = Counter((c.source, c.op, c.input_index, c.from_device, c.to_device) for c in log.copies)
-    rows = [_row([_e(line or "(unknown line)"), _e(op), f"#{index}", _e(source), _e(target), str(n)], _COUNT6)
-            for (line, op, index, source, target), n in copies.most_common(MAX_ROWS)]
-    rows.append(_more(len(copies) - MAX_ROWS, "copy row", 6))
-    return _table(["line", "op", "input", "from", "to", "count"], rows, [False] * 5 + [True])
+def _transfers_table(log: Log) -> str:
+    rows = log.transfers()
+    shown = [_row([_e(t.source or "(unknown line)"),
+                   _e(t.op) + (f' <span style="{_MUTED}">{_e(t.node)} in {_e(t.function)}</span>' if t.node else ""),
+                   f"#{t.input_index}", _e(short_device(t.from_device)), _e(short_device(t.to_device)),
+                   f"{t.count}{'+' if t.lower_bound else ''}", _e(size(t.bytes)), _e(size(t.total_bytes))],
+                  (False,) * 5 + (True,) * 3) for t in rows[:MAX_ROWS]]
+    shown.append(_more(len(rows) - MAX_ROWS, "transfer row", 8))
+    return _table(["line", "op (node in function)", "input", "from", "to", "count", "each", "total"], shown,
+                  (False,) * 5 + (True,) * 3)
+
+
+def _cost_html(log: Log) -> list[str]:
+    """Where the time and bytes went: executions (and busy time) per device, bytes per direction."""
+    cost = log.cost()
+    if not cost.devices and not cost.directions:
+        return []
+    timed = any(c.busy_us is not None for c in cost.devices.values())
+    rows = [_row([_e(short_device(device)), str(c.executions),
+                  *([f"{c.busy_us / 1000:.1f} ms", f"{100 * c.share:.1f}%"] if timed and c.busy_us is not None
+                    and c.share is not None else [])], (False, True, True, True))
+            for device, c in cost.devices.items()]
+    rows += [_row([_e(f"{short_device(a)} → {short_device(b)}"), f"{c.count} transfer(s)", _e(size(c.bytes)),
+                   f"{c.time_us / 1000:.2f} ms" if c.time_us is not None else ""], (False, True, True, True))
+             for (a, b), c in cost.directions.items()]
+    note = cost.missing or ("" if timed else "function nodes count once per call; time it with timing=True")
+    return [f'<div style="{_TITLE}">Where the time and bytes went</div>',
+            _table(["device / direction", "executions", "busy" if timed else "bytes", "share" if timed else ""],
+                   rows, (False, True, True, True)),
+            *([f'<div style="{_MUTED}">{_e(note)}</div>'] if note else [])]
 
 
 def _failed_table(failed: Sequence[PlacementRecord]) -> str:
@@ -209,12 +238,13 @@ def html(log: Log, explanations: Sequence["Explanation"]) -> str:
     parts = [f'<div class="tfplace-placement" style="{_BOX}">', f'<div style="margin:2px 0 4px 0">{summary}</div>']
     if not log.complete:
         parts.append(f'<div style="{_WARN}"><b>Incomplete log</b>: {_e(log.incomplete_reason)}</div>')
+    parts += _cost_html(log)
     if records:
         parts.append(_ops_table(records))
     else:
         parts.append(f'<div style="{_MUTED}">(no placement events were recorded)</div>')
     if log.copies:
-        parts += [f'<div style="{_TITLE}">Implicit copies</div>', _copies_table(log)]
+        parts += [f'<div style="{_TITLE}">Implicit transfers, most bytes first</div>', _transfers_table(log)]
     if failed:
         parts += [f'<div style="{_TITLE}">Failed ops</div>', _failed_table(failed)]
     if explanations:
@@ -224,8 +254,9 @@ def html(log: Log, explanations: Sequence["Explanation"]) -> str:
 
 
 def text(log: Log, explanations: Sequence["Explanation"]) -> str:
-    """The log as text: `str(log)` (its table and copies), then failed ops and explanations."""
-    lines = [str(log)]
+    """The log as text: `str(log)` (its table and copies), where the time and bytes went, then failed
+    ops and explanations."""
+    lines = [str(log), *("  " + line for line in cost_lines(log, top=MAX_ROWS // 3))]
     failed = Counter((r.source, r.op, r.device, r.requested) for r in log.records if r.kind == "failed")
     if failed:
         lines.append("  failed ops:")
@@ -242,3 +273,52 @@ def text(log: Log, explanations: Sequence["Explanation"]) -> str:
         if len(groups) > MAX_ROWS:
             lines.append(f"    ... and {len(groups) - MAX_ROWS} more")
     return "\n".join(lines)
+
+
+def size(count: Optional[float]) -> str:
+    """Bytes as people read them: "512 B", "256.0 KiB", "1.5 GiB" ("? B" when unknown)."""
+    if count is None:
+        return "? B"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return ""
+
+
+def short_device(device: str) -> str:
+    """"/device:CPU:1" -> "CPU:1"."""
+    return device.replace("/device:", "") or "(unknown)"
+
+
+def cost_lines(log: Log, *, top: int = 10) -> list[str]:
+    """Where the time and bytes went, as text (the first section of `tfplace trace`'s report): per device executions (time share with timing), transfers per
+    direction with bytes, and the top transfers by bytes with their lines."""
+    cost = log.cost()
+    lines = ["where the time and bytes went:"]
+    for device, figures in cost.devices.items():
+        timed = (f", busy {figures.busy_us / 1000:.1f} ms = {100 * figures.share:.1f}% of all devices' busy time"
+                 if figures.busy_us is not None and figures.share is not None else "")
+        lines.append(f"  {short_device(device)}: {figures.executions} op execution(s){timed}")
+    if not cost.devices:
+        lines.append("  (no ops ran)")
+    if cost.missing:
+        lines.append(f"  (no times: {cost.missing})")
+    elif not cost.timed:
+        lines.append("  (executions count each function node once per call; --timing measures time per device)")
+    for (source, target), moved in cost.directions.items():
+        timed = f", {moved.time_us / 1000:.2f} ms" if moved.time_us is not None else ""
+        lines.append(f"  transfers {short_device(source)} -> {short_device(target)}: {moved.count}, {size(moved.bytes)}{timed}")
+    if not cost.directions:
+        lines.append("  transfers: none")
+    rows = log.transfers()
+    if rows:
+        lines.append("  top transfers by bytes:")
+    for row in rows[:top]:
+        what = f"{row.op} input #{row.input_index}" + (f" (node {row.node} of {row.function})" if row.node else "")
+        count = f"x{row.count}" + ("+ (in a loop body: at least)" if row.lower_bound else "")
+        lines.append(f"    {(row.source or 'an unknown line')}  {count}  {size(row.total_bytes)}  {what} "
+                     f"{short_device(row.from_device)} -> {short_device(row.to_device)}, {size(row.bytes)} each")
+    if len(rows) > top:
+        lines.append(f"    ... and {len(rows) - top} more")
+    return lines

@@ -79,6 +79,14 @@ class PlacementLog:
         """Gives the log its block's profile (`tfplace.placement._profile.Timing`), or why it has none."""
         self._timing, self._timing_missing = timing, missing
 
+    def replaced(self, records: Iterable[PlacementRecord], copies: Iterable[CopyRecord]) -> "PlacementLog":
+        """A log with other records and copies (renamed sources, say) and this one's executions,
+        timing and completeness (without warning again)."""
+        log = PlacementLog(records, copies)
+        log._runs, log._timing, log._timing_missing = Counter(self._runs), self._timing, self._timing_missing
+        log._reasons = list(self._reasons)
+        return log
+
     def mark_incomplete(self, reason: str, *, stacklevel: int = 2) -> None:
         """Records that the log misses something, and warns once per distinct reason."""
         with self._lock:
