@@ -22,6 +22,10 @@ capture is the harness's JSON (`log.to_json()`), and `compare_logs()` checks:
   copies of a Python value to the device it is made on (listed as exempt);
   capture copies without a line are listed as extras (TensorFlow's own copies under a silent
   device policy, such as cross-replica reductions, are legitimately there: a human judges);
+* function transfers: the capture's `kind="function"` copies are as many as the cross-device
+  `_Send` edges of the functions the block called, one per call, counted in TensorFlow's
+  partitioned graphs by `sends.py` (control edges and host-memory values left out), and each one's
+  bytes are its tensor's static shape times its dtype's size where TensorFlow knows the shape;
 * `PlacementLog.from_text` on the same stderr gives the capture's eager events and function
   nodes (a parity check of tfplace against itself, not part of the referee);
 * `complete` is what the program declares (`# conformance: expect complete=False`; True
@@ -115,6 +119,10 @@ class Result:
     copies_capture: int = 0
     copies_missing: list = field(default_factory=list)   # [(op, index, from, to, count)]
     copies_extra: list = field(default_factory=list)     # [(op, index, from, to, count)]
+    # function transfers against the partitioned graphs' cross-device _Send edges
+    sends: int = 0
+    function_copies: int = 0
+    bytes_wrong: list = field(default_factory=list)      # [(tensor, capture bytes, oracle bytes)]
     # completeness
     complete_expected: bool = True
     complete: Optional[bool] = None
@@ -156,6 +164,13 @@ class Result:
         if self.copies_missing:
             out.append(f"{name}: implicit copies TensorFlow logged (warn policy) that the capture lacks:\n"
                        + "\n".join(f"    {op} input #{i} {a} -> {b} x{n}" for op, i, a, b, n in self.copies_missing[:SHOW]))
+        if self.sends != self.function_copies:
+            out.append(f"{name}: the functions the block called have {self.sends} cross-device _Send edge(s) "
+                       f"(one per call) in TensorFlow's partitioned graphs; the capture has {self.function_copies} "
+                       "function copies")
+        if self.bytes_wrong:
+            out.append(f"{name}: function copies whose bytes are not shape x dtype size:\n"
+                       + "\n".join(f"    {t}: capture {a}, graph {b}" for t, a, b in self.bytes_wrong[:SHOW]))
         if self.complete != self.complete_expected:
             out.append(f"{name}: complete is {self.complete}, expected {self.complete_expected}"
                        + (f" (reason: {self.incomplete_reason})" if self.incomplete_reason else ""))
@@ -204,8 +219,10 @@ def _counter_diff(a: Counter, b: Counter) -> list[tuple]:
     return sorted(((*key, n) for key, n in (a - b).items()), key=lambda t: (-t[-1], t))
 
 
-def compare_logs(result: Result, log: tflog.TfLog, capture: dict) -> Result:
-    """Fills `result` from TensorFlow's parsed log and the capture's JSON."""
+def compare_logs(result: Result, log: tflog.TfLog, capture: dict, sends: Optional[dict] = None) -> Result:
+    """Fills `result` from TensorFlow's parsed log, the capture's JSON and the harness's count of
+    cross-device `_Send` edges (`sends`, from `tests/conformance/sends.py`)."""
+    sends = sends or {}
     records = capture.get("records", [])
     copies = capture.get("copies", [])
 
@@ -263,11 +280,20 @@ def compare_logs(result: Result, log: tflog.TfLog, capture: dict) -> Result:
     result.copies_tf = sum(required.values())
     result.copies_exempt = _counter_diff(Counter((exemption(c), c.op, c.input_index, c.from_device, c.to_device)
                                                  for c in log.copies if exemption(c)), Counter())
-    cap_copies = Counter((c["op"], c["input_index"], c["from_device"], c["to_device"]) for c in copies)
+    cap_copies = Counter((c["op"], c["input_index"], c["from_device"], c["to_device"]) for c in copies
+                         if c.get("kind", "eager") == "eager")
     result.copies_capture = sum(cap_copies.values())
     result.copies_missing = _counter_diff(required, cap_copies)
     all_tf = log.copy_multiset()
     result.copies_extra = _counter_diff(cap_copies, all_tf)
+
+    # Function transfers.
+    function_copies = [c for c in copies if c.get("kind") == "function"]
+    result.function_copies = len(function_copies)
+    result.sends = sends.get("edges", 0)
+    known = sends.get("bytes", {})
+    result.bytes_wrong = sorted({(c["tensor"], c["bytes"], known[c["tensor"]]) for c in function_copies
+                                 if c["tensor"] in known and c["bytes"] != known[c["tensor"]]})
 
     result.complete = capture.get("complete")
     result.incomplete_reason = capture.get("incomplete_reason", "")
@@ -325,7 +351,7 @@ def run_program(program: Path | str, onednn: Optional[str] = None, timeout: floa
             return result
         report = json.loads(out.read_text(encoding="utf-8"))
     result.capture_source = report.get("capture_source", "")
-    compare_logs(result, tflog.parse(done.stderr), report["capture"])
+    compare_logs(result, tflog.parse(done.stderr), report["capture"], report.get("sends"))
     result.from_text_checked = not interleaved(program)
     if result.from_text_checked:
         result.from_text_differences = from_text_parity(done.stderr, report["capture"])

@@ -9,7 +9,11 @@ Then the program runs with `runpy.run_path(PROGRAM, run_name="__main__")` inside
 and `log.to_json()` goes to OUT.json, with what the harness knows beside it:
 
     {"capture": <log.to_json()>, "capture_source": "to_json" | "records",
-     "main_thread": <native id of the thread that ran the program>, "seconds": <float>}
+     "main_thread": <native id of the thread that ran the program>, "seconds": <float>,
+     "sends": {"edges": <cross-device _Send edges of the functions the block called, one per call>,
+               "bytes": {<producer tensor>: <bytes per transfer, where the shape is static>}}}
+
+The edges come from `sends.SendOracle`, which reads TensorFlow's partitioned graphs on its own.
 
 A program whose text mentions `__warmup__` is first run as `__warmup__` *before* the capture
 opens (its globals carry over to the main run): that is how a program calls a function that
@@ -31,6 +35,9 @@ import time
 
 BEGIN = "CONFORMANCE-BEGIN"
 END = "CONFORMANCE-END"
+
+
+from sends import SendOracle  # the harness runs as a script: its folder is on sys.path
 
 
 def _setup() -> None:
@@ -76,8 +83,9 @@ def main(argv: list[str]) -> int:
     carried = runpy.run_path(program, run_name="__warmup__") if warmup else None
     start = time.perf_counter()
     _marker(BEGIN)
+    oracle = SendOracle()
     try:
-        with tfplace.capture_placement() as log:
+        with oracle, tfplace.capture_placement() as log, oracle.calls():
             runpy.run_path(program, init_globals=carried, run_name="__main__")
     finally:
         _marker(END)
@@ -88,7 +96,8 @@ def main(argv: list[str]) -> int:
         capture, source = _from_records(log), "records"
     with open(out, "w", encoding="utf-8") as f:
         json.dump({"capture": capture, "capture_source": source,
-                   "main_thread": threading.get_native_id(), "seconds": seconds}, f, indent=1)
+                   "main_thread": threading.get_native_id(), "seconds": seconds,
+                   "sends": {"edges": oracle.finish(), "bytes": oracle.sizes}}, f, indent=1)
     return 0
 
 

@@ -8,19 +8,19 @@ host-memory values (`_HostSend`/`_HostRecv`, resource handles, strings). A funct
 call: they are attributed to the call after which TensorFlow reported the function's graphs.
 
 Example (inside a test, around a capture):
-    with SendOracle() as oracle, tfplace.capture_placement() as log:
+    with SendOracle() as oracle, tfplace.capture_placement() as log, oracle.calls():
         f(x)
-    assert oracle.total == len([c for c in log.copies if c.kind == "function"])
+    assert oracle.finish() == len([c for c in log.copies if c.kind == "function"])
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
-from typing import Any
+from typing import Any, Iterator, Optional
 
 import tensorflow as tf
 from tensorflow.core.framework import types_pb2
-from tensorflow.python.framework import op_callbacks
 
 from tfplace import _tensorflow
 
@@ -47,14 +47,20 @@ def cross_device_sends(function_graphs: Any) -> list[Any]:
 
 
 class SendOracle:
-    """Counts the cross-device edges of every function call made while it is open (see above)."""
+    """Counts the cross-device edges of every function call made while it watches (see above).
+
+    `with oracle:` tees the exports (open it before the capture, so that it also sees the export
+    the capture makes when it closes); `with oracle.calls():` counts function calls (open it inside
+    the capture, so that its op callback runs after tfplace's, which exports the graphs a call placed).
+    """
 
     def __init__(self) -> None:
         self.pending = 0
         self.per_call: dict[tuple[str, str], int] = {}
-        self.calls = 0
+        self.calls_seen = 0
         self.total = 0
         self.sends: list[Any] = []
+        self.sizes: dict[str, Optional[int]] = {}  # producer tensor -> bytes, where its shape is static
 
     def _export(self) -> Any:
         metadata = self._original()
@@ -62,6 +68,8 @@ class SendOracle:
             sends = cross_device_sends(function_graphs)
             self.sends += sends
             self.pending += len(sends)
+            if sends:
+                self.sizes.update(_sizes(function_graphs.post_optimization_graph, sends))
         return metadata
 
     def _callback(self, op_type: Any, inputs: Any, attrs: Any, outputs: Any, op_name: Any = None,
@@ -73,23 +81,53 @@ class SendOracle:
         if self.pending:
             self.per_call[key] = self.per_call.get(key, 0) + self.pending
             self.pending = 0
-        self.calls += 1
+        self.calls_seen += 1
         self.total += self.per_call.get(key, 0)
         return None
 
     def __enter__(self) -> "SendOracle":
         self._original = _tensorflow.export_run_metadata
         _tensorflow.export_run_metadata = self._export
-        op_callbacks.add_op_callback(self._callback)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        op_callbacks.remove_op_callback(self._callback)
         _tensorflow.export_run_metadata = self._original
+
+    @contextlib.contextmanager
+    def calls(self) -> Iterator[None]:
+        """Counts the calls of the block: its op callback goes on the thread's list beside the capture's
+        (`add_op_callback` would also swap TensorFlow's execute path, which the capture wraps)."""
+        callbacks = _tensorflow.op_callbacks()
+        callbacks.append(self._callback)
+        try:
+            yield
+        finally:
+            callbacks.remove(self._callback)
 
     def finish(self) -> int:
         """The total, with the edges of functions reported after the last call (counted once)."""
         return self.total + self.pending
 
 
-__all__ = ["SendOracle", "cross_device_sends", "tf"]
+def _sizes(graph: Any, sends: list[Any]) -> dict[str, Optional[int]]:
+    """Bytes of each sent tensor whose shape TensorFlow's shape inference knows (importing the graph runs it)."""
+    imported = tf.Graph()
+    try:
+        with imported.as_default():
+            tf.graph_util.import_graph_def(graph, name="")
+    except Exception:  # pylint: disable=broad-except
+        return {}
+    found: dict[str, Optional[int]] = {}
+    for send in sends:
+        tensor = send.input[0] if ":" in send.input[0] else send.input[0] + ":0"
+        try:
+            shape = imported.get_tensor_by_name(tensor).shape
+        except (KeyError, ValueError):
+            continue
+        dtype = tf.dtypes.as_dtype(send.attr["T"].type)
+        found[tensor] = shape.num_elements() * dtype.size if shape.is_fully_defined() and dtype.is_numpy_compatible \
+            and dtype != tf.string else None
+    return found
+
+
+__all__ = ["SendOracle", "cross_device_sends"]

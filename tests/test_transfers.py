@@ -1,0 +1,192 @@
+"""Transfers inside functions: every cross-device edge of a function that ran, per call, with bytes
+and lines; `log.transfers()`, `log.cost()`; guards that watch function nodes and transfers."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import PRELUDE, ROOT, result_of
+
+TWO_CPUS = f"""
+import sys
+sys.path.insert(0, {str(ROOT / "tests" / "conformance")!r})
+import tensorflow as tf, tfplace
+tfplace.configure(logical_cpus=2)
+"""
+
+
+def run_file(tmp_path, code: str, onednn: str = "1"):
+    """Runs `code` from a file (autograph reads a function's source) and returns what it reported."""
+    path = tmp_path / "program.py"
+    path.write_text(PRELUDE + TWO_CPUS + textwrap.dedent(code), encoding="utf-8")
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                          env={**__import__("os").environ, "TF_ENABLE_ONEDNN_OPTS": onednn})
+    return result_of(done)
+
+
+def line(code: str, marker: str) -> str:
+    """`program.py:N` of the line holding `marker` in the file `run_file` writes."""
+    lines = (PRELUDE + TWO_CPUS + textwrap.dedent(code)).splitlines()
+    return f"program.py:{next(i for i, text in enumerate(lines, 1) if marker in text)}"
+
+
+FUNCTION = """
+x = tf.ones((256, 256))
+
+@tf.function
+def step(x):
+    with tf.device("CPU:1"):
+        y = tf.matmul(x, x)  # the MatMul
+    return tf.reduce_sum(y)  # the Sum
+
+@tf.function
+def explicit(x):
+    with tf.device("CPU:1"):
+        xi = tf.identity(x)
+        y = tf.matmul(xi, xi)
+    with tf.device("CPU:0"):
+        y = tf.identity(y)
+    return tf.reduce_sum(y)
+
+@tf.function
+def one_node_on_cpu0(v):
+    w = v * 2.0
+    with tf.device("CPU:0"):
+        w = tf.nn.relu(w)  # the Relu
+    return w + 1.0
+
+with tfplace.capture_placement(sources=True) as log:
+    for _ in range(3):
+        step(x)  # the call
+
+try:
+    with tfplace.transfer_guard():
+        step(x)
+    guarded = None
+except tfplace.ImplicitCopyError as err:
+    guarded = str(err)
+with tfplace.transfer_guard():
+    explicit(x)
+with tf.device("CPU:1"):
+    v = tf.ones((2, 2))
+try:
+    with tf.device("CPU:1"), tfplace.device_guard("CPU:1"):
+        one_node_on_cpu0(v)  # the guarded call
+    misplaced = None
+except tfplace.PlacementError as err:
+    misplaced = str(err)
+with tf.device("CPU:1"), tfplace.device_guard("CPU:1", allow_ops=("Relu",)):
+    one_node_on_cpu0(v)
+
+report({"copies": [c._asdict() for c in log.copies], "transfers": [t._asdict() for t in log.transfers()],
+        "cost": log.cost().to_json(), "json": sorted(log.to_json()), "guarded": guarded, "misplaced": misplaced})
+"""
+
+
+@pytest.fixture(scope="module", params=["1", "0"], ids=["onednn1", "onednn0"])
+def function_run(request, tmp_path_factory):
+    return run_file(tmp_path_factory.mktemp("function"), FUNCTION, request.param)
+
+
+def test_a_function_moves_its_argument_in_and_its_product_out_on_every_call(function_run):
+    copies = function_run["copies"]
+    assert len(copies) == 6 and all(c["kind"] == "function" for c in copies)
+    rows = {(t["op"], t["input_index"], t["from_device"], t["to_device"]): t for t in function_run["transfers"]}
+    assert set(rows) == {("MatMul", 0, "/device:CPU:0", "/device:CPU:1"), ("Sum", 0, "/device:CPU:1", "/device:CPU:0")}
+    into, out = rows[("MatMul", 0, "/device:CPU:0", "/device:CPU:1")], rows[("Sum", 0, "/device:CPU:1", "/device:CPU:0")]
+    for row in (into, out):
+        assert row["count"] == 3 and row["bytes"] == 256 * 256 * 4 and row["total_bytes"] == 3 * 256 * 256 * 4
+        assert row["dtype"] == "float32" and row["function"].startswith("__inference_step_") and not row["lower_bound"]
+    assert into["source"] == line(FUNCTION, "# the MatMul") and into["tensor"] == "x:0" and into["node"] == "MatMul"
+    assert out["source"] == line(FUNCTION, "# the Sum") and out["tensor"] == "MatMul:0"
+    assert {c["call"] for c in copies} == {line(FUNCTION, "# the call")}
+
+
+def test_cost_counts_executions_and_bytes_per_direction_without_timing(function_run):
+    cost = function_run["cost"]
+    assert not cost["timed"] and cost["missing"] == ""
+    ops = {(o["device"], o["op"]): o for o in cost["ops"]}
+    assert ops[("/device:CPU:1", "MatMul")]["executions"] == 3 and ops[("/device:CPU:1", "MatMul")]["time_us"] is None
+    assert ops[("/device:CPU:0", "Sum")]["executions"] == 3
+    directions = {(d["from_device"], d["to_device"]): d for d in cost["directions"]}
+    assert directions[("/device:CPU:0", "/device:CPU:1")] == {
+        "from_device": "/device:CPU:0", "to_device": "/device:CPU:1", "count": 3, "bytes": 3 * 262144, "time_us": None}
+    assert {"transfers", "cost"} <= set(function_run["json"])
+
+
+def test_transfer_guard_stops_a_function_transfer_and_lets_explicit_copies_pass(function_run):
+    message = function_run["guarded"]
+    assert message is not None and message.startswith("implicit transfer inside function __inference_step_")
+    assert f"node MatMul (MatMul, made at {line(FUNCTION, '# the MatMul')}) input #0 (x:0)" in message
+    assert "produced on /device:CPU:0, but MatMul runs on /device:CPU:1" in message
+    # `explicit` ran under transfer_guard() without raising: the run reached the report.
+
+
+def test_device_guard_stops_a_function_node_on_another_device(function_run):
+    message = function_run["misplaced"]
+    assert message is not None and message.startswith("Relu (node Relu of function __inference_one_node_on_cpu0_")
+    assert f"(called at {line(FUNCTION, '# the guarded call')})) ran on /device:CPU:0 at " \
+           f"{line(FUNCTION, '# the Relu')}" in message
+    assert "asked for: /device:CPU:0" in message and "allow_ops=('Relu',)" in message
+
+
+def test_transfers_in_a_loop_body_count_per_call_as_a_lower_bound(tmp_path):
+    out = run_file(tmp_path, """
+        x = tf.ones((64, 64))
+
+        @tf.function
+        def loop(x):
+            def body(i, acc):
+                with tf.device("CPU:1"):
+                    y = tf.matmul(acc, x)
+                return i + 1, y / 64.0
+            return tf.while_loop(lambda i, a: i < 5, body, (tf.constant(0), x))[1]
+
+        with tfplace.capture_placement() as log:
+            loop(x)
+            loop(x)
+        report([[t.op, t.count, t.lower_bound, t.from_device, t.to_device] for t in log.transfers()])
+    """)
+    assert sorted(map(tuple, out)) == [("MatMul", 2, True, "/device:CPU:0", "/device:CPU:1")] * 2 + [
+        ("RealDiv", 2, True, "/device:CPU:1", "/device:CPU:0")]
+
+
+def test_eager_copies_carry_dtype_and_bytes(tmp_path):
+    out = run_file(tmp_path, """
+        x = tf.ones((4, 8), tf.float64)
+        with tfplace.capture_placement() as log:
+            with tf.device("CPU:1"):
+                y = x * 2.0
+        report([c._asdict() for c in log.copies])
+    """)
+    assert [(c["kind"], c["op"], c["dtype"], c["bytes"], c["function"]) for c in out] == [
+        ("eager", "Mul", "float64", 4 * 8 * 8, "")]
+
+
+@pytest.mark.parametrize("onednn", ["1", "0"])
+def test_keras_fit_under_mirrored_strategy_has_every_cross_device_edge(tmp_path, onednn):
+    out = run_file(tmp_path, """
+        import keras, numpy as np
+        from sends import SendOracle
+        strategy = tf.distribute.MirroredStrategy(["CPU:0", "CPU:1"])
+        data = tf.data.Dataset.from_tensor_slices(
+            (np.ones((64, 8), "float32"), np.ones((64, 1), "float32"))).batch(16)
+        oracle = SendOracle()
+        with oracle, tfplace.capture_placement() as log, oracle.calls():
+            with strategy.scope():
+                model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
+                                          keras.layers.Dense(1)])
+                model.compile("adam", "mse")
+            model.fit(data, epochs=2, verbose=0)
+        functions = [c for c in log.copies if c.kind == "function"]
+        report({"edges": oracle.finish(), "copies": len(functions),
+                "sizes": [[c.tensor, c.bytes, oracle.sizes.get(c.tensor)] for c in functions if c.tensor in oracle.sizes],
+                "into_replica": [[t.count, t.dtype, t.tensor] for t in log.transfers()
+                                 if t.kind == "function" and t.to_device == "/device:CPU:1"]})
+    """, onednn)
+    assert out["edges"] > 0 and out["copies"] == out["edges"]
+    assert all(ours == theirs for _, ours, theirs in out["sizes"])
+    # The replica on CPU:1 gets its batch from the input iterator on CPU:0, on every step (8 steps).
+    assert any(count == 8 and dtype == "float32" for count, dtype, _ in out["into_replica"])
