@@ -38,7 +38,7 @@ def test_trace_keeps_argv_and_exit_status_and_names_the_copy(tmp_path):
     lines = done.stdout.splitlines()
     assert lines[0] == "argv ['a', '--b']"  # the script's own output comes first
     assert lines[1].startswith("== tfplace trace:")
-    assert "  script.py:9  x3  AddV2 input #0 /device:CPU:0 -> /device:CPU:1" in lines
+    assert "    script.py:9  x3  48 B  AddV2 input #0 CPU:0 -> CPU:1, 16 B each" in lines
     assert "  /device:CPU:1  4 op(s): AddV2 3, Fill 1" in lines
     data = json.loads((tmp_path / "out.json").read_text())
     assert data["exit_status"] == 3 and data["args"] == ["a", "--b"]
@@ -179,8 +179,10 @@ def test_report_groups_cpu_ops_by_line_and_says_why_they_ran_there():
         ["  data.py:4  DecodeJpeg x1", "no-kernel"],
         ["  function node fmt  StringFormat x1", "no-kernel"]]
     assert "DecodeJpeg has no GPU kernel for any dtype" in text[cpu + 2]
-    copies = text.index("implicit copies (most frequent first):")
-    assert text[copies + 1:] == ["  train.py:20  x3  AddV2 input #1 /device:CPU:0 -> /device:GPU:0",
-                                 "  train.py:30  x1  Mul input #0 /device:GPU:1 -> /device:GPU:0"]
+    assert text[1:5] == ["where the time and bytes went:", "  CPU:0: 3 op execution(s)", "  CPU:1: 1 op execution(s)",
+                        "  GPU:0: 1 op execution(s)"]
+    copies = text.index("  top transfers by bytes:")  # of unknown size: most frequent first
+    assert text[copies + 1:copies + 3] == ["    train.py:20  x3  ? B  AddV2 input #1 CPU:0 -> GPU:0, ? B each",
+                                           "    train.py:30  x1  ? B  Mul input #0 GPU:1 -> GPU:0, ? B each"]
     short = report(log, Findings(True, tuple(found)), top=1).splitlines()
-    assert short[short.index("implicit copies (most frequent first):") + 2] == "  ... and 1 more"
+    assert short[short.index("  top transfers by bytes:") + 2] == "    ... and 1 more"

@@ -1,10 +1,12 @@
 """`tfplace trace`: run a Python script under a capture and report where its placement goes wrong.
 
 The script runs as `__main__` with its own `sys.argv`, under
-`capture_placement(sources=True, all_threads=True)`. After its output comes a report: ops per
-device; ops that did not run where they asked, and why (`PlacementLog.explain()`), by source
-line; ops that ran on the CPU while a GPU was visible, and why; implicit copies by source
-line, most frequent first; failed ops; with no GPU visible, the GPU readiness of the
+`capture_placement(sources=True, all_threads=True)` (and `timing=True` with `--timing`). After
+its output comes a report: first where the time and bytes went (per device executions, and
+busy time shares with `--timing`; transfers per direction with bytes; the top transfers by
+bytes, eager and inside functions, with their lines); then ops per device; ops that did not run
+where they asked, and why (`PlacementLog.explain()`), by source line; ops that ran on the CPU
+while a GPU was visible, and why; failed ops; with no GPU visible, the GPU readiness of the
 script's ops (`PlacementLog.gpu_readiness()`). The script's exit status is kept, and an
 uncaught exception's traceback is printed as Python would.
 
@@ -135,9 +137,10 @@ def findings(log: PlacementLog, *, gpus_visible: bool) -> Findings:
 
 
 def report(log: PlacementLog, found: Findings, *, top: int = 10) -> str:
-    """The trace report of `log`: ops per device; ops not where asked, and why, by source line;
-    ops on the CPU while a GPU was visible, and why; implicit copies; failed ops; and, with no
-    GPU visible, the ops that would still run on the CPU on a GPU machine."""
+    """The trace report of `log`: where the time and bytes went (with the top transfers and their
+    lines); ops per device; ops not where asked, and why, by source line; ops on the CPU while a
+    GPU was visible, and why; failed ops; and, with no GPU visible, the ops that would still run
+    on the CPU on a GPU machine."""
     explanations, readiness = found.explanations, found.readiness
     records = [r for r in log.records if _is_op(r.op)]
     lines = [f"== tfplace trace: {len(records)} op placement(s), {len(log.copies)} implicit transfer(s)",
@@ -166,12 +169,6 @@ def report(log: PlacementLog, found: Findings, *, top: int = 10) -> str:
         for key, n in shown:
             lines.append(f"  {key[0]}  {key[1]} x{n}: {key[4]}: {messages[key]}")
         lines.append("  (none)" if not on_cpu else f"  ... and {more} more" if more else "")
-    lines.append("implicit copies (most frequent first):")
-    copies = Counter((_where(c.source), c.op, c.input_index, c.from_device, c.to_device) for c in log.copies)
-    shown, more = _rows(copies, top)
-    for (where, op, index, source, target), n in shown:
-        lines.append(f"  {where}  x{n}  {op} input #{index} {source} -> {target}")
-    lines.append("  (none)" if not copies else f"  ... and {more} more" if more else "")
     failed = Counter((_where(r.source), r.op, r.device) for r in log.records if r.kind == "failed")
     if failed:
         lines.append("failed ops:")

@@ -308,7 +308,8 @@ def cost_lines(log: Log, *, top: int = 10) -> list[str]:
         lines.append("  (executions count each function node once per call; --timing measures time per device)")
     for (source, target), moved in cost.directions.items():
         timed = f", {moved.time_us / 1000:.2f} ms" if moved.time_us is not None else ""
-        lines.append(f"  transfers {short_device(source)} -> {short_device(target)}: {moved.count}, {size(moved.bytes)}{timed}")
+        lines.append(f"  transfers {short_device(source)} -> {short_device(target)}: {moved.count} "
+                     f"({size(moved.bytes)}{timed})")
     if not cost.directions:
         lines.append("  transfers: none")
     rows = log.transfers()
