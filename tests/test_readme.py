@@ -38,5 +38,6 @@ def test_find_where_placement_goes_wrong_shows_what_running_it_shows(tmp_path, n
         assert done.stderr.splitlines()[-1] == " ".join(shown.split()), done.stderr[-3000:]
 
 
-def test_find_where_placement_goes_wrong_has_its_four_programs():
-    assert [name for name, _, _ in SHOWN.findall(SECTION)] == ["train.py", "guard.py", "dguard.py", "why.py"]
+def test_find_where_placement_goes_wrong_has_its_five_programs():
+    assert [name for name, _, _ in SHOWN.findall(SECTION)] == ["train.py", "guard.py", "dguard.py", "fguard.py",
+                                                               "why.py"]
