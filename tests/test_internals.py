@@ -47,7 +47,7 @@ INTERNALS = [
     ("tensorflow.python.eager.context", "Context._set_device",
      "requested devices: every tf.device scope of a thread (mirrored while a capture listens)"),
     ("tensorflow.python.eager.polymorphic_function.atomic_function", "from_func_graph",
-     "sources: every traced function passes here (wrapped while a sources capture is open)"),
+     "sources and explicit copies: every traced function passes here (wrapped while a capture or guard is open)"),
     ("tensorflow.python.framework.ops", "Operation.traceback", "sources: the stack that created a graph op"),
     ("tensorflow.python.framework.kernels", "get_all_registered_kernels",
      "scripts/gpu_kernel_table.py: the CUDA build's kernels"),
