@@ -96,6 +96,14 @@ def tables(page: str) -> list[list[list[str]]]:
     return parser.tables
 
 
+def table_with(page: str, *head: str) -> list[list[str]]:
+    """The display's table whose header starts with `head` (rows include the header)."""
+    return next(table for table in tables(page) if table[0][:len(head)] == list(head))
+
+
+TRANSFERS = ("line", "op (node in function)")  # the header of the display's table of implicit transfers
+
+
 def placed(page: str) -> dict[str, set[str]]:
     """From the display's table of ops per device (headed "op", "kind", devices): op -> the devices it ran on."""
     head, *rows = next(table for table in tables(page) if table[0][:2] == ["op", "kind"])
@@ -224,9 +232,9 @@ def test_transfer_guard_disallow_fails_the_cell_naming_its_line(magic):
     assert f"Cell In[{number}], line 5" in traceback and "y = tf.matmul(w, w)" in traceback
     assert "not reached" not in stream(cell)
     page, text = shown(cell)  # what ran until then, shown before the error
-    copies = [row for row in tables(page)[1] if row[:2] == [f"In[{number}]:5", "MatMul"]]
-    assert copies and copies[0][3:5] == ["/device:CPU:0", "/device:CPU:1"], tables(page)
-    assert f"MatMul input #0 /device:CPU:0 -> /device:CPU:1 at In[{number}]:5" in text
+    copies = [row for row in table_with(page, *TRANSFERS) if row[:2] == [f"In[{number}]:5", "MatMul"]]
+    assert copies and copies[0][3:5] == ["CPU:0", "CPU:1"], tables(page)
+    assert f"In[{number}]:5  x1  16 B  MatMul input #0 CPU:0 -> CPU:1" in text
     assert cell.outputs[-1].output_type == "error"
     assert magic["copy_kept"].outputs[0].data["text/plain"] == repr([f"In[{number}]:5"] * 2)
 
@@ -243,7 +251,7 @@ def test_a_bad_option_is_one_usage_line_and_the_cell_does_not_run(magic, name, s
     line, = stream(cell, "stderr").splitlines()
     assert line.startswith(f"UsageError: %%placement received {CELLS[name].splitlines()[0][len('%%placement '):]!r}: ")
     assert said in line
-    assert "allowed: %%placement [--sources] [--transfer-guard=LEVEL] [--device-guard=DEVICE]" in line
+    assert "allowed: %%placement [--sources] [--timing] [--transfer-guard=LEVEL] [--device-guard=DEVICE]" in line
 
 
 def test_device_guard_fails_the_cell_naming_its_line(magic):
@@ -259,7 +267,8 @@ def test_explanations_and_failed_ops_with_cell_lines(magic):
     number = cell.execution_count
     assert stream(cell) == "refused\n"
     page, text = shown(cell)
-    _, failed, why = tables(page)  # ops per device, failed ops, explanations
+    failed = table_with(page, "line", "op", "device", "asked for")
+    why = tables(page)[-1]  # the explanations come last
     assert [f"In[{number}]:5", "MatMul", "/device:CPU:0", "–", "1"] in failed
     reasons = {(row[0], row[1], row[4]) for row in why if len(row) == 6}
     assert {(f"In[{number}]:3", "Fill", "no-device"), (f"In[{number}]:3", "Mul", "no-device")} <= reasons
@@ -393,8 +402,8 @@ def test_gpu_guide_notebook_shows_the_guides_placement(kernel_dir):
     assert "[[44. 56.] [98. 128.]]" in value_text(stream(replicated))
     page, _ = shown(replicated)
     assert placed(page) == {"MatMul": {"/device:CPU:0", "/device:CPU:1"}, "AddN": {"/device:CPU:0"}}
-    copy_rows = tables(page)[1][1:]
-    assert copy_rows == [[f"In[{replicated.execution_count}]:9", "AddN", "#1", "/device:CPU:1", "/device:CPU:0", "1"]]
+    copy_rows = table_with(page, *TRANSFERS)[1:]
+    assert copy_rows == [[f"In[{replicated.execution_count}]:9", "AddN", "#1", "CPU:1", "CPU:0", "1", "16 B", "16 B"]]
     assert stream(cell_with(cells, '_placement.assert_placed("AddN", "CPU:0")')).splitlines()[-1] == (
         "Executing op AddN in device /job:localhost/replica:0/task:0/device:CPU:0")
 
@@ -417,8 +426,8 @@ def test_d2l_notebook_shows_the_chapters_placement(kernel_dir):
     assert outputs(cell_with(cells, "Z2 is Z"), "execute_result")[0].data["text/plain"] == "True"
     uncopied = cell_with(cells, "uncopied = X + Y")
     page, _ = shown(uncopied)
-    assert tables(page)[1][1:] == [[f"In[{uncopied.execution_count}]:3", "AddV2", "#0", "/device:CPU:0",
-                                     "/device:CPU:1", "1"]]
+    assert table_with(page, *TRANSFERS)[1:] == [[f"In[{uncopied.execution_count}]:3", "AddV2", "#0", "CPU:0",
+                                                 "CPU:1", "1", "24 B", "24 B"]]
     assert placed(shown(cell_with(cells, "net(X)"))[0])["MatMul"] == {"/device:CPU:0"}
     weights = outputs(cell_with(cells, "tfplace.devices_of(net.layers[0].weights[0])"), "execute_result")[0]
     assert weights.data["text/plain"] == ("(('/device:CPU:0', '/device:CPU:1'), ('/device:CPU:0', '/device:CPU:1'))")

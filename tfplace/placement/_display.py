@@ -254,9 +254,9 @@ def html(log: Log, explanations: Sequence["Explanation"]) -> str:
 
 
 def text(log: Log, explanations: Sequence["Explanation"]) -> str:
-    """The log as text: `str(log)` (its table and copies), where the time and bytes went, then failed
-    ops and explanations."""
-    lines = [str(log), *("  " + line for line in cost_lines(log, top=MAX_ROWS // 3))]
+    """The log as text: `str(log)` (where the time and bytes went, with the top transfers, then its
+    table), then failed ops and explanations."""
+    lines = [str(log)]
     failed = Counter((r.source, r.op, r.device, r.requested) for r in log.records if r.kind == "failed")
     if failed:
         lines.append("  failed ops:")
@@ -305,7 +305,7 @@ def cost_lines(log: Log, *, top: int = 10) -> list[str]:
     if cost.missing:
         lines.append(f"  (no times: {cost.missing})")
     elif not cost.timed:
-        lines.append("  (executions count each function node once per call; --timing measures time per device)")
+        lines.append("  (function nodes count once per call; timing measures busy time per device)")
     for (source, target), moved in cost.directions.items():
         timed = f", {moved.time_us / 1000:.2f} ms" if moved.time_us is not None else ""
         lines.append(f"  transfers {short_device(source)} -> {short_device(target)}: {moved.count} "

@@ -337,16 +337,13 @@ class PlacementLog:
         return f"<PlacementLog: {len(self._records)} records, {len(self._copies)} copies, complete={self.complete}>"
 
     def __str__(self) -> str:
-        """The table, the implicit copies and whether the log is complete."""
-        copies = Counter((c.op, c.input_index, c.from_device, c.to_device, c.source) for c in self._copies)
+        """Whether the log is complete, where the time and bytes went (with the top transfers and their
+        lines), then the table of what was placed where."""
+        from tfplace.placement import _display
+
         lines = [f"PlacementLog: {len(self._records)} records, {len(self._copies)} implicit copies, "
-                 + ("complete" if self.complete else "INCOMPLETE"), self.table()]
-        if copies:
-            lines.append("  implicit copies:")
-            lines += [f"    {op} input #{index} {source} -> {target}" + (f" at {line}" if line else "") + f"  x{n}"
-                      for (op, index, source, target, line), n in copies.most_common(_TABLE_ROWS)]
-            if len(copies) > _TABLE_ROWS:
-                lines.append(f"    ... and {len(copies) - _TABLE_ROWS} more")
+                 + ("complete" if self.complete else "INCOMPLETE"),
+                 *("  " + line for line in _display.cost_lines(self, top=_TABLE_ROWS)), self.table()]
         return "\n".join(lines)
 
 
