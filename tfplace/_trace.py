@@ -260,6 +260,7 @@ def plot(log: PlacementLog, path: str, *, top: int = 10, title: Optional[str] = 
         left = [a + b for a, b in zip(left, widths)]
     for y, total in enumerate(left):
         axes.annotate(f" {total:.1f} ms" if timed else f" {total:.0f}", (total, y), va="center", fontsize="small")
+    axes.set_xlim(0, max(left, default=0) * 1.12 or 1)  # room for the totals
     axes.invert_yaxis()  # the first device on top
     if not timed:
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -271,9 +272,12 @@ def plot(log: PlacementLog, path: str, *, top: int = 10, title: Optional[str] = 
     arrows = [f"{_display.short_device(a)} → {_display.short_device(b)}" for (a, b), _ in directions]
     kib = [(c.bytes or 0) / 1024 for _, c in directions]
     moved.barh(arrows, kib, color="#4c72b0")
-    for y, ((_, c), amount) in enumerate(zip(directions, kib)):
-        moved.annotate(f" {_display.size(c.bytes)} in {c.count} transfer(s)", (amount, y), va="center",
+    unknown = Counter((c.from_device, c.to_device) for c in log.copies if c.bytes is None)
+    for y, ((key, c), amount) in enumerate(zip(directions, kib)):
+        note = f", {unknown[key]} of unknown size" if unknown[key] else ""
+        moved.annotate(f" {_display.size(c.bytes)} in {c.count} transfer(s){note}", (amount, y), va="center",
                        fontsize="small")
+    moved.set_xlim(0, max(kib, default=0) * 1.6 or 1)
     moved.invert_yaxis()
     moved.set_xlabel("KiB moved by implicit transfers (those of known size)")
     moved.set_title("bytes per direction" if directions else "bytes per direction: no implicit transfers")
