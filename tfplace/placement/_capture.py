@@ -115,7 +115,7 @@ def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool 
                       "bytes are still counted", RuntimeWarning, stacklevel=user_stacklevel())
     try:
         with contextlib.ExitStack() as stack:
-            stack.enter_context(_function_sources.watching())  # lines tell the user's explicit copies apart
+            stack.enter_context(_function_sources.watching(every_line=sources))  # tells explicit copies apart
             stack.enter_context(_hooks.listening(_Recorder(log, sources, all_threads)))
             yield log
     finally:

@@ -40,6 +40,7 @@ class Transfer(NamedTuple):
         times transfers: GPU memcpys), else None.
       lower_bound: True when `count` counts one per call of a loop body's transfer,
         which ran at least that often.
+      call: the user's line of the (first) call of `function` that ran it ("" for eager).
     """
 
     kind: str
@@ -57,6 +58,7 @@ class Transfer(NamedTuple):
     total_bytes: Optional[int]
     time_us: Optional[float] = None
     lower_bound: bool = False
+    call: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return self._asdict()
@@ -120,11 +122,15 @@ def transfers(copies: Iterable[CopyRecord], times: Optional[Mapping[tuple, float
     """One `Transfer` per distinct transfer in `copies`, most total bytes first (unknown sizes last,
     most frequent first among them)."""
     counts = Counter(_key(c) for c in copies)
+    calls: dict[tuple, str] = {}
+    for copy in copies:
+        if copy.call:
+            calls.setdefault(_key(copy), copy.call)
     rows = []
-    for (kind, function, node, op, index, source_device, target, source, tensor, dtype, size, in_loop), n in \
-            counts.items():
+    for key, n in counts.items():
+        kind, function, node, op, index, source_device, target, source, tensor, dtype, size, in_loop = key
         rows.append(Transfer(kind, function, node, op, index, source_device, target, source, tensor, dtype, n, size,
-                             None if size is None else size * n, lower_bound=in_loop))
+                             None if size is None else size * n, lower_bound=in_loop, call=calls.get(key, "")))
     return sorted(rows, key=lambda t: (t.total_bytes is None, -(t.total_bytes or 0), -t.count))
 
 

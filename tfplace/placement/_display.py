@@ -142,7 +142,7 @@ def _ops_table(records: Sequence[PlacementRecord]) -> str:
 
 def _transfers_table(log: Log) -> str:
     rows = log.transfers()
-    shown = [_row([_e(t.source or "(unknown line)"),
+    shown = [_row([_e(t.source or (f"(call at {t.call})" if t.call else "(unknown line)")),
                    _e(t.op) + (f' <span style="{_MUTED}">{_e(t.node)} in {_e(t.function)}</span>' if t.node else ""),
                    f"#{t.input_index}", _e(short_device(t.from_device)), _e(short_device(t.to_device)),
                    f"{t.count}{'+' if t.lower_bound else ''}", _e(size(t.bytes)), _e(size(t.total_bytes))],
@@ -318,7 +318,8 @@ def cost_lines(log: Log, *, top: int = 10) -> list[str]:
     for row in rows[:top]:
         what = f"{row.op} input #{row.input_index}" + (f" (node {row.node} of {row.function})" if row.node else "")
         count = f"x{row.count}" + ("+ (in a loop body: at least)" if row.lower_bound else "")
-        lines.append(f"    {(row.source or 'an unknown line')}  {count}  {size(row.total_bytes)}  {what} "
+        where = row.source or (f"(call at {row.call})" if row.call else "an unknown line")
+        lines.append(f"    {where}  {count}  {size(row.total_bytes)}  {what} "
                      f"{short_device(row.from_device)} -> {short_device(row.to_device)}, {size(row.bytes)} each")
     if len(rows) > top:
         lines.append(f"    ... and {len(rows) - top} more")

@@ -37,6 +37,7 @@ _LIMIT = 4096  # functions remembered (oldest forgotten first)
 _IDENTITIES = frozenset({"Identity", "IdentityN"})
 _lock = threading.Lock()
 _watchers = 0
+_line_watchers = 0  # watchers that want every node's line
 _original: Any = None
 _lines: dict[str, dict[str, str]] = {}  # function name -> node name -> "file.py:LINE"
 _by_nodes: dict[tuple[str, ...], str] = {}  # a function's node names (arguments left out) -> its name
@@ -59,13 +60,18 @@ def _made_by_caller(stack: Any) -> bool:
 def _remember(name: str, graph: Any) -> None:
     operations = graph.get_operations()
     found = {}
+    every = _line_watchers > 0  # else only the identities: whether each is the user's explicit copy
     for op in operations:
+        if not every and op.type not in _IDENTITIES:
+            continue
         stack = op.traceback  # None for an op made without a Python stack
         line = stack_user_line(stack.get_user_frames()) if stack is not None else ""  # TensorFlow's frames left out
         if line and op.type in _IDENTITIES and not _made_by_caller(stack):
             line = ""  # a copy TensorFlow's or Keras' own code made: not the user's explicit copy
         if line:
             found[op.name] = line
+    if not every and not found:
+        return  # no explicit copy, and nobody asked for lines: nothing to look up later
     with _lock:
         if len(_lines) >= _LIMIT:
             del _lines[next(iter(_lines))]
@@ -84,11 +90,14 @@ def _from_func_graph(name: Any, graph: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 @contextlib.contextmanager
-def watching() -> Iterator[None]:
-    """Remembers the lines of the functions traced in the block (nested and threaded blocks share one patch)."""
-    global _watchers
+def watching(every_line: bool = True) -> Iterator[None]:
+    """Remembers the lines of the functions traced in the block (nested and threaded blocks share one
+    patch); with `every_line=False`, only those of `Identity` nodes the user's code made (what tells
+    an explicit copy apart, at a fraction of the cost), unless another block watches every line."""
+    global _watchers, _line_watchers
     with _lock:
         _watchers += 1
+        _line_watchers += every_line
         if _watchers == 1:
             _tensorflow.FROM_FUNC_GRAPH.install(_from_func_graph)
     try:
@@ -96,6 +105,7 @@ def watching() -> Iterator[None]:
     finally:
         with _lock:
             _watchers -= 1
+            _line_watchers -= every_line
             if _watchers == 0:
                 _tensorflow.FROM_FUNC_GRAPH.remove()
 

@@ -195,13 +195,15 @@ def _function_records(function_graphs: Any) -> tuple[list[PlacementRecord], list
         n for g in function_graphs.partition_graphs for n in g.node]
     nodes = _lowering.placer_nodes(graph)
     records = placed_records(nodes, [n for n in placed if n.device])
-    if _function_sources.watched():
+    devices = len(function_graphs.partition_graphs)
+    if _function_sources.watched() and (devices > 1 or any(sources for _, sources in _logs)):
         top = _function_sources.lines_of_graph([n.name for n in graph.node if n.op not in PLUMBING])
         lines = _function_sources.node_sources(nodes, top)  # one per record, "" where unknown
         records = [record._replace(source=line) if line else record for record, line in zip(records, lines)]
-    transfers = _transfers.function_transfers(
+    transfers = _transfers.function_transfers(  # only a function on two devices or more has any
         function_graphs.partition_graphs, {n.name: n for n in nodes}, {r.name: r.source for r in records if r.source},
-        graph=function_graphs.post_optimization_graph, devices={r.name: r.device for r in records})
+        graph=function_graphs.post_optimization_graph, devices={r.name: r.device for r in records}) \
+        if devices > 1 else []
     runs = Counter((r.device, r.op) for r in records if r.kind == "place" and r.op not in PLUMBING)
     pipeline, device = _graph_datasets(graph, placed)
     datasets = dataset_records(pipeline, device, graph.library) if pipeline is not None else []

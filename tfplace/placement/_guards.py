@@ -45,6 +45,7 @@ _local = threading.local()
 def _describe_copy(copy: CopyRecord) -> str:
     where = copy.source or "an unknown line"
     if copy.kind == "function":
+        where = copy.source or "a line unknown (traced before any capture or guard opened)"
         return (f"implicit transfer inside function {copy.function} (called at {copy.call or 'an unknown line'}): "
                 f"node {copy.node} ({copy.op}, made at {where}) input #{copy.input_index} ({copy.tensor}) is produced "
                 f"on {copy.from_device}, but {copy.node} runs on {copy.to_device}, so TensorFlow sends it across on "

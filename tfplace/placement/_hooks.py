@@ -245,7 +245,7 @@ class _Hook:
         if self.sources or copies:
             source = user_line()
             if kind == _FUNCTION:
-                copies = [copy._replace(function=op, call=source, source=copy.source or source) for copy in copies]
+                copies = [copy._replace(function=op, call=source) for copy in copies]
             elif copies:
                 copies = [copy._replace(source=source) for copy in copies]
             if self.sources:
