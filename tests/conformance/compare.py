@@ -186,7 +186,8 @@ class Result:
         """One line of the benchmark table."""
         if self.error:
             return {"program": self.program, "oneDNN": self.onednn, "eager equal": "ERROR", "nodes matched": "-",
-                    "extras": "-", "copies TF/capture": "-", "complete": "-", "seconds": f"{self.seconds:.1f}"}
+                    "extras": "-", "copies TF/capture": "-", "function transfers edges/capture": "-", "complete": "-",
+                    "seconds": f"{self.seconds:.1f}"}
         eager = "yes" if self.eager_equal else (f"no (-{sum(n for *_, n, _ in self.eager_missing)}"
                                                 f"/+{sum(n for *_, n in self.eager_extra)})")
         copies = f"{self.copies_tf}/{self.copies_capture}"
@@ -198,7 +199,10 @@ class Result:
         complete = str(self.complete) + ("" if self.complete == self.complete_expected else " (!)")
         return {"program": self.program, "oneDNN": self.onednn, "eager equal": eager,
                 "nodes matched": f"{self.nodes_matched}/{self.nodes_total}", "extras": str(self.place_extras),
-                "copies TF/capture": copies, "complete": complete,
+                "copies TF/capture": copies,
+                "function transfers edges/capture": f"{self.sends}/{self.function_copies}"
+                                                    + (f" ({len(self.bytes_wrong)} wrong bytes)" if self.bytes_wrong else ""),
+                "complete": complete,
                 "from_text": ("not checked" if not self.from_text_checked else "same" if not self.from_text_differences
                               else f"{len(self.from_text_differences)} diff"),
                 "seconds": f"{self.seconds:.1f}"}
