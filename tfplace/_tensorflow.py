@@ -48,6 +48,8 @@ __all__ = [
     "tensorboard_tracing", "static_sizes", "dtype_size",
     # op definitions and the kernel registry
     "op_def", "registered_kernels",
+    # the profiler
+    "ProfilerBusy", "profiler_start", "profiler_stop", "read_xspaces",
     # tf.data
     "variant_tensor_of", "dataset_functions", "dataset_inputs", "is_map_dataset", "is_generator_dataset",
 ]
@@ -374,3 +376,35 @@ def is_generator_dataset(dataset: tf.data.Dataset) -> bool:
     """True for a dataset made by a GeneratorDataset op (`from_generator`'s, a MultiDeviceIterator's
     per-device ones), which TensorFlow cannot serialize."""
     return all(hasattr(dataset, name) for name in ("_init_func", "_next_func", "_finalize_func"))
+
+
+# The profiler ----------------------------------------------------------------------------------
+
+# What `start` raises while another session runs ("Another profiler is running") and `stop` without one.
+ProfilerBusy = (tf.errors.AlreadyExistsError, tf.errors.UnavailableError)
+
+
+def profiler_start(logdir: str) -> None:
+    """Starts TensorFlow's profiler (one session per process), writing into `logdir` at stop."""
+    tf.profiler.experimental.start(logdir)
+
+
+def profiler_stop() -> None:
+    """Stops TensorFlow's profiler and writes its profile."""
+    tf.profiler.experimental.stop()
+
+
+def read_xspaces(paths: Iterable[str]) -> Optional[Any]:
+    """The profile in the `*.xplane.pb` files `paths` as one `XSpace` (their planes together), None
+    when there is none."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = None
+    for path in sorted(paths):
+        with open(path, "rb") as stream:
+            read = xplane_pb2.XSpace.FromString(stream.read())
+        if space is None:
+            space = read
+        else:
+            space.planes.extend(read.planes)
+    return space

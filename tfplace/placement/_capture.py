@@ -132,5 +132,7 @@ def _timed(log: PlacementLog, session: Any) -> None:
     if space is None:
         log.set_timing(None, f"times: {session.missing or 'the profiler recorded nothing'}")
         return
-    devices = {r.name: r.device for r in log.records if r.name and r.kind in ("place", "compiled")}
-    log.set_timing(_profile.read_xspace(space, devices))
+    records = log.records
+    devices = {r.name: r.device for r in records if r.name and r.kind in ("place", "compiled")}
+    eager = [(r.op, r.device) for r in records if r.kind == "execute" and not r.op.startswith("__")]
+    log.set_timing(_profile.read_xspace(space, devices, eager))

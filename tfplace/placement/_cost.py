@@ -36,8 +36,9 @@ class Transfer(NamedTuple):
       count: how many times it ran in the block.
       bytes: bytes per transfer (None when the shape is not known).
       total_bytes: `count * bytes` (None when `bytes` is).
-      time_us: the profiler's time for it (with timing, on devices whose profile
-        times transfers: GPU memcpys), else None.
+      time_us: with timing, the time of its `_Send` node in the profile (a function's
+        transfer; between logical CPUs a handover, on GPUs the send's side of the copy),
+        else None.
       lower_bound: True when `count` counts one per call of a loop body's transfer,
         which ran at least that often.
       call: the user's line of the (first) call of `function` that ran it ("" for eager).
@@ -118,9 +119,11 @@ def _key(copy: CopyRecord) -> tuple:
             copy.source, copy.tensor, copy.dtype, copy.bytes, copy.in_loop)
 
 
-def transfers(copies: Iterable[CopyRecord], times: Optional[Mapping[tuple, float]] = None) -> list["Transfer"]:
+def transfers(copies: Iterable[CopyRecord], timing: Any = None) -> list["Transfer"]:
     """One `Transfer` per distinct transfer in `copies`, most total bytes first (unknown sizes last,
-    most frequent first among them)."""
+    most frequent first among them). With `timing` (the block's profile), a transfer in a loop body
+    counts the `_Send` executions the profile saw between its producer and its consumer (a loop's
+    exit runs its sends once more per run, without a value), and every function transfer gets their time."""
     counts = Counter(_key(c) for c in copies)
     calls: dict[tuple, str] = {}
     for copy in copies:
@@ -129,8 +132,11 @@ def transfers(copies: Iterable[CopyRecord], times: Optional[Mapping[tuple, float
     rows = []
     for key, n in counts.items():
         kind, function, node, op, index, source_device, target, source, tensor, dtype, size, in_loop = key
+        ran = timing.sends.get((tensor.rpartition(":")[0], node)) if timing is not None and kind == "function" else None
+        if ran and in_loop:
+            n, in_loop = ran[0], False
         rows.append(Transfer(kind, function, node, op, index, source_device, target, source, tensor, dtype, n, size,
-                             None if size is None else size * n, lower_bound=in_loop, call=calls.get(key, "")))
+                             None if size is None else size * n, ran[1] if ran else None, in_loop, calls.get(key, "")))
     return sorted(rows, key=lambda t: (t.total_bytes is None, -(t.total_bytes or 0), -t.count))
 
 
@@ -155,8 +161,8 @@ def cost(records: Sequence[PlacementRecord], copies: Sequence[CopyRecord], runs:
     moved = {}
     for key, group in directions.items():
         sizes = [c.bytes for c in group if c.bytes is not None]
-        time = timing.transfers.get(key, (0, 0, None))[2] if timing is not None else None
-        moved[key] = DirectionCost(len(group), sum(sizes) if sizes else None, time)
+        measured = timing.transfers.get(key) if timing is not None else None
+        moved[key] = DirectionCost(len(group), sum(sizes) if sizes else None, measured[2] if measured else None)
     if timing is None:
         per_device: Counter = Counter()
         for (device, _), n in executions.items():

@@ -129,7 +129,7 @@ class PlacementLog:
         """
         from tfplace.placement import _cost
 
-        return _cost.transfers(self._copies)
+        return _cost.transfers(self._copies, self._timing)
 
     def cost(self) -> "Cost":
         """Where the time and bytes went: per device executions (and, with `timing=True`, busy time
