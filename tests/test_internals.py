@@ -49,6 +49,7 @@ INTERNALS = [
     ("tensorflow.python.eager.polymorphic_function.atomic_function", "from_func_graph",
      "sources and explicit copies: every traced function passes here (wrapped while a capture or guard is open)"),
     ("tensorflow.python.framework.ops", "Operation.traceback", "sources: the stack that created a graph op"),
+    ("tensorflow.tsl.profiler.protobuf.xplane_pb2", "XSpace", "timing: the profile TensorFlow's profiler writes"),
     ("tensorflow.python.framework.kernels", "get_all_registered_kernels",
      "scripts/gpu_kernel_table.py: the CUDA build's kernels"),
 ]
