@@ -45,7 +45,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections import Counter
+from collections import Counter, deque
 from typing import Any, Iterable, Mapping, NamedTuple, Optional
 
 from tfplace import _tensorflow
@@ -154,7 +154,8 @@ class _Tally:
         self.transfers: dict[tuple[str, str], list[float]] = {}
         self.nodes: Counter = Counter()
         self.sends: dict[tuple[str, str], list] = {}
-        self.spans: list[tuple[float, float]] = []
+        self.first = float("inf")
+        self.last = float("-inf")
         self.lines = 0
         self.eager: Counter = Counter()
         self.unattributed = 0
@@ -166,14 +167,18 @@ class _Tally:
         entry = self.ops.setdefault((device, op), [0, 0.0])
         entry[0] += 1
         entry[1] += duration_us
-        self.spans.append((start_us, start_us + duration_us))
+        self.span(start_us, duration_us)
+
+    def span(self, start_us: float, duration_us: float) -> None:
+        self.first = min(self.first, start_us)
+        self.last = max(self.last, start_us + duration_us)
 
     def moved(self, source: str, target: str, size: int, start_us: float, duration_us: float) -> None:
         entry = self.transfers.setdefault((canonical_name(source), canonical_name(target)), [0, 0, 0.0])
         entry[0] += 1
         entry[1] += size
         entry[2] += duration_us
-        self.spans.append((start_us, start_us + duration_us))
+        self.span(start_us, duration_us)
 
     def timing(self) -> Timing:
         devices: dict[str, list] = {}
@@ -181,7 +186,7 @@ class _Tally:
             entry = devices.setdefault(device, [0, 0.0])
             entry[0] += count
             entry[1] += time
-        wall = max(end for _, end in self.spans) - min(start for start, _ in self.spans) if self.spans else 0.0
+        wall = self.last - self.first if self.last >= self.first else 0.0
         return Timing({d: (n, t) for d, (n, t) in sorted(devices.items())},
                       {k: (n, t) for k, (n, t) in sorted(self.ops.items())},
                       {k: (n, b, t) for k, (n, b, t) in self.transfers.items()},
@@ -189,54 +194,74 @@ class _Tally:
                       dict(self.eager), self.unattributed)
 
 
+_SKIP, _EAGER_OP, _COPY, _WORK, _SEND, _OTHER_NODE = range(6)
+
+
+def _kind(name: str) -> tuple:
+    """What an event name of the host plane is: (kind, op type or devices)."""
+    if name.startswith(_EAGER):
+        op = name[len(_EAGER):]
+        if op.startswith("__") or _tensorflow.op_def(_kernels.op_type(op)) is None:
+            return (_SKIP,)  # a function call: its nodes are counted on the executor's lines
+        return _EAGER_OP, _kernels.op_type(op)
+    copied = _EAGER_COPY.match(name)
+    if copied:
+        return _COPY, copied[1], copied[2]
+    node, colon, kernel = name.rpartition(":")
+    if not colon or not node or not kernel or " " in name or "::" in name:
+        return (_SKIP,)
+    op = _kernels.op_type(kernel)
+    if op in _TRANSFERS:
+        return (_SEND,)
+    if op in _NOT_WORK:
+        return (_OTHER_NODE,)
+    if _tensorflow.op_def(op) is None:
+        return (_SKIP,)  # a TraceMe of TensorFlow's own, not a node
+    return _WORK, op, node
+
+
 def _host_plane(plane: Any, tally: _Tally, node_devices: Mapping[str, str],
-                eager: dict[str, list[str]]) -> None:
-    events = []
+                eager: dict[str, deque]) -> None:
+    kinds = {key: _kind(metadata.name) for key, metadata in plane.event_metadata.items()}
+    pending = []  # eager ops: matched to their records in the order they started
+    busy_lines = set()
     for line in plane.lines:
         base_us = line.timestamp_ns / 1e3
         for event in line.events:
-            events.append((base_us + event.offset_ps / 1e6, event.duration_ps / 1e6, line.name, event))
-    events.sort(key=lambda item: item[0])
-    busy_lines = set()
-    for start, duration, line, event in events:
-        name = plane.event_metadata[event.metadata_id].name
-        if name.startswith(_EAGER):
-            op = name[len(_EAGER):]
-            if op.startswith("__") or _tensorflow.op_def(_kernels.op_type(op)) is None:
-                continue  # a function call: its nodes are counted on the executor's lines
-            op = _kernels.op_type(op)
-            queue = eager.get(op)
-            device = canonical_name(queue.pop(0)) if queue else ""
-            tally.work(device, op, start, duration)
-            if device:
-                tally.eager[(device, op)] += 1
-            busy_lines.add(line)
-            continue
-        copied = _EAGER_COPY.match(name)
-        if copied:
-            tally.moved(copied[1], copied[2], 0, start, duration)
-            continue
-        node, colon, kernel = name.rpartition(":")
-        if not colon or not node or not kernel or " " in name or "::" in name:
-            continue
-        op = _kernels.op_type(kernel)
-        if _tensorflow.op_def(op) is None and op not in _TRANSFERS | _NOT_WORK:
-            continue  # a TraceMe of TensorFlow's own, not a node
-        tally.nodes[node] += 1
-        if op in _TRANSFERS:
-            stats = _stats(plane, event)
-            parts = str(stats.get("key", "")).split(";")
-            if len(parts) >= 3:
-                tally.moved(parts[0], parts[2], 0, start, duration)
-            entry = tally.sends.setdefault((str(stats.get("from", "")), str(stats.get("to", ""))), [0, 0.0])
-            entry[0] += 1
-            entry[1] += duration
-            continue
-        if op in _NOT_WORK:
-            continue
-        tally.work(canonical_name(node_devices.get(node, "")) if node_devices.get(node) else "", op, start,
-                   duration)
-        busy_lines.add(line)
+            kind = kinds.get(event.metadata_id, (_SKIP,))
+            what = kind[0]
+            if what == _SKIP:
+                continue
+            start, duration = base_us + event.offset_ps / 1e6, event.duration_ps / 1e6
+            if what == _EAGER_OP:
+                pending.append((start, duration, kind[1], line.name))
+            elif what == _COPY:
+                tally.moved(kind[1], kind[2], 0, start, duration)
+            elif what == _WORK:
+                node = kind[2]
+                tally.nodes[node] += 1
+                device = node_devices.get(node, "")
+                tally.work(canonical_name(device) if device else "", kind[1], start, duration)
+                busy_lines.add(line.name)
+            else:
+                node = plane.event_metadata[event.metadata_id].name.rpartition(":")[0]
+                tally.nodes[node] += 1
+                if what == _SEND:
+                    stats = _stats(plane, event)
+                    parts = str(stats.get("key", "")).split(";")
+                    if len(parts) >= 3:
+                        tally.moved(parts[0], parts[2], 0, start, duration)
+                    entry = tally.sends.setdefault((str(stats.get("from", "")), str(stats.get("to", ""))), [0, 0.0])
+                    entry[0] += 1
+                    entry[1] += duration
+    pending.sort(key=lambda item: item[0])
+    for start, duration, op, line_name in pending:
+        queue = eager.get(op)
+        device = canonical_name(queue.popleft()) if queue else ""
+        tally.work(device, op, start, duration)
+        if device:
+            tally.eager[(device, op)] += 1
+            busy_lines.add(line_name)
     tally.lines += len(busy_lines)
 
 
@@ -281,9 +306,9 @@ def read_xspace(space: Any, node_devices: Mapping[str, str] = {},
       eager: (op type, device) of the block's eager ops, in the order they ran (the capture's
         "execute" records): the k-th event of an op type ran on the k-th such device.
     """
-    queues: dict[str, list[str]] = {}
+    queues: dict[str, deque] = {}
     for op, device in eager:
-        queues.setdefault(op, []).append(device)
+        queues.setdefault(op, deque()).append(device)
     tally = _Tally()
     for plane in space.planes:
         gpu = _GPU_PLANE.match(plane.name)
