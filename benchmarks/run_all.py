@@ -26,6 +26,7 @@ SUITES = [
     ("d2l GPUs chapter exercises", "bench_gpus_chapter", "run(quick={quick})"),
     ("device helpers", "bench_devices", "run()"),
     ("placement records, guards and trace", "bench_capture", "run(ops={ops})"),
+    ("transfers and timing", "bench_transfers", "run()"),
     ("replication", "bench_replication", "run()"),
     ("startup: the pytest plugin and the command line", "bench_startup", "run()"),
     ("conformance: captures against TensorFlow's own placement log", "conformance.py", "run()"),
