@@ -131,7 +131,7 @@ def test_printed_log_shows_copies_completeness_and_long_op_names():
     lines = str(log).splitlines()
     assert lines[0] == "PlacementLog: 3 records, 1 implicit copies, INCOMPLETE"
     assert "  ResourceApplyAdamWithAmsgrad  /device:CPU:0  execute   2" in lines
-    assert "    AddV2 input #1 /device:CPU:0 -> /device:CPU:1 at train.py:7  x1" in lines
+    assert "      train.py:7  x1  ? B  AddV2 input #1 CPU:0 -> CPU:1, ? B each" in lines
     assert any("incomplete log: the block ran function __inference_f_3" in line for line in lines)
 
 
