@@ -141,6 +141,8 @@ CELLS = {
     "function": "@tf.function\ndef f(x):\n    return x * 2.0\n\nf(tf.ones(2));",
     "incomplete": "%%placement\nf(tf.ones(2))",
     "repr": "_placement",
+    "timing": ('%%placement --timing\nfor device in ("CPU:0", "CPU:1"):\n    with tf.device(device):\n'
+               "        for _ in range(20):\n            t = tf.matmul(tf.ones((64, 64)), tf.ones((64, 64)))"),
 }
 FAILING = ("copy", "bad_level", "bad_option", "bad_device", "device_guard")
 # The README's example cell and what it says the magic shows.
@@ -283,6 +285,16 @@ def test_an_incomplete_log_says_so(magic):
     assert "INCOMPLETE" in page and "Incomplete log" in page
     assert "which TensorFlow placed before the block opened" in page
     assert "INCOMPLETE" in text.splitlines()[0] and "(incomplete log: the block ran function" in text
+
+
+def test_timing_leads_the_display_with_each_devices_busy_time(magic):
+    page, text = shown(magic["timing"])
+    head, *rows = table_with(page, "device / direction", "executions", "busy", "share")
+    shares = {row[0]: float(row[3].rstrip("%")) for row in rows if row[0].startswith("CPU:") and "→" not in row[0]}
+    assert set(shares) == {"CPU:0", "CPU:1"} and abs(sum(shares.values()) - 100) <= 1
+    assert tables(page)[0][0] == head  # the first table of the display
+    lines = text.splitlines()
+    assert lines[1] == "  where the time and bytes went:" and "% of all devices' busy time" in lines[2]
 
 
 def test_the_kept_log_displays_as_html(magic):
