@@ -146,7 +146,8 @@ def placed_records(nodes: list[_lowering.PlacerNode], placed: Iterable[Any]) -> 
         for tensor in node.inputs:
             if not tensor.startswith("^"):
                 consumers.setdefault(_producer(tensor), []).append(node.name)
-    absorbed: dict[str, str] = {}
+    absorbed: dict[str, str] = {}  # node -> the rewritten node that absorbed it
+    op_of = {n.name: n.op for n in nodes}
     missing = [n.name for n in nodes if n.name not in after and n.name not in devices]
     changed = True
     while changed:  # MatMul -> BiasAdd -> Relu (a _FusedMatMul named Relu): both absorbed into Relu
@@ -155,12 +156,10 @@ def placed_records(nodes: list[_lowering.PlacerNode], placed: Iterable[Any]) -> 
             if name in absorbed:
                 continue
             for consumer in consumers.get(name, ()):
-                if consumer in rewritten:
-                    absorbed[name] = after[consumer].device
-                elif consumer in absorbed:
-                    absorbed[name] = absorbed[consumer]
-                else:
+                root = consumer if consumer in rewritten else absorbed.get(consumer)
+                if root is None or not _absorbs(after[root], op_of[name]):
                     continue
+                absorbed[name] = root
                 changed = True
                 break
     records = []
@@ -171,11 +170,23 @@ def placed_records(nodes: list[_lowering.PlacerNode], placed: Iterable[Any]) -> 
             records.append(PlacementRecord(node.op, node.name, canonical_name(hit.device), "place",
                                            requested=requested, dtypes=node.dtypes))
             continue
-        device = devices.get(node.name) or absorbed.get(node.name)
+        device = devices.get(node.name) or (after[absorbed[node.name]].device if node.name in absorbed else "")
         kind = "place" if device else "removed"
         records.append(PlacementRecord(node.op, node.name, canonical_name(device) if device else "", kind,
                                        requested=requested, dtypes=node.dtypes))
     return records
+
+
+def _absorbs(fused: Any, op: str) -> bool:
+    """Whether the node Grappler rewrote, `fused`, can hold a node of type `op`: a fusion names
+    what it absorbed (`_FusedMatMul` with `fused_ops` BiasAdd, Relu holds a MatMul, a BiasAdd, a
+    Relu; an `Identity` it reads through was removed, not fused, and its device is unknown). A
+    rewrite that does not say what it absorbed holds whatever fed only it."""
+    names = [name.decode() for name in fused.attr["fused_ops"].list.s] if "fused_ops" in fused.attr else None
+    if names is None:
+        return True
+    base = _kernels.op_type(fused.op)
+    return op in names or op == (base[len("_Fused"):] if base.startswith("_Fused") else base)
 
 
 def without_sources(records: Sequence[PlacementRecord]) -> Sequence[PlacementRecord]:

@@ -143,6 +143,8 @@ def _copies(op: str, inputs: Sequence[Any], full: str, device: str) -> list[Copy
             continue
         on_host = dtype in _ON_HOST or (dtype == _INT32 and device_type != "CPU") or index in host_inputs
         where = tensor.backing_device
+        if on_host and "/device:CPU:" in where:
+            continue  # host memory is any CPU's memory: TensorFlow reads it where it is
         if where and where != (host if on_host else full):
             dtype = _kernels.dtype_name(dtype)
             size = _tensorflow.dtype_size(dtype)
