@@ -52,6 +52,7 @@ __all__ = [
     "ProfilerBusy", "profiler_start", "profiler_stop", "read_xspaces",
     # tf.data
     "variant_tensor_of", "dataset_functions", "dataset_inputs", "is_map_dataset", "is_generator_dataset",
+    "is_cache_dataset",
 ]
 
 
@@ -370,6 +371,11 @@ def dataset_inputs(dataset: tf.data.Dataset) -> list[tf.data.Dataset]:
 def is_map_dataset(dataset: tf.data.Dataset) -> bool:
     """True for the dataset `map()` makes."""
     return type(dataset).__name__ in _MAP_DATASETS
+
+
+def is_cache_dataset(dataset: tf.data.Dataset) -> bool:
+    """True for the dataset `cache()` makes (in memory or in a file)."""
+    return type(dataset).__name__ in ("CacheDataset", "_CacheDataset")
 
 
 def is_generator_dataset(dataset: tf.data.Dataset) -> bool:

@@ -6,7 +6,9 @@ the Python dataset that made it knows its functions (`map`, `filter`,
 generators) and its input datasets. `pipeline_of(variant)` finds that dataset
 on the caller's stack (where `iter(dataset)` keeps it), else among the
 objects referring to the tensor, and lists the names of its functions and
-those of its inputs, and whether tf.data's graph rewrites will run over it.
+those of its inputs, and whether tf.data's graph rewrites will run over it. A `cache()` that an
+iterator read to the end serves later iterators from memory: the functions upstream of it are not
+instantiated again (`exhausted()` learns it from the iterator's end-of-data error).
 
 Example:
     >>> import tensorflow as tf
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import weakref
 from types import FrameType
 from typing import Any, Optional
 
@@ -30,7 +33,7 @@ from tensorflow.core.framework import types_pb2
 from tfplace import _tensorflow
 from tfplace.placement import _graphs
 
-__all__ = ["pipeline_of"]
+__all__ = ["pipeline_of", "exhausted"]
 
 _STACK_DEPTH = 12
 
@@ -83,14 +86,31 @@ def _functions(dataset: Any) -> list[tuple[str, tuple[str, ...]]]:
     return [(f.name.decode() if isinstance(f.name, bytes) else f.name, _captures(f)) for f in functions]
 
 
-def pipeline_of(variant: Any, own: tuple[str, ...] = ()) -> Optional[_graphs.Pipeline]:
+# Caches an iterator read to the end: filled, they serve every later iterator, which then
+# instantiates nothing upstream of them (TensorFlow runs the upstream functions only while filling).
+_filled: "weakref.WeakSet[Any]" = weakref.WeakSet()
+# Iterators made over pipelines with a cache: id(iterator handle) -> (the handle, its caches), weakly.
+_iterators: dict[int, tuple[Any, tuple[Any, ...]]] = {}
+_LIMIT = 1024
+
+
+def exhausted(iterator: Any) -> None:
+    """The iterator whose resource handle is `iterator` reached the end of its data: its caches are filled."""
+    entry = _iterators.pop(id(iterator), None) if iterator is not None else None
+    if entry is not None and entry[0]() is iterator:
+        _filled.update(cache for cache in (ref() for ref in entry[1]) if cache is not None)
+
+
+def pipeline_of(variant: Any, own: tuple[str, ...] = (), iterator: Any = None) -> Optional[_graphs.Pipeline]:
     """The tf.data functions an iterator over the dataset whose variant tensor is `variant`
-    instantiates (None if no Python dataset holds it); `own`: the iterator op's own functions."""
+    instantiates (None if no Python dataset holds it); `own`: the iterator op's own functions;
+    `iterator`: the new iterator's resource handle (its caches fill when it reaches the end)."""
     dataset = _on_stack(variant) or _referring(variant)
     if dataset is None:
         return _graphs.Pipeline((), own) if own else None
     found: dict[str, tuple[str, ...]] = {}
     maps: list[str] = []
+    caches: list[Any] = []
     todo, seen, generator = [dataset], set(), False
     while todo:
         current = todo.pop()
@@ -102,7 +122,15 @@ def pipeline_of(variant: Any, own: tuple[str, ...] = ()) -> Optional[_graphs.Pip
         if _tensorflow.is_map_dataset(current):
             maps += [name for name, kinds in functions if not kinds]
         generator = generator or _tensorflow.is_generator_dataset(current)  # tf.data's rewrites skip these
+        if _tensorflow.is_cache_dataset(current):
+            caches.append(current)
+            if current in _filled:
+                continue  # served from the cache: nothing upstream is instantiated
         todo += _tensorflow.dataset_inputs(current)
+    if iterator is not None and caches:
+        if len(_iterators) >= _LIMIT:
+            del _iterators[next(iter(_iterators))]
+        _iterators[id(iterator)] = (weakref.ref(iterator), tuple(weakref.ref(cache) for cache in caches))
     options = dataset.options().experimental_optimization
     allowed = options.apply_default_optimizations is not False or any(
         getattr(options, name, None) is True for name in _graphs.OPTIMIZATIONS)

@@ -241,7 +241,7 @@ class _Hook:
                             later = ("dataset", op), _graphs.iterator_records(pipeline, full)
         elif kind == _ITERATOR and inputs:
             own = tuple(_function_name(attrs[i + 1]) for i in range(0, len(attrs), 2) if attrs[i] == "f")
-            pipeline = _datasets.pipeline_of(inputs[0], own)
+            pipeline = _datasets.pipeline_of(inputs[0], own, iterator=inputs[1] if len(inputs) > 1 else None)
             if pipeline is not None:
                 later = ("dataset", op), _graphs.iterator_records(pipeline, full)
         if self.sources or copies:
@@ -310,6 +310,18 @@ def _failed_dtypes(op: str, frame: Any) -> tuple[tuple[str, str], ...]:
     return ()
 
 
+def _argument(name: str, frame: Any) -> Any:
+    """The argument `name` of a failed eager op, from its generated Python function's frame (within a
+    few frames above `frame`), None when not found."""
+    for _ in range(6):
+        if frame is None:
+            return None
+        if name in frame.f_locals:
+            return frame.f_locals[name]
+        frame = frame.f_back
+    return None
+
+
 def _record_failure(error: BaseException, dtypes: Optional[tuple[tuple[str, str], ...]] = None) -> None:
     """Gives the listening hooks a "failed" record for an eager op's error (once per error);
     `dtypes` when the caller knows them, else read from the frames that called the op."""
@@ -330,6 +342,8 @@ def _record_failure(error: BaseException, dtypes: Optional[tuple[tuple[str, str]
     name = op[1] if op[1].startswith("__") else _kernels.op_type(op[1])
     if dtypes is None:
         dtypes = _failed_dtypes(name, sys._getframe(2))
+    if name == "IteratorGetNext" and isinstance(error, tf.errors.OutOfRangeError):
+        _datasets.exhausted(_argument("iterator", sys._getframe(2)))
     record = PlacementRecord(name, "", canonical_name(where), "failed",
                              source=user_line() if any(h.sources for h in hooks) else "",
                              requested=requested_name(requested), dtypes=dtypes)
