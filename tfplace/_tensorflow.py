@@ -364,8 +364,11 @@ def dataset_functions(dataset: tf.data.Dataset) -> list[Any]:
 
 
 def dataset_inputs(dataset: tf.data.Dataset) -> list[tf.data.Dataset]:
-    """The datasets a dataset reads from."""
-    return list(dataset._inputs())  # pylint: disable=protected-access
+    """The datasets a dataset is made of: those it reads from, and those it keeps as attributes
+    (`ragged_batch` keeps the `map` that encodes its elements, whose variant tensor is its own)."""
+    found = {id(d): d for d in dataset._inputs()}  # pylint: disable=protected-access
+    found.update((id(value), value) for value in vars(dataset).values() if isinstance(value, tf.data.Dataset))
+    return list(found.values())
 
 
 def is_map_dataset(dataset: tf.data.Dataset) -> bool:
