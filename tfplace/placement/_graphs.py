@@ -178,13 +178,14 @@ def placed_records(nodes: list[_lowering.PlacerNode], placed: Iterable[Any]) -> 
 
 
 def _absorbs(fused: Any, op: str) -> bool:
-    """Whether the node Grappler rewrote, `fused`, can hold a node of type `op`: a fusion names
-    what it absorbed (`_FusedMatMul` with `fused_ops` BiasAdd, Relu holds a MatMul, a BiasAdd, a
-    Relu; an `Identity` it reads through was removed, not fused, and its device is unknown). A
-    rewrite that does not say what it absorbed holds whatever fed only it."""
-    names = [name.decode() for name in fused.attr["fused_ops"].list.s] if "fused_ops" in fused.attr else None
-    if names is None:
-        return True
+    """Whether the node Grappler rewrote, `fused`, holds a node of type `op` that fed it: a fusion
+    names what it absorbed (`_FusedMatMul` with `fused_ops` BiasAdd, Relu holds a MatMul, a
+    BiasAdd, a Relu; an `Identity` it reads through was removed, not fused, and its device is
+    unknown). A rewrite that does not name what it absorbed (a `Sub` turned `SquaredDifference`)
+    holds nothing of what fed it: a removed input's device stays unknown rather than guessed."""
+    if "fused_ops" not in fused.attr:
+        return False
+    names = [name.decode() for name in fused.attr["fused_ops"].list.s]
     base = _kernels.op_type(fused.op)
     return op in names or op == (base[len("_Fused"):] if base.startswith("_Fused") else base)
 
