@@ -52,7 +52,7 @@ __all__ = [
     "ProfilerBusy", "profiler_start", "profiler_stop", "read_xspaces",
     # tf.data
     "variant_tensor_of", "dataset_functions", "dataset_inputs", "is_map_dataset", "is_generator_dataset",
-    "is_cache_dataset",
+    "is_cache_dataset", "rewrites_input_graph",
 ]
 
 
@@ -378,7 +378,13 @@ def is_map_dataset(dataset: tf.data.Dataset) -> bool:
 
 def is_cache_dataset(dataset: tf.data.Dataset) -> bool:
     """True for the dataset `cache()` makes (in memory or in a file)."""
-    return type(dataset).__name__ in ("CacheDataset", "_CacheDataset")
+    return type(dataset).__name__ == "CacheDataset"
+
+
+def rewrites_input_graph(dataset: tf.data.Dataset) -> bool:
+    """True for a dataset whose op rewrites its input's graph when it is made (`AutoShardDataset`,
+    which `experimental_distribute_dataset` adds), leaving its own `FakeSink`s in every function."""
+    return type(dataset).__name__ == "_AutoShardDataset"
 
 
 def is_generator_dataset(dataset: tf.data.Dataset) -> bool:

@@ -111,14 +111,20 @@ def pipeline_of(variant: Any, own: tuple[str, ...] = (), iterator: Any = None) -
     found: dict[str, tuple[str, ...]] = {}
     maps: list[str] = []
     caches: list[Any] = []
-    todo, seen, generator = [dataset], set(), False
+    more: dict[str, int] = {}  # function -> rewrites of its graph by datasets made over it
+    todo: list[tuple[Any, int]] = [(dataset, 0)]
+    seen: set[int] = set()
+    generator = False
     while todo:
-        current = todo.pop()
+        current, above = todo.pop()
         if id(current) in seen:
             continue
         seen.add(id(current))
         functions = _functions(current)
         found.update(functions)
+        for name, _ in functions if above else ():
+            more[name] = max(more.get(name, 0), above)
+        above += _tensorflow.rewrites_input_graph(current)
         if _tensorflow.is_map_dataset(current):
             maps += [name for name, kinds in functions if not kinds]
         generator = generator or _tensorflow.is_generator_dataset(current)  # tf.data's rewrites skip these
@@ -126,7 +132,7 @@ def pipeline_of(variant: Any, own: tuple[str, ...] = (), iterator: Any = None) -
             caches.append(current)
             if current in _filled:
                 continue  # served from the cache: nothing upstream is instantiated
-        todo += _tensorflow.dataset_inputs(current)
+        todo += [(child, above) for child in _tensorflow.dataset_inputs(current)]
     if iterator is not None and caches:
         if len(_iterators) >= _LIMIT:
             del _iterators[next(iter(_iterators))]
@@ -135,4 +141,5 @@ def pipeline_of(variant: Any, own: tuple[str, ...] = (), iterator: Any = None) -
     allowed = options.apply_default_optimizations is not False or any(
         getattr(options, name, None) is True for name in _graphs.OPTIMIZATIONS)
     return _graphs.Pipeline(tuple(found), own, allowed and not generator,
-                           tuple((name, kinds) for name, kinds in found.items() if any(kinds)), tuple(maps))
+                           tuple((name, kinds) for name, kinds in found.items() if any(kinds)), tuple(maps),
+                           tuple(sorted(more.items())))

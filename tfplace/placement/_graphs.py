@@ -311,6 +311,10 @@ class Pipeline(NamedTuple):
         types go to CPU:0) or a resource's device, "" for the iterator's.
       maps: functions of `map` datasets without captured inputs: the
         rewrites drop the identity ones.
+      more_rewrites: (function, count) for functions upstream of datasets that
+        rewrite their input's graph when they are made (`AutoShardDataset`, which
+        `experimental_distribute_dataset` adds): each leaves one more set of
+        `FakeSink`s, whatever the options say.
     """
 
     functions: tuple[str, ...]
@@ -318,6 +322,7 @@ class Pipeline(NamedTuple):
     rewritten: bool = True
     captures: tuple[tuple[str, tuple[str, ...]], ...] = ()
     maps: tuple[str, ...] = ()
+    more_rewrites: tuple[tuple[str, int], ...] = ()
 
 
 def dataset_function_names(names: Iterable[str], library: Optional[function_pb2.FunctionDefLibrary] = None) -> list[str]:
@@ -366,7 +371,7 @@ def dataset_records(pipeline: Pipeline, device: str,
     full_library = function_pb2.FunctionDefLibrary()
     if library is not None:
         full_library.CopyFrom(library)
-    own, maps = set(pipeline.own), set(pipeline.maps)
+    own, maps, more = set(pipeline.own), set(pipeline.maps), dict(pipeline.more_rewrites)
     captures = dict(pipeline.captures)
     host = device.rpartition("/device:")[0] + "/device:CPU:0"
     for name in dataset_function_names(pipeline.functions + pipeline.own, library):
@@ -378,7 +383,7 @@ def dataset_records(pipeline: Pipeline, device: str,
         arg_devices = {arg: (host if kind == "host" else canonical_name(kind)) for arg, kind in
                        zip(arguments[len(arguments) - len(kinds):], kinds) if kind}
         graph = _lowering.function_graph_def(function, _library_for(function, full_library),
-                                            fake_sinks=pipeline.rewritten and name not in own)
+                                            fake_sinks=int(pipeline.rewritten and name not in own) + more.get(name, 0))
         nodes = _lowering.placer_nodes(graph)
         lines = _function_sources.node_sources(nodes, _function_sources.lines(name))
         for node, line in zip(nodes, lines):

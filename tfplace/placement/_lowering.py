@@ -275,23 +275,25 @@ def _instantiate(fdef: function_pb2.FunctionDef, attr: Mapping, lib: Mapping):
 
 
 def function_graph_def(function_def: function_pb2.FunctionDef, library: function_pb2.FunctionDefLibrary,
-                       *, fake_sinks: bool = False) -> graph_pb2.GraphDef:
+                       *, fake_sinks: int = 0) -> graph_pb2.GraphDef:
     """The GraphDef TensorFlow builds from a FunctionDef to instantiate it (the form
     `placer_nodes` reads), for functions that graph collection does not report (tf.data functions).
 
-    `fake_sinks`: the function belongs to a dataset that tf.data's graph rewrites went through
-    (rewrite_utils.cc AddFakeSinks): they leave one `FakeSink<i>` Identity per output in it.
+    `fake_sinks`: how many of tf.data's graph rewrites went through the function's dataset
+    (rewrite_utils.cc AddFakeSinks): each leaves one `FakeSink<i>` Identity per output in it,
+    named uniquely (`FakeSink0/_7` when a first rewrite left a `FakeSink0`).
     """
     lib = {f.signature.name: f for f in library.function}
     if fake_sinks:  # added for tf.data's rewrites, which then point the results back past them
         function_def = function_pb2.FunctionDef.FromString(function_def.SerializeToString())
+    for _ in range(fake_sinks):
         for i, out in enumerate(function_def.signature.output_arg):
-            taken = {n.name for n in function_def.node_def}
-            name, k = f"FakeSink{i}", len(taken) + 1  # grappler's SetUniqueFunctionNodeName
-            while name in taken:
-                name, k = f"FakeSink{i}/_{k}", k + 1
-            sink = function_def.node_def.add(name=name, op="Identity", input=[function_def.ret[out.name]])
-            sink.attr["T"].type = out.type
+                taken = {n.name for n in function_def.node_def}
+                name, k = f"FakeSink{i}", len(taken) + 1  # grappler's SetUniqueFunctionNodeName
+                while name in taken:
+                    name, k = f"FakeSink{i}/_{k}", k + 1
+                sink = function_def.node_def.add(name=name, op="Identity", input=[function_def.ret[out.name]])
+                sink.attr["T"].type = out.type
     specs = _instantiate(function_def, {}, lib)
     graph = graph_pb2.GraphDef()
     graph.library.CopyFrom(library)
