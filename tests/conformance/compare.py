@@ -22,6 +22,11 @@ capture is the harness's JSON (`log.to_json()`), and `compare_logs()` checks:
   copies of a Python value to the device it is made on (listed as exempt);
   capture copies without a line are listed as extras (TensorFlow's own copies under a silent
   device policy, such as cross-replica reductions, are legitimately there: a human judges);
+* removed records: each names a node TensorFlow's placer printed (same name and op type, and
+  device where it has one); one that names none is a record TensorFlow never placed, a failure;
+* false copies: a capture copy without a "warn"-policy line fails, unless the program declares
+  its op type as copied by TensorFlow's own code under a silent policy
+  (`# conformance: silent-policy copies: AddN`, a strategy's cross-replica reduction);
 * function transfers: the capture's `kind="function"` copies are as many as the cross-device
   `_Send` edges of the functions the block called, one per call, counted in TensorFlow's
   partitioned graphs by `sends.py` (control edges and host-memory values left out), and each one's
@@ -88,6 +93,16 @@ def interleaved(program: Path) -> bool:
     return bool(_INTERLEAVED.search(program.read_text(encoding="utf-8")))
 
 
+# Copies TensorFlow's own code makes under a silent device policy (a strategy's cross-replica
+# reduction) happen without a "warn" line: a program names their op types, a human's judgment.
+_SILENT = re.compile(r"^#\s*conformance:\s*silent-policy copies:\s*(.+?)\s*$", re.M)
+
+
+def silent_copies(program: Path) -> frozenset[str]:
+    m = _SILENT.search(program.read_text(encoding="utf-8"))
+    return frozenset(op.strip() for op in m.group(1).split(",")) if m else frozenset()
+
+
 @dataclass
 class Result:
     program: str
@@ -119,6 +134,8 @@ class Result:
     copies_capture: int = 0
     copies_missing: list = field(default_factory=list)   # [(op, index, from, to, count)]
     copies_extra: list = field(default_factory=list)     # [(op, index, from, to, count)]
+    copies_silent: frozenset = frozenset()  # op types the program says TensorFlow copies silently
+    removed_extras: list = field(default_factory=list)   # ["name (op) device xN"] never placed by TF
     # function transfers against the partitioned graphs' cross-device _Send edges
     sends: int = 0
     function_copies: int = 0
@@ -161,6 +178,14 @@ class Result:
         if self.place_extras and EXTRAS_FAIL:
             out.append(f"{name}: {self.place_extras} capture `place` record(s) have no placer line in TF's log; first:\n"
                        + "\n".join(f"    {s}" for s in self.place_extra_list))
+        if self.removed_extras:
+            out.append(f"{name}: {len(self.removed_extras)} capture `removed` record(s) name no node TensorFlow "
+                       "placed; first:\n" + "\n".join(f"    {r}" for r in self.removed_extras[:SHOW]))
+        false = [c for c in self.copies_extra if c[0] not in self.copies_silent]
+        if false:
+            out.append(f"{name}: implicit copies the capture has and TensorFlow never made (no warn-policy line, "
+                       "and not a silent-policy copy the program declares):\n"
+                       + "\n".join(f"    {op} input #{i} {a} -> {b} x{n}" for op, i, a, b, n in false[:SHOW]))
         if self.copies_missing:
             out.append(f"{name}: implicit copies TensorFlow logged (warn policy) that the capture lacks:\n"
                        + "\n".join(f"    {op} input #{i} {a} -> {b} x{n}" for op, i, a, b, n in self.copies_missing[:SHOW]))
@@ -223,7 +248,8 @@ def _counter_diff(a: Counter, b: Counter) -> list[tuple]:
     return sorted(((*key, n) for key, n in (a - b).items()), key=lambda t: (-t[-1], t))
 
 
-def compare_logs(result: Result, log: tflog.TfLog, capture: dict, sends: Optional[dict] = None) -> Result:
+def compare_logs(result: Result, log: tflog.TfLog, capture: dict, sends: Optional[dict] = None,
+                 silent: frozenset = frozenset()) -> Result:
     """Fills `result` from TensorFlow's parsed log, the capture's JSON and the harness's count of
     cross-device `_Send` edges (`sends`, from `tests/conformance/sends.py`)."""
     sends = sends or {}
@@ -272,6 +298,11 @@ def compare_logs(result: Result, log: tflog.TfLog, capture: dict, sends: Optiona
     extras = +by_kind["place"]
     result.place_extras = sum(extras.values())
     result.place_extra_list = [f"{name} ({op}) {dev} x{n}" for name, op, dev, n in _counter_diff(extras, Counter())[:SHOW]]
+    # Removed records TensorFlow never placed: those on a device left unmatched, and those without one.
+    left = Counter({key: n for key, n in by_kind["removed"].items() if key[2] and n > 0})
+    left.update({(name, op, ""): n for (name, op), n in removed_anywhere.items() if n > 0})
+    result.removed_extras = [f"{name} ({op}) {dev or '(no device)'} x{n}" for name, op, dev, n in
+                             _counter_diff(left, Counter())]
     result.compiled = sum(1 for r in records if r["kind"] == "compiled")
     result.removed = sum(1 for r in records if r["kind"] == "removed")
     result.wrappers = len(log.wrappers)
@@ -290,6 +321,7 @@ def compare_logs(result: Result, log: tflog.TfLog, capture: dict, sends: Optiona
     result.copies_missing = _counter_diff(required, cap_copies)
     all_tf = log.copy_multiset()
     result.copies_extra = _counter_diff(cap_copies, all_tf)
+    result.copies_silent = silent
 
     # Function transfers.
     function_copies = [c for c in copies if c.get("kind") == "function"]
@@ -355,7 +387,7 @@ def run_program(program: Path | str, onednn: Optional[str] = None, timeout: floa
             return result
         report = json.loads(out.read_text(encoding="utf-8"))
     result.capture_source = report.get("capture_source", "")
-    compare_logs(result, tflog.parse(done.stderr), report["capture"], report.get("sends"))
+    compare_logs(result, tflog.parse(done.stderr), report["capture"], report.get("sends"), silent_copies(program))
     result.from_text_checked = not interleaved(program)
     if result.from_text_checked:
         result.from_text_differences = from_text_parity(done.stderr, report["capture"])

@@ -2,6 +2,7 @@
 (https://www.tensorflow.org/tutorials/distribute/custom_training), shrunk: a
 `MirroredStrategy` over CPU:0 and CPU:1, `strategy.run` and `strategy.reduce` in a custom loop.
 """
+# conformance: silent-policy copies: AddN
 import numpy as np
 import tensorflow as tf
 
