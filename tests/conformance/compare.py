@@ -221,9 +221,13 @@ class Result:
             copies = f"{self.copies_tf}(+{exempt} exempt)/{self.copies_capture}"
         if self.copies_missing:
             copies += f" missing {sum(c[-1] for c in self.copies_missing)}"
+        silent = sum(c[-1] for c in self.copies_extra if c[0] in self.copies_silent)
+        false = sum(c[-1] for c in self.copies_extra if c[0] not in self.copies_silent)
+        copies += (f" ({silent} silent-policy)" if silent else "") + (f" FALSE {false}" if false else "")
         complete = str(self.complete) + ("" if self.complete == self.complete_expected else " (!)")
         return {"program": self.program, "oneDNN": self.onednn, "eager equal": eager,
-                "nodes matched": f"{self.nodes_matched}/{self.nodes_total}", "extras": str(self.place_extras),
+                "nodes matched": f"{self.nodes_matched}/{self.nodes_total}",
+                "extras": str(self.place_extras + len(self.removed_extras)),
                 "copies TF/capture": copies,
                 "function transfers edges/capture": f"{self.sends}/{self.function_copies}"
                                                     + (f" ({len(self.bytes_wrong)} wrong bytes)" if self.bytes_wrong else ""),
