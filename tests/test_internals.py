@@ -43,6 +43,8 @@ INTERNALS = [
      "tf.data: generator datasets, which tf.data's rewrites skip (its _init_func, _next_func, _finalize_func)"),
     ("tensorflow.python.data.ops.map_op", "_ParallelMapDataset", "tf.data: the datasets map() makes"),
     ("tensorflow.python.data.ops.cache_op", "CacheDataset", "tf.data: the dataset cache() makes, known by its class name"),
+    ("tensorflow.python.data.ops.interleave_op", "_ParallelInterleaveDataset",
+     "tf.data: interleave with num_parallel_calls, known by its class name"),
     ("tensorflow.python.data.experimental.ops.distribute", "_AutoShardDataset",
      "tf.data: auto-sharding rewrites its input's graph, known by its class name"),
     ("tensorflow.python.framework.ops", "EagerTensor._datatype_enum", "copies: an input's dtype, in the op callback"),

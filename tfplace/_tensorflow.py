@@ -52,7 +52,7 @@ __all__ = [
     "ProfilerBusy", "profiler_start", "profiler_stop", "read_xspaces",
     # tf.data
     "variant_tensor_of", "dataset_functions", "dataset_inputs", "is_map_dataset", "is_generator_dataset",
-    "is_cache_dataset", "rewrites_input_graph",
+    "is_cache_dataset", "rewrites_input_graph", "is_parallel_interleave",
 ]
 
 
@@ -379,6 +379,11 @@ def is_map_dataset(dataset: tf.data.Dataset) -> bool:
 def is_cache_dataset(dataset: tf.data.Dataset) -> bool:
     """True for the dataset `cache()` makes (in memory or in a file)."""
     return type(dataset).__name__ == "CacheDataset"
+
+
+def is_parallel_interleave(dataset: tf.data.Dataset) -> bool:
+    """True for the dataset `interleave(..., num_parallel_calls=...)` makes."""
+    return type(dataset).__name__ == "_ParallelInterleaveDataset"
 
 
 def rewrites_input_graph(dataset: tf.data.Dataset) -> bool:

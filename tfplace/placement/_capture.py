@@ -59,6 +59,9 @@ class _Recorder:
                 stacklevel=user_stacklevel())
 
     def on_records(self, key: tuple, records: Sequence[PlacementRecord]) -> None:
+        if key[0] == "unseen":
+            self.log.mark_incomplete(key[1], stacklevel=user_stacklevel())
+            return
         if key[0] == "compiled":  # once per function and device; tf.data functions are placed per iterator
             if key in self.keys:
                 return

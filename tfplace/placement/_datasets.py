@@ -94,6 +94,13 @@ _iterators: dict[int, tuple[Any, tuple[Any, ...]]] = {}
 _LIMIT = 1024
 
 
+_PARALLEL_INTERLEAVE = (
+    "the block iterated a pipeline that interleaves, in parallel (interleave with num_parallel_calls), datasets "
+    "with functions of their own (from_generator, map): TensorFlow instantiates those functions on its own "
+    "threads, once per inner iterator or fewer, a number that varies from run to run and that no hook of "
+    "TensorFlow reports; this log holds them once. Interleave without num_parallel_calls to record them exactly")
+
+
 def exhausted(iterator: Any) -> None:
     """The iterator whose resource handle is `iterator` reached the end of its data: its caches are filled."""
     entry = _iterators.pop(id(iterator), None) if iterator is not None else None
@@ -112,6 +119,7 @@ def pipeline_of(variant: Any, own: tuple[str, ...] = (), iterator: Any = None) -
     maps: list[str] = []
     caches: list[Any] = []
     more: dict[str, int] = {}  # function -> rewrites of its graph by datasets made over it
+    unseen = ""
     todo: list[tuple[Any, int]] = [(dataset, 0)]
     seen: set[int] = set()
     generator = False
@@ -124,6 +132,9 @@ def pipeline_of(variant: Any, own: tuple[str, ...] = (), iterator: Any = None) -
         found.update(functions)
         for name, _ in functions if above else ():
             more[name] = max(more.get(name, 0), above)
+        if _tensorflow.is_parallel_interleave(current) and any(
+                len(_graphs.dataset_function_names([name])) > 1 for name, _ in functions):
+            unseen = _PARALLEL_INTERLEAVE
         above += _tensorflow.rewrites_input_graph(current)
         if _tensorflow.is_map_dataset(current):
             maps += [name for name, kinds in functions if not kinds]
@@ -142,4 +153,4 @@ def pipeline_of(variant: Any, own: tuple[str, ...] = (), iterator: Any = None) -
         getattr(options, name, None) is True for name in _graphs.OPTIMIZATIONS)
     return _graphs.Pipeline(tuple(found), own, allowed and not generator,
                            tuple((name, kinds) for name, kinds in found.items() if any(kinds)), tuple(maps),
-                           tuple(sorted(more.items())))
+                           tuple(sorted(more.items())), unseen)

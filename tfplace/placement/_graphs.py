@@ -315,6 +315,8 @@ class Pipeline(NamedTuple):
         rewrite their input's graph when they are made (`AutoShardDataset`, which
         `experimental_distribute_dataset` adds): each leaves one more set of
         `FakeSink`s, whatever the options say.
+      unseen: why some of the functions its iterators run are instantiated where
+        tfplace cannot count them ("" when none are).
     """
 
     functions: tuple[str, ...]
@@ -323,6 +325,7 @@ class Pipeline(NamedTuple):
     captures: tuple[tuple[str, tuple[str, ...]], ...] = ()
     maps: tuple[str, ...] = ()
     more_rewrites: tuple[tuple[str, int], ...] = ()
+    unseen: str = ""
 
 
 def dataset_function_names(names: Iterable[str], library: Optional[function_pb2.FunctionDefLibrary] = None) -> list[str]:

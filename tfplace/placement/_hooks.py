@@ -18,7 +18,9 @@ calls, for every eager op of the block:
 * `listener.on_records(key, records)` for the functions an op runs that graph
   collection does not report: an XLA function's "compiled" nodes, the `tf.data`
   functions an iterator instantiates, and a "failed" record when an eager op
-  raises (`key` names the event, so that a listener can keep it once).
+  raises (`key` names the event, so that a listener can keep it once); with
+  `key = ("unseen", reason)` and no records when an iterator runs functions
+  that no hook can count (`reason` says which).
 
 Threads: the threads TensorFlow starts for the block inherit the callback
 (`MirroredStrategy`'s replica threads, the thread pool of a collective
@@ -219,6 +221,7 @@ class _Hook:
         ran = _graphs.Placed()
         copies: Sequence[CopyRecord] = ()
         later: Optional[tuple[tuple, Sequence[PlacementRecord]]] = None
+        unseen = ""
         if kind == _OP:
             for tensor in inputs:
                 if tensor.backing_device != full:
@@ -239,11 +242,13 @@ class _Hook:
                         pipeline = _datasets.pipeline_of(tensor)
                         if pipeline is not None:
                             later = ("dataset", op), _graphs.iterator_records(pipeline, full)
+                            unseen = pipeline.unseen
         elif kind == _ITERATOR and inputs:
             own = tuple(_function_name(attrs[i + 1]) for i in range(0, len(attrs), 2) if attrs[i] == "f")
             pipeline = _datasets.pipeline_of(inputs[0], own, iterator=inputs[1] if len(inputs) > 1 else None)
             if pipeline is not None:
                 later = ("dataset", op), _graphs.iterator_records(pipeline, full)
+                unseen = pipeline.unseen
         if self.sources or copies:
             source = user_line()
             if kind == _FUNCTION:
@@ -260,6 +265,8 @@ class _Hook:
                 listener.on_function(record, placed, ran)
         if later is not None:
             self.records(*later)
+        if unseen:
+            self.records(("unseen", unseen), ())
         return None
 
 

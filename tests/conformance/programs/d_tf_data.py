@@ -34,3 +34,9 @@ def total(dataset):
 
 
 print(int(total(ds)))
+
+# Generator datasets interleaved sequentially (no num_parallel_calls): TensorFlow instantiates the
+# generator's functions on the iterating thread, the same number of times on every run.
+seq = tf.data.Dataset.range(1, 4).interleave(
+    lambda n: tf.data.Dataset.from_generator(count, args=[n], output_types=tf.int32, output_shapes=()), cycle_length=2)
+print([int(v) for v in seq])
