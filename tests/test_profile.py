@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -150,31 +149,184 @@ def test_trace_with_timing_leads_with_time_shares_and_writes_them(tmp_path):
     assert data["transfers"][0]["op"] == "AddV2" and data["transfers"][0]["count"] == 50
 
 
+class _Plane:
+    """An XPlane written as TensorFlow's profiler writes one: metadata by id, string stats as
+    references to stat metadata (as `cupti_collector.cc` adds `kernel_details`, `memcpy_details`, `tf_op`)."""
+
+    def __init__(self, space, name):
+        self.plane = space.planes.add(id=len(space.planes) + 1, name=name)
+
+    def _id(self, table, name):
+        for key, metadata in table.items():
+            if metadata.name == name:
+                return key
+        key = len(table) + 1
+        table[key].id, table[key].name = key, name
+        return key
+
+    def line(self, name, timestamp_ns=1_000):
+        return self.plane.lines.add(id=len(self.plane.lines) + 1, name=name, timestamp_ns=timestamp_ns)
+
+    def event(self, line, name, offset_us, duration_us, /, **stats):
+        event = line.events.add(metadata_id=self._id(self.plane.event_metadata, name),
+                                offset_ps=int(offset_us * 1e6), duration_ps=int(duration_us * 1e6))
+        for stat, value in stats.items():
+            added = event.stats.add(metadata_id=self._id(self.plane.stat_metadata, stat))
+            if isinstance(value, str):
+                added.ref_value = self._id(self.plane.stat_metadata, value)
+            else:
+                added.uint64_value = value
+
+
+KERNEL = "regs:64 static_shared:0 dynamic_shared:0 grid:4,1,1 block:256,1,1 occ_pct:50"
+
+
 def test_the_gpu_plane_reader_on_a_written_profile():
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     from tfplace.placement import _profile
 
     space = xplane_pb2.XSpace()
-    plane = space.planes.add(id=1, name="/device:GPU:0")
-    for index, name in enumerate(["kernel_details", "memcpy_details", "device_id"], start=1):
-        plane.stat_metadata[index].id = index
-        plane.stat_metadata[index].name = name
-    for index, name in enumerate(["volta_sgemm_128x64_nn", "relu_kernel", "MemcpyH2D"], start=1):
-        plane.event_metadata[index].id = index
-        plane.event_metadata[index].name = name
-    stream = plane.lines.add(id=7, name="Stream #7(MemcpyH2D,Compute)", timestamp_ns=1_000)
-    for metadata, offset_ps, duration_ps, stat, text in [
-            (1, 0, 250_000_000, 1, "regs:64 static_shared:0 grid:4,1,1 block:256,1,1"),
-            (2, 300_000_000, 50_000_000, 1, "regs:16 grid:1,1,1 block:128,1,1"),
-            (3, 400_000_000, 700_000_000, 2, "kind_src:Host kind_dst:Device size:4194304 dest:0 async:1")]:
-        event = stream.events.add(metadata_id=metadata, offset_ps=offset_ps, duration_ps=duration_ps)
-        event.stats.add(metadata_id=stat, str_value=text)
+    gpu = _Plane(space, "/device:GPU:0")
+    stream = gpu.line("Stream #7(Kernel,MemcpyH2D)")
+    gpu.event(stream, "volta_sgemm_128x64_nn", 0, 250, correlation_id=11, context_id="$$1",
+              kernel_details=KERNEL, tf_op="dense/MatMul:MatMul")
+    gpu.event(stream, "relu_kernel", 300, 50, correlation_id=12, context_id="$$1", kernel_details=KERNEL)
+    gpu.event(stream, "MemcpyH2D", 400, 700, correlation_id=13, context_id="$$1",
+              memcpy_details="kind_src:pageable kind_dst:device size:4194304 dest:0 async:1")
     timing = _profile.read_xspace(space)
     assert timing.devices == {"/device:GPU:0": (2, 300.0)}  # 250 µs + 50 µs of kernels
-    assert timing.ops[("/device:GPU:0", "volta_sgemm_128x64_nn")] == (1, 250.0)
+    assert timing.ops == {("/device:GPU:0", "MatMul"): (1, 250.0), ("/device:GPU:0", "relu_kernel"): (1, 50.0)}
     assert timing.transfers == {("/device:CPU:0", "/device:GPU:0"): (1, 4194304, 700.0)}
-    assert timing.threads == 1
+    assert timing.threads == 1 and timing.wall_us == 1100.0
+
+
+def test_gpu_copies_out_and_between_gpus_and_a_host_op_on_a_timed_gpu():
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    from tfplace.placement import _profile
+
+    space = xplane_pb2.XSpace()
+    host = _Plane(space, "/host:CPU")
+    python = host.line("python")
+    host.event(python, "EagerLocalExecute: MatMul", 0, 30)  # the launch, on the host
+    gpus = [_Plane(space, f"/device:GPU:{n}") for n in range(2)]
+    copies = gpus[0].line("Stream #14(MemcpyD2H,MemcpyP2P,MemcpyD2D)")
+    for name, offset, duration, details in [
+            ("MemcpyD2H", 0, 10, "kind_src:device kind_dst:pinned size:1024 dest:0 async:1"),
+            ("MemcpyP2P", 20, 30, "kind_src:device kind_dst:device size:2048 dest:1 async:1"),
+            ("MemcpyD2D", 60, 5, "kind_src:device kind_dst:device size:64 dest:0 async:1"),
+            ("MemcpyOther", 70, 5, "kind_src:pageable kind_dst:pinned size:8 dest:0 async:0")]:  # host to host
+        gpus[0].event(copies, name, offset, duration, memcpy_details=details)
+    gpus[1].event(gpus[1].line("Stream #3(Kernel)"), "sgemm", 0, 40, kernel_details=KERNEL, tf_op="MatMul:MatMul")
+    timing = _profile.read_xspace(space, eager=[("MatMul", "/device:GPU:1")])
+    assert timing.transfers == {("/device:GPU:0", "/device:CPU:0"): (1, 1024, 10.0),
+                                ("/device:GPU:0", "/device:GPU:1"): (1, 2048, 30.0),
+                                ("/device:GPU:0", "/device:GPU:0"): (1, 64, 5.0)}
+    # GPU:1 is timed from its plane: its kernel, not the host's 30 µs launch; the eager op is still seen.
+    assert timing.devices == {"/device:GPU:1": (1, 40.0)} and timing.eager == {("/device:GPU:1", "MatMul"): 1}
+
+
+def test_host_events_count_leaf_work_once():
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    from tfplace.placement import _profile
+
+    space = xplane_pb2.XSpace()
+    host = _Plane(space, "/host:CPU")
+    python = host.line("python")
+    host.event(python, "EagerExecute", 0, 110, eager_op="MatMul", is_func=0)
+    host.event(python, "EagerLocalExecute: MatMul", 5, 100)  # its first 40 µs make the kernel
+    host.event(python, "EagerKernelExecute", 45, 60)
+    host.event(python, "KernelAndDeviceFunc::Run", 46, 58)
+    host.event(python, "EagerLocalExecute: __inference_f_19", 200, 100)  # a call: its nodes count
+    host.event(python, "EagerKernelExecute", 201, 98)
+    pool = host.line("tf_Compute/1")
+    host.event(pool, "MatMul:_MklMatMul", 210, 50)
+    host.event(pool, "Sum:Sum", 240, 40)  # overlaps the MatMul's last 20 µs on the same thread
+    host.event(pool, "ExecutorState::ProcessAsync::Start", 205, 2, name="x/_2", kernel_type="_Recv")
+    host.event(pool, "x/_1:_Send", 208, 1, key="/job:localhost/replica:0/task:0/device:CPU:0;1;"
+               "/job:localhost/replica:0/task:0/device:CPU:1;edge_2_x;0:0", **{"from": "x", "to": "MatMul"})
+    timing = _profile.read_xspace(space, {"MatMul": "/device:CPU:1", "Sum": "/device:CPU:0"},
+                                  [("MatMul", "/device:CPU:0")])
+    assert timing.ops == {("/device:CPU:0", "MatMul"): (1, 60.0), ("/device:CPU:0", "Sum"): (1, 20.0),
+                          ("/device:CPU:1", "MatMul"): (1, 50.0)}
+    assert timing.nodes == {"MatMul": 1, "Sum": 1, "x/_2": 1, "x/_1": 1}
+    assert timing.transfers == {("/device:CPU:0", "/device:CPU:1"): (1, 0, 1.0)}
+    assert timing.sends == {("x", "MatMul"): (1, 1.0)} and timing.threads == 2
+    assert sum(busy for _, busy in timing.devices.values()) <= timing.wall_us * timing.threads
+
+
+def test_function_nodes_on_the_devices_of_the_placed_graphs(tmp_path):
+    out = run_file(tmp_path, """
+        from tfplace import _tensorflow
+        from tfplace.placement import _profile
+        x = tf.ones((256, 256))
+
+        @tf.function
+        def step(x):
+            with tf.device("CPU:1"):
+                y = tf.matmul(x, x)
+            with tf.device("CPU:0"):
+                return tf.reduce_sum(y)
+
+        _tensorflow.enable_graph_collection()
+        step(x)
+        graphs = [g for f in _tensorflow.export_run_metadata().function_graphs for g in f.partition_graphs]
+        _tensorflow.disable_graph_collection()
+        devices = {n.name: n.device for g in graphs for n in g.node}
+        session = _profile.Session.start()
+        for _ in range(3):
+            step(x)
+        timing = _profile.read_xspace(session.stop(), devices)
+        report({"missing": session.missing, "ops": [[d, o, n] for (d, o), (n, _) in timing.ops.items()],
+                "nodes": timing.nodes, "transfers": [[a, b, n] for (a, b), (n, _, _) in timing.transfers.items()],
+                "ops_of": {n.name: n.op for g in graphs for n in g.node}})
+    """)
+    assert out["missing"] == ""
+    ops = {(d, o): n for d, o, n in out["ops"]}
+    assert ops == {("/device:CPU:1", "MatMul"): 3, ("/device:CPU:0", "Sum"): 3}
+    receives = [name for name, op in out["ops_of"].items() if op == "_Recv"]
+    sends = [name for name, op in out["ops_of"].items() if op == "_Send"]
+    assert len(receives) == len(sends) == 2
+    assert all(out["nodes"].get(name) == 3 for name in receives + sends + ["MatMul", "Sum"])
+    assert sorted(out["transfers"]) == [["/device:CPU:0", "/device:CPU:1", 3], ["/device:CPU:1", "/device:CPU:0", 3]]
+
+
+def test_a_session_while_another_is_active_starts_nothing_and_disturbs_nothing(tmp_path):
+    out = run_file(tmp_path, """
+        import glob, tempfile
+        from tensorflow.tsl.profiler.protobuf import xplane_pb2
+        from tfplace.placement import _profile
+        x = tf.ones((64, 64))
+        theirs = tempfile.mkdtemp()
+        tf.profiler.experimental.start(theirs)
+        tf.matmul(x, x)
+        second = _profile.Session.start()
+        tf.matmul(x, x)
+        stopped = second.stop()
+        tf.matmul(x, x)
+        tf.profiler.experimental.stop()  # still theirs to stop
+        path, = glob.glob(theirs + "/plugins/profile/*/*.xplane.pb")
+        space = xplane_pb2.XSpace.FromString(open(path, "rb").read())
+        theirs_saw = sum(1 for p in space.planes for line in p.lines for e in line.events
+                         if p.event_metadata[e.metadata_id].name == "EagerLocalExecute: MatMul")
+        ours = _profile.Session.start()
+        tf.matmul(x, x)
+        nested = _profile.Session.start()
+        nested_stopped = nested.stop()
+        ours_timing = _profile.read_xspace(ours.stop(), eager=[("MatMul", "/device:CPU:0")])
+        report({"missing": second.missing, "stopped": stopped is None, "theirs_saw": theirs_saw,
+                "nested": nested.missing, "nested_stopped": nested_stopped is None, "ours": ours.missing,
+                "ours_ops": ours_timing.ops[("/device:CPU:0", "MatMul")][0], "again": _profile.Session.start().missing})
+    """)
+    assert out["missing"].startswith("another TensorFlow profiler session was active (TensorFlow said: Another "
+                                     "profiler is running")
+    assert "\n" not in out["missing"] and out["stopped"]
+    assert out["theirs_saw"] == 3  # before, during and after the second session's attempt
+    assert out["nested"].startswith("another TensorFlow profiler session was active") and out["nested_stopped"]
+    assert out["ours"] == "" and out["ours_ops"] == 1
+    assert out["again"] == ""  # stopping leaves the profiler free
 
 
 @pytest.mark.parametrize("program", ["b_keras_dense", "h_mirrored"])

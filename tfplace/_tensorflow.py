@@ -49,7 +49,7 @@ __all__ = [
     # op definitions and the kernel registry
     "op_def", "registered_kernels",
     # the profiler
-    "ProfilerBusy", "profiler_start", "profiler_stop", "read_xspaces",
+    "ProfilerBusy", "ProfilerError", "profiler_start", "profiler_stop", "read_xspaces",
     # tf.data
     "variant_tensor_of", "dataset_functions", "dataset_inputs", "is_map_dataset", "is_generator_dataset",
     "is_cache_dataset", "rewrites_input_graph", "is_parallel_interleave",
@@ -402,6 +402,8 @@ def is_generator_dataset(dataset: tf.data.Dataset) -> bool:
 
 # What `start` raises while another session runs ("Another profiler is running") and `stop` without one.
 ProfilerBusy = (tf.errors.AlreadyExistsError, tf.errors.UnavailableError)
+# What `start` and `stop` raise at all: those, and errors creating or writing the profile's folder.
+ProfilerError = tf.errors.OpError
 
 
 def profiler_start(logdir: str) -> None:

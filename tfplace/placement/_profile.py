@@ -2,31 +2,47 @@
 
 What TensorFlow 2.21's profiler writes (`tf.profiler.experimental.start/stop`, one session per
 process; `<logdir>/plugins/profile/<run>/<host>.xplane.pb`, an `XSpace` read with the
-profiler's own schema, `xplane_pb2`), checked on CPU with two logical devices:
+profiler's own schema, `xplane_pb2`), checked on CPU with two logical devices, oneDNN on and off:
 
-* The `/host:CPU` plane has one line per Python thread (`python`) and one per executor thread
-  (`tf_Compute/<id>`). Times are picoseconds from the line's `timestamp_ns`.
-* An eager op is an `EagerLocalExecute: MatMul` event on its Python thread's line, spanning its
-  kernel (eager kernels run inline); a function call is `EagerLocalExecute: __inference_f_10`,
-  spanning the function's run. No stat names the device: the k-th event of an op type is the
-  k-th "execute" record of that op type in the capture's log (the capture passes them in order).
-* A function's node is a `<node>:<kernel>` event on an executor line (`MatMul:_MklMatMul`,
-  `Sum:Sum`): no stat names the device either; the capture passes each node's device from its
-  records. A `_Send` node (`x/_1:_Send`) carries stats `from` (the producer node), `to` (the
-  consumer) and `key` (`<send device>;<id>;<recv device>;<edge>;...`): one per transfer that ran.
-* An eager copy between devices is an `EagerCopyToDevice` event on the Python line, with a
-  `_Send input 0 from <device> to <device>` event for each tensor moved.
+* The `/host:CPU` plane has one line per Python thread (`python`), one per thread of the
+  inter-op pool (`tf_Compute/<id>`, shared by every device) and tf.data's threads. Times are
+  picoseconds from the line's `timestamp_ns`.
+* An eager op is `EagerExecute` (stats `eager_op`, `is_func`) around `EagerLocalExecute: MatMul`
+  on its Python thread's line; inside that, `ValidateInputTypeAndPlacement` (holding a
+  `_Send input <i> from <device> to <device>` event per input copied to the op's device),
+  then `EagerKernelExecute` around `KernelAndDeviceFunc::Run`, the kernel's run. The first run
+  of an op on a device spends milliseconds outside `EagerKernelExecute` (making the kernel), so
+  an eager op's time is its `EagerKernelExecute`. Two `EagerCopyToDevice` events come with
+  every op, copy or not. No stat and no line names the device (`MemoryAllocation`'s
+  `allocator_name`, `mklcpu` or `cpu`, is one allocator for every CPU): the k-th event of an op
+  type is the k-th "execute" record of that op type in the capture's log (the caller passes
+  them in order). A function call is `EagerLocalExecute: __inference_f_19`, spanning its run.
+* A function's node that runs synchronously is a `<node>:<kernel>` event (`MatMul:_MklMatMul`
+  or `MatMul:MatMul`, `Sum:Sum`) on an executor line, or on the Python line when the function
+  runs inline; no stat names its device, the caller passes each node's device. A `_Send`
+  (`x/_1:_Send`) carries stats `from` (the producer node), `to` (the consumer) and `key`
+  (`<send device>;<id>;<recv device>;<edge>;<frame>:<iteration>`). An asynchronous node
+  (`_Recv`, a call) has no such event: `ExecutorState::ProcessAsync::Start` with stats `name`
+  (the node) and `kernel_type` (`_Recv`) marks each run.
 * A second `start` while a session runs raises `AlreadyExistsError` ("Another profiler is
-  running"); a `stop` without one raises `UnavailableError`.
+  running"), whether the session is the Python API's (a user's, Keras' TensorBoard callback,
+  `tf.summary.trace_on(profiler=True)`) or one TensorFlow's profiler server started; a `stop`
+  without one raises `UnavailableError`.
 
-On a GPU, TensorFlow's device tracer adds a `/device:GPU:<n>` plane per GPU: kernels are events
-on its stream lines, and copies are `MemcpyH2D`, `MemcpyD2H`, `MemcpyD2D` and `MemcpyP2P` events
-whose `memcpy_details` stat reads `kind_src:... kind_dst:... size:<bytes> dest:<device> async:...`
-(stat names as `tsl/profiler/utils/xplane_schema.cc` declares them). That reading is checked on
-XSpace protos the tests write in the schema, not on GPU hardware.
+On a GPU, TensorFlow's device tracer (CUPTI) adds a `/device:GPU:<n>` plane per GPU with a
+`Stream #<id>(...)` line per stream. Names as openxla/xla writes them
+(`xla/tsl/profiler/utils/xplane_schema.cc`: `kGpuPlanePrefix`, the stats `kernel_details`,
+`memcpy_details`, `tf_op`; `xla/backends/profiler/gpu/cupti_buffer_events.cc`: events
+`MemcpyH2D`, `MemcpyD2H`, `MemcpyD2D`, `MemcpyP2P`, `MemcpyOther`, a peer copy on its source
+GPU's plane; `xla/backends/profiler/gpu/cupti_collector.cc`: `kernel_details` on every kernel,
+`memcpy_details` reading `kind_src:pageable kind_dst:device size:<bytes> dest:<device id>
+async:1`, both as references to stat metadata, and `tf_op`, the launching op's `<node>:<type>`).
+That reading is checked on XSpace protos the tests write in that schema, not on GPU hardware.
 
-Busy time counts leaf work once: eager ops' events, function nodes' events (not the function
-call around them, nor `_Send`/`_Recv`, which are transfers), GPU kernels.
+Busy time counts leaf work once: eager ops' kernel runs, function nodes' events (not the call
+around them, nor `_Send`/`_Recv`, which are transfers), GPU kernels; a device with its own plane
+is timed from that plane only. Events on one line never count twice: the part of an event
+that an earlier counted event on its line already covers adds executions, not time.
 
 Example:
     >>> import tensorflow as tf
@@ -35,8 +51,8 @@ Example:
     >>> session = _profile.Session.start()
     >>> y = tf.matmul(x, x)
     >>> timing = _profile.read_xspace(session.stop(), eager=[("MatMul", "/device:CPU:0")])
-    >>> timing.ops[("/device:CPU:0", "MatMul")][0]
-    1
+    >>> timing.ops[("/device:CPU:0", "MatMul")][0] >= 1
+    True
 """
 
 from __future__ import annotations
@@ -55,11 +71,17 @@ from tfplace.placement import _kernels
 __all__ = ["Session", "Timing", "read_xspace"]
 
 _EAGER = "EagerLocalExecute: "
+_KERNEL_RUN = "EagerKernelExecute"
+_ASYNC_START = "ExecutorState::ProcessAsync::Start"
 _EAGER_COPY = re.compile(r"^_Send input \d+ from (\S+) to (\S+)$")
 _TRANSFERS = frozenset({"_Send", "_HostSend"})
 _NOT_WORK = frozenset({"_Recv", "_HostRecv", "PartitionedCall", "StatefulPartitionedCall", "If", "StatelessIf",
                        "While", "StatelessWhile", "Case", "StatelessCase", "RemoteCall"})
-_MEMCPY = {"MemcpyH2D": "HtoD", "MemcpyD2H": "DtoH", "MemcpyD2D": "DtoD", "MemcpyP2P": "PtoP"}
+_GPU_PLANE = re.compile(r"^/device:GPU:(\d+)$")
+# Copies: where each side is, by the event's name (CUPTI's copy kind), else by memcpy_details' kinds.
+_MEMCPY_SIDES = {"MemcpyH2D": (True, False), "MemcpyD2H": (False, True), "MemcpyD2D": (False, False),
+                 "MemcpyP2P": (False, False)}
+_HOST_MEMORY = frozenset({"pageable", "pinned"})
 _HOST = "/device:CPU:0"
 
 
@@ -67,8 +89,8 @@ class Session:
     """One profiler session around a block: `Session.start()`, then `stop()` for its `XSpace`.
 
     Attributes:
-      missing: why there is no profile ("" while there may be one): another profiler
-        session was active when it started, or stopping failed.
+      missing: why there is no profile ("" while there may be one): another profiler session was
+        active when it started, or the profiler could not start, stop or write its profile.
     """
 
     def __init__(self, logdir: Optional[str], missing: str = "") -> None:
@@ -76,33 +98,54 @@ class Session:
 
     @classmethod
     def start(cls) -> "Session":
-        """Starts TensorFlow's profiler in a fresh folder, unless another session holds it (then
-        `missing` says so and nothing starts)."""
+        """Starts TensorFlow's profiler in a fresh folder, unless it cannot (then `missing` says why
+        and nothing starts). Another session is known by what TensorFlow's `start` raises
+        (`AlreadyExistsError`): that covers the sessions of its Python API and of its profiler
+        server alike, where a look at the Python API's state would miss the server's. (Refused by
+        a server's session, TensorFlow keeps its Python API's unstarted session object until a
+        `tf.profiler.experimental.stop()`; tfplace leaves TensorFlow's state as it is.)"""
         logdir = tempfile.mkdtemp(prefix="tfplace-profile-")
         try:
             _tensorflow.profiler_start(logdir)
-        except _tensorflow.ProfilerBusy as error:
+        except _tensorflow.ProfilerError as error:
             shutil.rmtree(logdir, ignore_errors=True)
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            return cls(None, "another TensorFlow profiler session was active (TensorFlow said: "
-                             f"{first}); TensorFlow runs one per process")
+            said = _first_line(error)
+            if isinstance(error, _tensorflow.ProfilerBusy):
+                return cls(None, f"another TensorFlow profiler session was active (TensorFlow said: {said}); "
+                                 "TensorFlow runs one per process")
+            return cls(None, f"TensorFlow's profiler did not start in {logdir} (TensorFlow said: {said})")
         return cls(logdir)
 
     def stop(self) -> Optional[Any]:
-        """Stops the profiler and returns its `XSpace` (None when it never started or stopping failed)."""
+        """Stops the profiler and returns its `XSpace`; None when it never started, or when stopping
+        or reading failed (then `missing` says why). Safe after a block that raised."""
         if self.logdir is None:
             return None
         logdir, self.logdir = self.logdir, None
         try:
             try:
                 _tensorflow.profiler_stop()
-            except _tensorflow.ProfilerBusy as error:
-                self.missing = f"TensorFlow's profiler could not stop ({str(error).strip() or type(error).__name__})"
+            except _tensorflow.ProfilerError as error:
+                self.missing = f"TensorFlow's profiler could not stop and write to {logdir} " \
+                               f"(TensorFlow said: {_first_line(error)})"
                 return None
-            return _tensorflow.read_xspaces(os.path.join(root, name) for root, _, names in os.walk(logdir)
-                                            for name in names if name.endswith(".xplane.pb"))
+            paths = [os.path.join(root, name) for root, _, names in os.walk(logdir)
+                     for name in names if name.endswith(".xplane.pb")]
+            try:
+                space = _tensorflow.read_xspaces(paths)
+            except OSError as error:
+                self.missing = f"the profile in {logdir} could not be read ({error})"
+                return None
+            if space is None:
+                self.missing = f"TensorFlow's profiler wrote no *.xplane.pb file into {logdir}"
+            return space
         finally:
             shutil.rmtree(logdir, ignore_errors=True)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 class Timing(NamedTuple):
@@ -110,14 +153,16 @@ class Timing(NamedTuple):
 
     Attributes:
       devices: canonical device name -> (executions, busy µs).
-      ops: (device, op type) -> (executions, µs).
+      ops: (device, op type) -> (executions, µs); on a GPU, kernels (an op may launch several),
+        under the op type of the launching op where the profile names it, else the kernel's name.
       transfers: (from_device, to_device) -> (count, bytes or 0 when unknown, µs).
-      nodes: function node name -> executions (`_Send` nodes included).
+      nodes: function node name -> executions (`_Send` and `_Recv` nodes included).
       sends: (producer node, consumer node) -> (executions, µs) of the `_Send` between them (in a
         loop, the send at the loop's exit runs once more per run, carrying no value).
-      wall_us: the span of the profiled events.
-      threads: how many thread and stream lines had work.
-      eager: (device, op type) -> executions of eager ops (a part of `ops`).
+      wall_us: the span of the counted events.
+      threads: how many thread and stream lines had counted work.
+      eager: (device, op type) -> executions of eager ops seen on the host (for a device timed
+        from its own plane, not a part of `ops`).
       unattributed: events whose device is unknown (eager events beyond the records
         passed, nodes without a device).
     """
@@ -143,31 +188,30 @@ def _stats(plane: Any, event: Any) -> dict[str, Any]:
     return {plane.stat_metadata[s.metadata_id].name: _stat(plane, s) for s in event.stats}
 
 
-def _memcpy(details: str) -> dict[str, str]:
-    """`kind_src:Host kind_dst:Device size:4194304 dest:0 async:1` as a dict."""
-    return dict(part.split(":", 1) for part in details.split() if ":" in part)
+def _details(text: str) -> dict[str, str]:
+    """`kind_src:pageable kind_dst:device size:4194304 dest:0 async:1` as a dict."""
+    return dict(part.split(":", 1) for part in text.split() if ":" in part)
 
 
 class _Tally:
-    def __init__(self) -> None:
-        self.ops: dict[tuple[str, str], list[float]] = {}
-        self.transfers: dict[tuple[str, str], list[float]] = {}
+    def __init__(self, planes: frozenset) -> None:
+        self.planes = planes  # devices timed from their own plane
+        self.work: dict[Any, list] = {}  # line -> [(start µs, µs, device, op)]
+        self.ops: dict[tuple[str, str], list] = {}
+        self.transfers: dict[tuple[str, str], list] = {}
         self.nodes: Counter = Counter()
         self.sends: dict[tuple[str, str], list] = {}
         self.first = float("inf")
         self.last = float("-inf")
-        self.lines = 0
         self.eager: Counter = Counter()
         self.unattributed = 0
 
-    def work(self, device: str, op: str, start_us: float, duration_us: float) -> None:
+    def ran(self, line: Any, device: str, op: str, start_us: float, duration_us: float, host: bool) -> None:
+        """Work on `device` seen on `line` (a host line when `host`)."""
         if not device:
             self.unattributed += 1
-            return
-        entry = self.ops.setdefault((device, op), [0, 0.0])
-        entry[0] += 1
-        entry[1] += duration_us
-        self.span(start_us, duration_us)
+        elif not (host and device in self.planes):
+            self.work.setdefault(line, []).append((start_us, duration_us, device, op))
 
     def span(self, start_us: float, duration_us: float) -> None:
         self.first = min(self.first, start_us)
@@ -181,6 +225,14 @@ class _Tally:
         self.span(start_us, duration_us)
 
     def timing(self) -> Timing:
+        for events in self.work.values():
+            covered = float("-inf")
+            for start, duration, device, op in sorted(events):
+                entry = self.ops.setdefault((device, op), [0, 0.0])
+                entry[0] += 1
+                entry[1] += max(0.0, start + duration - max(start, covered))
+                covered = max(covered, start + duration)
+                self.span(start, duration)
         devices: dict[str, list] = {}
         for (device, _), (count, time) in self.ops.items():
             entry = devices.setdefault(device, [0, 0.0])
@@ -190,20 +242,24 @@ class _Tally:
         return Timing({d: (n, t) for d, (n, t) in sorted(devices.items())},
                       {k: (n, t) for k, (n, t) in sorted(self.ops.items())},
                       {k: (n, b, t) for k, (n, b, t) in self.transfers.items()},
-                      dict(self.nodes), {k: (n, t) for k, (n, t) in self.sends.items()}, wall, self.lines,
+                      dict(self.nodes), {k: (n, t) for k, (n, t) in self.sends.items()}, wall, len(self.work),
                       dict(self.eager), self.unattributed)
 
 
-_SKIP, _EAGER_OP, _COPY, _WORK, _SEND, _OTHER_NODE = range(6)
+_SKIP, _EAGER_OP, _KERNEL, _COPY, _WORK, _SEND, _OTHER_NODE, _ASYNC = range(8)
 
 
 def _kind(name: str) -> tuple:
-    """What an event name of the host plane is: (kind, op type or devices)."""
+    """What an event name of a host plane is: (kind, op type or devices)."""
     if name.startswith(_EAGER):
         op = name[len(_EAGER):]
         if op.startswith("__") or _tensorflow.op_def(_kernels.op_type(op)) is None:
-            return (_SKIP,)  # a function call: its nodes are counted on the executor's lines
+            return (_SKIP,)  # a function call: its nodes are counted on their own
         return _EAGER_OP, _kernels.op_type(op)
+    if name == _KERNEL_RUN:
+        return (_KERNEL,)
+    if name == _ASYNC_START:
+        return (_ASYNC,)
     copied = _EAGER_COPY.match(name)
     if copied:
         return _COPY, copied[1], copied[2]
@@ -220,13 +276,12 @@ def _kind(name: str) -> tuple:
     return _WORK, op, node
 
 
-def _host_plane(plane: Any, tally: _Tally, node_devices: Mapping[str, str],
-                eager: dict[str, deque]) -> None:
+def _host_plane(plane: Any, tally: _Tally, node_devices: Mapping[str, str], pending: list) -> None:
+    """Reads a host plane into `tally`; its eager ops go to `pending` (matched to records later)."""
     kinds = {key: _kind(metadata.name) for key, metadata in plane.event_metadata.items()}
-    pending = []  # eager ops: matched to their records in the order they started
-    busy_lines = set()
     for line in plane.lines:
         base_us = line.timestamp_ns / 1e3
+        eager, kernels = [], []
         for event in line.events:
             kind = kinds.get(event.metadata_id, (_SKIP,))
             what = kind[0]
@@ -234,15 +289,20 @@ def _host_plane(plane: Any, tally: _Tally, node_devices: Mapping[str, str],
                 continue
             start, duration = base_us + event.offset_ps / 1e6, event.duration_ps / 1e6
             if what == _EAGER_OP:
-                pending.append((start, duration, kind[1], line.name))
+                eager.append([start, duration, kind[1]])
+            elif what == _KERNEL:
+                kernels.append((start, duration))
             elif what == _COPY:
                 tally.moved(kind[1], kind[2], 0, start, duration)
             elif what == _WORK:
-                node = kind[2]
-                tally.nodes[node] += 1
-                device = node_devices.get(node, "")
-                tally.work(canonical_name(device) if device else "", kind[1], start, duration)
-                busy_lines.add(line.name)
+                tally.nodes[kind[2]] += 1
+                device = node_devices.get(kind[2], "")
+                tally.ran((plane.name, line.id), canonical_name(device) if device else "", kind[1], start, duration,
+                          True)
+            elif what == _ASYNC:
+                node = str(_stats(plane, event).get("name", ""))
+                if node:
+                    tally.nodes[node] += 1
             else:
                 node = plane.event_metadata[event.metadata_id].name.rpartition(":")[0]
                 tally.nodes[node] += 1
@@ -254,46 +314,56 @@ def _host_plane(plane: Any, tally: _Tally, node_devices: Mapping[str, str],
                     entry = tally.sends.setdefault((str(stats.get("from", "")), str(stats.get("to", ""))), [0, 0.0])
                     entry[0] += 1
                     entry[1] += duration
-    pending.sort(key=lambda item: item[0])
-    for start, duration, op, line_name in pending:
-        queue = eager.get(op)
-        device = canonical_name(queue.popleft()) if queue else ""
-        tally.work(device, op, start, duration)
-        if device:
-            tally.eager[(device, op)] += 1
-            busy_lines.add(line_name)
-    tally.lines += len(busy_lines)
+        _kernel_times(eager, kernels)
+        pending.extend((start, duration, op, (plane.name, line.id)) for start, duration, op in eager)
+
+
+def _kernel_times(eager: list, kernels: list) -> None:
+    """Gives each eager op ([start, µs, op]) the start and time of its kernel runs (the
+    `EagerKernelExecute` events inside it on its line), where it has any."""
+    eager.sort()
+    kernels.sort()
+    k = 0
+    for op in eager:
+        end = op[0] + op[1]
+        while k < len(kernels) and kernels[k][0] < op[0]:
+            k += 1
+        inside = []
+        while k < len(kernels) and kernels[k][0] + kernels[k][1] <= end:
+            inside.append(kernels[k])
+            k += 1
+        if inside:
+            op[0], op[1] = inside[0][0], sum(duration for _, duration in inside)
 
 
 def _gpu_plane(plane: Any, tally: _Tally, device: str) -> None:
-    busy_lines = set()
+    kinds = {key: metadata.name for key, metadata in plane.event_metadata.items()}
     for line in plane.lines:
         base_us = line.timestamp_ns / 1e3
         for event in line.events:
-            name = plane.event_metadata[event.metadata_id].name
-            start, duration = base_us + event.offset_ps / 1e6, event.duration_ps / 1e6
+            name = kinds.get(event.metadata_id, "")
             stats = _stats(plane, event)
-            kind = _MEMCPY.get(name)
-            if kind is not None or "memcpy_details" in stats:
-                details = _memcpy(str(stats.get("memcpy_details", "")))
-                size = int(details.get("size", 0) or 0)
-                kind = kind or ""
-                if kind == "HtoD":
-                    source, target = _HOST, device
-                elif kind == "DtoH":
-                    source, target = device, _HOST
-                else:
-                    dest = details.get("dest", "")
-                    source, target = device, (f"/device:GPU:{dest}" if dest.isdigit() else device)
-                tally.moved(source, target, size, start, duration)
-                continue
-            if "kernel_details" in stats or line.name.startswith("Stream"):
-                tally.work(device, name, start, duration)
-                busy_lines.add(line.name)
-    tally.lines += len(busy_lines)
+            start, duration = base_us + event.offset_ps / 1e6, event.duration_ps / 1e6
+            if "memcpy_details" in stats:
+                details = _details(str(stats["memcpy_details"]))
+                sides = _MEMCPY_SIDES.get(name) or (details.get("kind_src") in _HOST_MEMORY,
+                                                    details.get("kind_dst") in _HOST_MEMORY)
+                if sides == (True, True):
+                    continue  # host to host: no device's transfer
+                dest = details.get("dest", "")
+                target = _HOST if sides[1] else f"/device:GPU:{dest}" if dest.isdigit() else device
+                size = details.get("size", "")
+                tally.moved(_HOST if sides[0] else device, target, int(size) if size.isdigit() else 0, start, duration)
+            elif "kernel_details" in stats:
+                tally.ran((plane.name, line.id), device, _gpu_op(name, str(stats.get("tf_op", ""))), start, duration,
+                          False)
 
 
-_GPU_PLANE = re.compile(r"^/device:GPU:(\d+)")
+def _gpu_op(kernel: str, tf_op: str) -> str:
+    """The op type of a GPU kernel: from its `tf_op` stat (`<node>:<type>`) when that names an op
+    TensorFlow defines, else the kernel's name."""
+    op = _kernels.op_type(tf_op.rpartition(":")[2]) if ":" in tf_op else ""
+    return op if op and _tensorflow.op_def(op) is not None else kernel
 
 
 def read_xspace(space: Any, node_devices: Mapping[str, str] = {},
@@ -302,18 +372,28 @@ def read_xspace(space: Any, node_devices: Mapping[str, str] = {},
 
     Args:
       space: the `XSpace` (`Session.stop()`).
-      node_devices: function node name -> device, for the nodes' events (from the capture's records).
+      node_devices: function node name -> device, for the nodes' events (from the capture's records,
+        or the NodeDefs of the placed graphs).
       eager: (op type, device) of the block's eager ops, in the order they ran (the capture's
         "execute" records): the k-th event of an op type ran on the k-th such device.
     """
     queues: dict[str, deque] = {}
     for op, device in eager:
         queues.setdefault(op, deque()).append(device)
-    tally = _Tally()
+    gpus = {plane.name: f"/device:GPU:{found[1]}" for plane in space.planes for found in [_GPU_PLANE.match(plane.name)]
+            if found}
+    tally = _Tally(frozenset(gpus.values()))
+    pending: list = []
     for plane in space.planes:
-        gpu = _GPU_PLANE.match(plane.name)
-        if plane.name == "/host:CPU":
-            _host_plane(plane, tally, node_devices, queues)
-        elif gpu:
-            _gpu_plane(plane, tally, f"/device:GPU:{gpu[1]}")
+        if plane.name in gpus:
+            _gpu_plane(plane, tally, gpus[plane.name])
+        elif plane.name == "/host:CPU":
+            _host_plane(plane, tally, node_devices, pending)
+    pending.sort(key=lambda item: item[0])
+    for start, duration, op, line in pending:
+        queue = queues.get(op)
+        device = canonical_name(queue.popleft()) if queue else ""
+        tally.ran(line, device, op, start, duration, True)
+        if device:
+            tally.eager[(device, op)] += 1
     return tally.timing()
