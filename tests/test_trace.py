@@ -39,7 +39,7 @@ def test_trace_keeps_argv_and_exit_status_and_names_the_copy(tmp_path):
     assert lines[0] == "argv ['a', '--b']"  # the script's own output comes first
     assert lines[1].startswith("== tfplace trace:")
     assert "    script.py:9  x3  48 B  AddV2 input #0 CPU:0 -> CPU:1, 16 B each" in lines
-    assert "  /device:CPU:1  4 op(s): AddV2 3, Fill 1" in lines
+    assert "  /device:CPU:1  2 compute op type(s): AddV2 3, Fill 1" in lines
     data = json.loads((tmp_path / "out.json").read_text())
     assert data["exit_status"] == 3 and data["args"] == ["a", "--b"]
     assert {"op": "AddV2", "name": "", "device": "/device:CPU:1", "kind": "execute", "source": "script.py:9",

@@ -34,6 +34,7 @@ from tensorflow.python.framework import ops as _ops
 from tensorflow.python.ops import script_ops as _script_ops
 from tensorflow.python.ops import summary_ops_v2 as _summary_ops_v2
 from tensorflow.python.util import _pywrap_util_port
+from tensorflow.python.util import tf_stack as _tf_stack
 
 __all__ = [
     # runtime state and configuration (tf.config)
@@ -42,7 +43,7 @@ __all__ = [
     # the eager context and op callbacks
     "device_name", "thread_data", "op_callbacks", "add_op_callback", "remove_op_callback", "execute_with_callbacks",
     "use_execute", "Patch", "STATUS_TO_EXCEPTION", "SET_DEVICE", "PY_FUNCTION_CALL", "FROM_FUNC_GRAPH",
-    "dtype_enum",
+    "dtype_enum", "device_scopes", "traced_stack", "locate_device_scope", "strategy_name",
     # graph collection
     "enable_graph_collection", "disable_graph_collection", "export_run_metadata", "function_def",
     "tensorboard_tracing", "static_sizes", "dtype_size",
@@ -396,6 +397,36 @@ def is_generator_dataset(dataset: tf.data.Dataset) -> bool:
     """True for a dataset made by a GeneratorDataset op (`from_generator`'s, a MultiDeviceIterator's
     per-device ones), which TensorFlow cannot serialize."""
     return all(hasattr(dataset, name) for name in ("_init_func", "_next_func", "_finalize_func"))
+
+
+def device_scopes(op: Any) -> list[tuple[str, int]]:
+    """Where the `tf.device` scopes in force when graph op `op` was made were entered, as
+    (filename, lineno), innermost last (`Operation._device_assignments`)."""
+    return [(scope.filename, scope.lineno) for scope in op._device_assignments]  # pylint: disable=protected-access
+
+
+def traced_stack() -> list[tuple[str, int]]:
+    """While a function is traced, the Python stack as (filename, lineno), innermost first, with
+    autograph's generated code mapped back to the user's source (as `Operation.traceback` does);
+    empty when executing eagerly."""
+    if tf.executing_eagerly():
+        return []
+    return [(frame.filename, frame.lineno) for frame in reversed(list(_tf_stack.extract_stack()))]
+
+
+def locate_device_scope(filename: str, lineno: int) -> None:
+    """While a function is traced, says that the innermost `tf.device` scope of its graph was entered
+    at `filename:lineno` (TensorFlow notes its own `tf.device` wrapper there): what the graph's ops
+    keep in `_device_assignments`, and TensorFlow's own device error messages show."""
+    scopes = _ops.get_default_graph()._device_function_stack.peek_traceable_objs()  # pylint: disable=protected-access
+    innermost = next(iter(scopes), None)
+    if innermost is not None:
+        innermost.filename, innermost.lineno = filename, lineno
+
+
+def strategy_name() -> str:
+    """The class name of the `tf.distribute` strategy in scope ("" for the default strategy)."""
+    return type(tf.distribute.get_strategy()).__name__ if tf.distribute.has_strategy() else ""
 
 
 # The profiler ----------------------------------------------------------------------------------

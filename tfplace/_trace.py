@@ -31,7 +31,7 @@ import traceback
 from collections import Counter
 from typing import Any, NamedTuple, Optional, Sequence
 
-from tfplace.placement import _display
+from tfplace.placement import _display, _explain, _groups
 from tfplace.placement._capture import capture_placement
 from tfplace.placement._explain import Explanation, Readiness
 from tfplace.placement._log import PlacementLog
@@ -136,39 +136,63 @@ def findings(log: PlacementLog, *, gpus_visible: bool) -> Findings:
     return Findings(False, tuple(log.explain()), tuple(log.gpu_readiness()), source)
 
 
+def _device_lines(log: PlacementLog, top: int) -> list[str]:
+    """Per device, the user's compute ops by executions (or time), then plumbing, input pipeline and
+    framework in a line each."""
+    lines = []
+    removed = 0
+    for group in _groups.per_device(log.records, log.runs, log.cost().ops):
+        if not group.device:
+            removed = sum(group.others["plumbing"].values())
+            continue
+        unit = " ms" if group.timed else ""
+        shown = ", ".join(f"{op} {amount:.1f}{unit}" if group.timed else f"{op} {amount:g}"
+                          for op, amount in group.compute[:top])
+        more = f", and {len(group.compute) - top} more op type(s)" if len(group.compute) > top else ""
+        name = group.device or "(removed before running: device unknown)"
+        lines.append(f"  {name}  " + (f"{len(group.compute)} compute op type(s): {shown}{more}" if group.compute
+                                      else "no compute ops of yours"))
+        lines += [f"      {_groups.other_line(kind, ops)}" for kind, ops in group.others.items() if ops]
+    if removed:
+        lines.append(f"  ({removed} function node(s) removed by TensorFlow's graph optimizer before running, device unknown)")
+    return lines or ["  (no ops ran)"]
+
+
 def report(log: PlacementLog, found: Findings, *, top: int = 10) -> str:
     """The trace report of `log`: where the time and bytes went (with the top transfers and their
-    lines); ops per device; ops not where asked, and why, by source line; ops on the CPU while a
-    GPU was visible, and why; failed ops; and, with no GPU visible, the ops that would still run
-    on the CPU on a GPU machine."""
+    lines); per device, the user's compute ops by executions (plumbing, input pipeline and
+    framework one line each); the user's ops not where asked, and why, by source line, then what
+    TensorFlow's own code placed, one line per cause; ops on the CPU while a GPU was visible;
+    failed ops; and, with no GPU visible, the user's ops that would still run on the CPU on a GPU
+    machine."""
     explanations, readiness = found.explanations, found.readiness
     records = [r for r in log.records if _is_op(r.op)]
     lines = [f"== tfplace trace: {len(records)} op placement(s), {len(log.copies)} implicit transfer(s)",
-             *_display.cost_lines(log, top=top), "ops per device:"]
-    per_device = {device: Counter({op: n for op, n in ops.items() if _is_op(op)})
-                  for device, ops in log.summary().items()}
-    for device, ops in sorted((d, ops) for d, ops in per_device.items() if ops):
-        shown, more = _rows(ops, top)
-        listed = ", ".join(f"{op} {n}" for op, n in shown) + (f", and {more} more op type(s)" if more else "")
-        lines.append(f"  {device or '(removed before running)'}  {sum(ops.values())} op(s): {listed}")
-    if not records:
-        lines.append("  (no ops ran)")
+             *_display.cost_lines(log, top=top),
+             "ops per device (your compute first, by " + ("time" if log.cost().timed else "executions") + "):",
+             *_device_lines(log, top)]
     lines.append("not where asked, and why (by source line):")
     messages: dict[tuple, str] = {}
-    asked = Counter(_key(e, messages) for e in explanations if e.record.requested)
+    yours = [e for e in explanations if _explain.user_can_act(e.record)]
+    asked = Counter(_key(e, messages) for e in yours if e.record.requested)
     shown, more = _rows(asked, top)
     for key, n in shown:
         lines.append(f"  {key[0]}  {key[1]} x{n}: {key[4]}: {messages[key]}")
-    lines.append("  (none)" if not asked else f"  ... and {more} more" if more else "")
+    lines.append("  (none of yours)" if not asked else f"  ... and {more} more" if more else "")
+    machinery = _explain.causes(e for e in explanations if e.record.requested)
+    if machinery:
+        lines.append("  placed by TensorFlow's and Keras' own code (nothing to change in yours):")
+        lines += [f"    {cause}" for cause in machinery[:top]]
+        lines.append(f"    ... and {len(machinery) - top} more" if len(machinery) > top else "")
     lines.append("ops on the CPU while a GPU was visible:")
     if not found.gpus_visible:
         lines.append("  (no GPU visible)")
     else:
-        on_cpu = Counter(_key(e, messages) for e in explanations if not e.record.requested)
+        on_cpu = Counter(_key(e, messages) for e in yours if not e.record.requested)
         shown, more = _rows(on_cpu, top)
         for key, n in shown:
             lines.append(f"  {key[0]}  {key[1]} x{n}: {key[4]}: {messages[key]}")
-        lines.append("  (none)" if not on_cpu else f"  ... and {more} more" if more else "")
+        lines.append("  (none of yours)" if not on_cpu else f"  ... and {more} more" if more else "")
     failed = Counter((_where(r.source), r.op, r.device) for r in log.records if r.kind == "failed")
     if failed:
         lines.append("failed ops:")
@@ -176,13 +200,19 @@ def report(log: PlacementLog, found: Findings, *, top: int = 10) -> str:
         lines += [f"  {where}  {op} x{n} on {device}" for (where, op, device), n in shown]
         lines.append(f"  ... and {more} more" if more else "")
     if readiness is not None:
-        lines.append(f"GPU readiness: ops that would still run on the CPU on a GPU machine ({found.readiness_source}):")
+        lines.append(f"GPU readiness: your ops that would still run on the CPU on a GPU machine "
+                     f"({found.readiness_source}):")
         for entry in readiness[:top]:
             dtypes = " ".join(f"{name}={value}" for name, value in entry.dtypes)
             at = ", ".join(entry.sources[:3]) + (f" and {len(entry.sources) - 3} more" if len(entry.sources) > 3 else "")
             lines.append(f"  {entry.op}{' ' + dtypes if dtypes else ''} at {at or 'an unknown line'}: {entry.message}")
         lines.append("  (none)" if not readiness else
                      f"  ... and {len(readiness) - top} more" if len(readiness) > top else "")
+        host = _explain.on_host_by_design(log.records)
+        if host:
+            lines.append(f"  ({sum(host.values())} input-pipeline op(s), {len(host)} type(s) such as "
+                         f"{', '.join(op for op, _ in host.most_common(3))}, run on the host by design on every "
+                         "machine: not listed)")
     if not log.complete:
         lines.append(f"incomplete log: {log.incomplete_reason}")
     return "\n".join(line for line in lines if line)

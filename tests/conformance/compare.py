@@ -254,6 +254,11 @@ def exemption(copy: tflog.Copy) -> Optional[str]:
     return None
 
 
+def expanded(items: list) -> list:
+    """The JSON's events, each as many times as its `count` (identical events are stored once)."""
+    return [item for item in items for _ in range(item.get("count", 1))]
+
+
 def _counter_diff(a: Counter, b: Counter) -> list[tuple]:
     return sorted(((*key, n) for key, n in (a - b).items()), key=lambda t: (-t[-1], t))
 
@@ -263,8 +268,8 @@ def compare_logs(result: Result, log: tflog.TfLog, capture: dict, sends: Optiona
     """Fills `result` from TensorFlow's parsed log, the capture's JSON and the harness's count of
     cross-device `_Send` edges (`sends`, from `tests/conformance/sends.py`)."""
     sends = sends or {}
-    records = capture.get("records", [])
-    copies = capture.get("copies", [])
+    records = expanded(capture.get("records", []))
+    copies = expanded(capture.get("copies", []))
 
     # Eager events.
     tf_eager = log.eager_multiset()
@@ -413,7 +418,7 @@ def from_text_parity(stderr: str, capture: dict) -> list[str]:
     begin = next((i for i, line in enumerate(lines) if line.startswith(tflog.BEGIN)), 0)
     end = next((i for i, line in enumerate(lines) if line.startswith(tflog.END)), len(lines))
     read = PlacementLog.from_text("\n".join(lines[begin + 1:end]) + "\n").records
-    records = capture.get("records", [])
+    records = expanded(capture.get("records", []))
     pairs = (
         ("eager", Counter((r.op, r.device) for r in read if r.kind == "execute"),
          Counter((r["op"], r["device"]) for r in records if r["kind"] in EAGER_KINDS)),

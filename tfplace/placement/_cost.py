@@ -140,7 +140,7 @@ def transfers(copies: Iterable[CopyRecord], timing: Any = None) -> list["Transfe
     return sorted(rows, key=lambda t: (t.total_bytes is None, -(t.total_bytes or 0), -t.count))
 
 
-def cost(records: Sequence[PlacementRecord], copies: Sequence[CopyRecord], runs: Mapping[tuple[str, str], int],
+def cost(records: Sequence[PlacementRecord], copies: Sequence[CopyRecord], runs: Mapping[tuple[str, str, str], int],
          timing: Any = None, missing: str = "") -> Cost:
     """Executions per device and op, transfers per direction, and with `timing` (a
     `tfplace.placement._profile.Timing`) the profiler's executions and times.
@@ -148,11 +148,14 @@ def cost(records: Sequence[PlacementRecord], copies: Sequence[CopyRecord], runs:
     Args:
       records: the log's records ("execute" ones count one execution each).
       copies: the log's copies.
-      runs: (device, op) -> executions of function nodes (each call's nodes).
+      runs: (device, op, category) -> executions of function nodes (each call's nodes; the
+        category of `tfplace.placement._groups`).
       timing: the profile of the block, or None.
       missing: why there is no timing although it was asked for ("" otherwise).
     """
-    executions: Counter = Counter(runs)
+    executions: Counter = Counter()
+    for (device, op, _), n in runs.items():
+        executions[(device, op)] += n
     executions.update((r.device, r.op) for r in records if r.kind == "execute" and r.op not in PLUMBING
                       and not r.op.startswith("__"))
     directions: dict[tuple[str, str], list[CopyRecord]] = {}

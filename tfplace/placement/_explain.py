@@ -36,9 +36,11 @@ from typing import Any, Iterable, NamedTuple, Optional, Sequence
 from tfplace._devices import parse_device
 from tfplace.placement import _kernels
 from tfplace.placement._kernel_table import KernelTable
-from tfplace.placement._records import PLUMBING, PlacementRecord
+from tfplace.placement._origins import is_input_op, is_plumbing
+from tfplace.placement._records import PlacementRecord
 
-__all__ = ["Explanation", "Readiness", "REASONS", "needs_explaining", "explain_record", "explain", "gpu_readiness"]
+__all__ = ["Explanation", "Readiness", "REASONS", "needs_explaining", "explain_record", "explain", "causes",
+           "user_can_act", "is_machinery", "who", "gpu_readiness", "on_host_by_design"]
 
 REASONS = ("no-device", "no-kernel", "colocated", "host-memory", "xla", "unknown")
 _HOST_VALUES = frozenset({"int32"})
@@ -92,7 +94,7 @@ def _type(device: str) -> str:
 
 
 def _is_op(record: PlacementRecord) -> bool:
-    return record.kind != "removed" and bool(record.device) and record.op not in PLUMBING
+    return bool(record.device) and not is_plumbing(record)
 
 
 def needs_explaining(record: PlacementRecord, gpus_visible: bool) -> bool:
@@ -129,6 +131,44 @@ def explain_record(record: PlacementRecord, *, devices: Sequence[str], table: Ke
       table: the kernels of the device types involved.
       wanted: the device the op should have run on, when not the one it asked for (a guard's).
     """
+    return _explain_any(record, devices=devices, table=table, wanted=wanted)
+
+
+def user_can_act(record: PlacementRecord) -> bool:
+    """True when the user's code made the op and, where a device was asked for, the user's code
+    asked: only then does an explanation advise a change (never to code the user did not write)."""
+    return record.origin == "user" and not is_machinery(record.requested_by)
+
+
+def is_machinery(requested_by: str) -> bool:
+    """True when `requested_by` names TensorFlow's or Keras' machinery rather than a user line."""
+    return bool(requested_by) and ":" not in requested_by
+
+
+def who(record: PlacementRecord) -> str:
+    """Whose code decided where `record` should run: the machinery that asked for its device, else
+    TensorFlow's or Keras' code by the record's origin."""
+    if is_machinery(record.requested_by):
+        return record.requested_by
+    return {"input": "the input pipeline (tf.data)", "framework": "TensorFlow's and Keras' own code"}.get(
+        record.origin, "your code")
+
+
+def _explain_any(record: PlacementRecord, *, devices: Sequence[str], table: KernelTable,
+                 wanted: Optional[str] = None) -> Explanation:
+    reason, why, advice = _why(record, devices=devices, table=table, wanted=wanted)
+    if advice and user_can_act(record):
+        return Explanation(record, reason, f"{why}: {advice}.")
+    if reason == "unknown" or not advice:
+        return Explanation(record, reason, f"{why}.")
+    actor = who(record)
+    return Explanation(record, reason, f"{why}. {actor[0].upper() + actor[1:]} placed it, not a line of yours: "
+                                       "nothing to change there.")
+
+
+def _why(record: PlacementRecord, *, devices: Sequence[str], table: KernelTable,
+         wanted: Optional[str] = None) -> tuple[str, str, str]:
+    """(reason, why it ran there, what to do about it) for `record`."""
     gpus = [d for d in devices if _type(d) == "GPU"]
     target = wanted or record.requested or (gpus[0] if gpus else "")
     asked = (f"asked for {target}" if record.requested else f"was wanted on {target}" if wanted
@@ -136,42 +176,67 @@ def explain_record(record: PlacementRecord, *, devices: Sequence[str], table: Ke
     what, device = _what(record), record.device
     target_type = _type(target)
     if record.kind == "compiled":
-        return Explanation(record, "xla", (
-            f"{what} was compiled by XLA with its function, which XLA places whole on the device of the call "
-            f"({device}) and ignores tf.device('{record.requested}') inside it: put the tf.device scope around the call of the "
-            f"jit_compile=True function, or drop jit_compile to place its ops yourself."))
+        return ("xla", f"{what} was compiled by XLA with its function, which XLA places whole on the device of the "
+                       f"call ({device}) and ignores tf.device('{record.requested}') inside it",
+                "put the tf.device scope around the call of the jit_compile=True function, or drop jit_compile "
+                "to place its ops yourself")
     if target and target not in devices:
-        return Explanation(record, "no-device", (
-            f"{what} {'asked for' if record.requested else 'was wanted on'} {target}, which does not exist here (devices: {', '.join(devices) or 'none'}), "
-            f"so soft placement ran it on {device}: ask for one of those devices, or run where {target} exists."))
+        return ("no-device", f"{what} {'asked for' if record.requested else 'was wanted on'} {target}, which does "
+                             f"not exist here (devices: {', '.join(devices) or 'none'}), so soft placement ran it on "
+                             f"{device}", f"ask for one of those devices, or run where {target} exists")
     resources = _kernels.resource_inputs(record.op)
     if resources:
         scope = f"tf.device('{target}')" if target else "the device you want"
-        return Explanation(record, "colocated", (
-            f"{what} {asked} but reads the resource in its input '{resources[0]}' (a variable or another "
-            f"TensorFlow resource), which lives on {device}, and TensorFlow runs an op where its resources live: "
-            f"create the resource under {scope} to run it there."))
+        return ("colocated", f"{what} {asked} but reads the resource in its input '{resources[0]}' (a variable or "
+                             f"another TensorFlow resource), which lives on {device}, and TensorFlow runs an op "
+                             "where its resources live", f"create the resource under {scope} to run it there")
     if target_type and target_type != _type(device) and _kernels.is_op(record.op):
         if not table.supports(record.op, target_type, record.dtypes):
             allowed = table.supported_dtypes(record.op, target_type)
             if not table.kernels(record.op, target_type):
-                return Explanation(record, "no-kernel", (
-                    f"{what} has no {target_type} kernel for any dtype ({table.source}), so it ran on {device}: "
-                    f"keep it off the {target_type} path (in the input pipeline, say) or use ops that have one."))
-            return Explanation(record, "no-kernel", (
-                f"{what} has no {target_type} kernel for {_dtypes_text(record.dtypes)} ({target_type} kernels "
-                f"exist for {_allowed_text(allowed, record.dtypes)}), so it ran on {device}: cast its inputs to "
-                f"one of those dtypes to run it on {target_type}."))
+                return ("no-kernel", f"{what} has no {target_type} kernel for any dtype ({table.source}), so it ran "
+                                     f"on {device}", f"keep it off the {target_type} path (in the input pipeline, "
+                                                     "say) or use ops that have one")
+            return ("no-kernel", f"{what} has no {target_type} kernel for {_dtypes_text(record.dtypes)} "
+                                 f"({target_type} kernels exist for {_allowed_text(allowed, record.dtypes)}), so it "
+                                 f"ran on {device}", f"cast its inputs to one of those dtypes to run it on "
+                                                     f"{target_type}")
         outputs = _kernels.output_dtypes(record.op, record.dtypes)
         if _type(device) == "CPU" and outputs and set(outputs) <= _HOST_VALUES:
-            return Explanation(record, "host-memory", (
-                f"{what} computes {', '.join(sorted(set(outputs)))} values, which TensorFlow keeps in host memory "
-                f"on accelerators by design (shapes, indices), so it ran on {device}: nothing to fix unless the "
-                "tensor is large, then compute it in another dtype (int64 or float32)."))
-    return Explanation(record, "unknown", (
-        f"{what} {asked} and ran on {device}; no missing device, resource, kernel gap, host-memory rule or "
-        "XLA explains it (TensorFlow's placer may have colocated it with an input): see TensorFlow's own "
-        "log with tfplace.configure(log_placement=True)."))
+            return ("host-memory", f"{what} computes {', '.join(sorted(set(outputs)))} values, which TensorFlow "
+                                   f"keeps in host memory on accelerators by design (shapes, indices), so it ran on "
+                                   f"{device}", "nothing to fix unless the tensor is large, then compute it in "
+                                                "another dtype (int64 or float32)")
+    return ("unknown", f"{what} {asked} and ran on {device}; no missing device, resource, kernel gap, host-memory "
+                       "rule or XLA explains it (TensorFlow's placer may have colocated it with an input): see "
+                       "TensorFlow's own log with tfplace.configure(log_placement=True)", "")
+
+
+def causes(explanations: Iterable[Explanation]) -> list[str]:
+    """The explanations of what TensorFlow's, Keras' or tf.data's own code placed, one line per cause
+    (who, reason, op, devices) with a count, most frequent first; the user's own are left out.
+
+    >>> from tfplace.placement._records import PlacementRecord
+    >>> read = PlacementRecord("ReadVariableOp", "", "/device:CPU:0", "execute", requested="/device:CPU:1",
+    ...                        requested_by="MirroredStrategy", origin="framework")
+    >>> causes([Explanation(read, "colocated", "")] * 6)
+    ["MirroredStrategy initialises each replica's variables from the first replica's: 6 reads colocated with /device:CPU:0"]
+    """
+    counts: Counter = Counter()
+    for found in explanations:
+        record = found.record
+        if user_can_act(record):
+            continue
+        counts[(who(record), found.reason, record.op, record.requested, record.device)] += 1
+    lines = []
+    for (actor, reason, op, requested, device), count in counts.most_common():
+        if actor == "MirroredStrategy" and reason == "colocated" and op == "ReadVariableOp":
+            lines.append(f"MirroredStrategy initialises each replica's variables from the first replica's: "
+                         f"{count} reads colocated with {device}")
+        else:
+            asked = f"asked for {requested}, " if requested else ""
+            lines.append(f"{actor}: {count} × {op} {asked}ran on {device} ({reason})")
+    return lines
 
 
 def explain(records: Iterable[PlacementRecord], *, devices: Sequence[str], table: KernelTable) -> list[Explanation]:
@@ -195,20 +260,22 @@ def gpu_readiness(records: Iterable[PlacementRecord], table: KernelTable) -> lis
     """The recorded ops that have no GPU kernel for their dtypes in `table`: they would run on
     the CPU on a GPU machine too. One entry per op type and dtypes, most frequent first.
 
-    Left out: function calls and their argument/result nodes, removed and XLA-compiled nodes
-    (XLA compiles its own GPU code), and failed ops (their dtypes are not known).
+    The user's compute comes first (origin "user"), then TensorFlow's and Keras' own. Left out:
+    the input pipeline (tf.data datasets, iterators and their functions, which run on the host by
+    design on every machine: `on_host_by_design()` counts them), plumbing, function calls,
+    XLA-compiled nodes (XLA compiles its own GPU code), and failed ops (their dtypes are not known).
     """
     counts: Counter = Counter()
     lines: dict[tuple, Counter] = {}
     for record in records:
-        if not _is_op(record) or record.kind in ("compiled", "failed") or not _kernels.is_op(record.op):
+        if not _readiness_candidate(record):
             continue
-        key = (record.op, record.dtypes)
+        key = (record.origin != "user", record.op, record.dtypes)
         counts[key] += 1
         if record.source:
             lines.setdefault(key, Counter())[record.source] += 1
     found = []
-    for (op, dtypes), _ in counts.most_common():
+    for (framework, op, dtypes), _ in sorted(counts.most_common(), key=lambda item: item[0][0]):
         if table.supports(op, "GPU", dtypes):
             continue
         allowed = table.supported_dtypes(op, "GPU")
@@ -219,6 +286,19 @@ def gpu_readiness(records: Iterable[PlacementRecord], table: KernelTable) -> lis
             message = (f"{op} has no GPU kernel for {_dtypes_text(dtypes)} ({table.source}; GPU kernels exist for "
                        f"{_allowed_text(allowed, dtypes)}), so on a GPU machine it would still run on the CPU: "
                        "cast its inputs to one of those dtypes.")
-        sources = tuple(line for line, _ in lines.get((op, dtypes), Counter()).most_common())
+        sources = tuple(line for line, _ in lines.get((framework, op, dtypes), Counter()).most_common())
         found.append(Readiness(op, dtypes, allowed, sources, message))
     return found
+
+
+def _readiness_candidate(record: PlacementRecord) -> bool:
+    return (_is_op(record) and record.kind not in ("compiled", "failed") and _kernels.is_op(record.op)
+            and record.origin != "input" and not is_input_op(record.op))
+
+
+def on_host_by_design(records: Iterable[PlacementRecord]) -> Counter:
+    """The input pipeline's ops (tf.data datasets, iterators and the nodes of their functions), op
+    type -> records: they run on the host on every machine by design, so readiness leaves them out."""
+    return Counter(record.op for record in records
+                   if _is_op(record) and record.kind != "compiled" and _kernels.is_op(record.op)
+                   and (record.origin == "input" or is_input_op(record.op)))

@@ -25,21 +25,40 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 from tfplace import _tensorflow
+from tfplace.placement import _origins
 from tfplace.placement._lowering import PlacerNode
 from tfplace.placement._sources import stack_user_line
 
-__all__ = ["watching", "watched", "lines", "lines_of_graph", "node_sources"]
+__all__ = ["Note", "watching", "watched", "lines", "notes", "notes_of_graph", "node_notes"]
 
 _LIMIT = 4096  # functions remembered (oldest forgotten first)
 _IDENTITIES = frozenset({"Identity", "IdentityN"})
+_GRADIENTS = ("gradient_tape", "gradients")
+
+
+class Note(NamedTuple):
+    """What the code that made a node says about it.
+
+    Attributes:
+      line: `"file.py:LINE"` of the user's code that made it ("" when unknown or not asked for).
+      origin: "user", "input" or "framework" (`tfplace.placement._origins`).
+      requested_by: who entered the `tf.device` scope that asked for its device ("" when none did).
+    """
+
+    line: str = ""
+    origin: str = ""
+    requested_by: str = ""
+
+
+_NONE = Note()
 _lock = threading.Lock()
 _watchers = 0
 _line_watchers = 0  # watchers that want every node's line
 _original: Any = None
-_lines: dict[str, dict[str, str]] = {}  # function name -> node name -> "file.py:LINE"
+_lines: dict[str, dict[str, "Note"]] = {}  # function name -> node name -> its note
 _by_nodes: dict[tuple[str, ...], str] = {}  # a function's node names (arguments left out) -> its name
 
 
@@ -57,6 +76,29 @@ def _made_by_caller(stack: Any) -> bool:
     return False
 
 
+def _notes(operations: Any, lines: Mapping[str, str]) -> dict[str, Note]:
+    """Each op's line, origin and who asked for its device (`tfplace.placement._origins`); a gradient
+    op (`gradient_tape/dense/MatMul/MatMul_1`) takes the origin of the op it differentiates."""
+    made: dict[str, str] = {}
+    notes: dict[str, Note] = {}
+    for op in operations:
+        stack = op.traceback  # None for an op made without a Python stack
+        frames = _origins.frames_of(stack) if stack is not None else []
+        made[op.name] = _origins.of_frames(frames)
+        scopes = _tensorflow.device_scopes(op) if op.device else []
+        by = _origins.requester(*scopes[-1]) if scopes else ""
+        notes[op.name] = Note(lines.get(op.name, ""), _origins.of_op(op.type, made[op.name]), by)
+    for name, note in notes.items():
+        head, slash, rest = name.partition("/")
+        if slash and head.startswith(_GRADIENTS) and not _origins.is_input_op(name):
+            forward = rest
+            while forward and forward not in made:
+                forward = forward.rpartition("/")[0]
+            if forward:
+                notes[name] = note._replace(origin=notes[forward].origin)
+    return notes
+
+
 def _remember(name: str, graph: Any) -> None:
     operations = graph.get_operations()
     found = {}
@@ -70,12 +112,11 @@ def _remember(name: str, graph: Any) -> None:
             line = ""  # a copy TensorFlow's or Keras' own code made: not the user's explicit copy
         if line:
             found[op.name] = line
-    if not every and not found:
-        return  # no explicit copy, and nobody asked for lines: nothing to look up later
+    notes = _notes(operations, found)
     with _lock:
         if len(_lines) >= _LIMIT:
             del _lines[next(iter(_lines))]
-        _lines[name] = found
+        _lines[name] = notes
         if len(_by_nodes) >= _LIMIT:
             del _by_nodes[next(iter(_by_nodes))]
         _by_nodes[tuple(sorted(op.name for op in operations if op.type != "Placeholder"))] = name
@@ -111,35 +152,41 @@ def watching(every_line: bool = True) -> Iterator[None]:
 
 
 def watched() -> bool:
-    """True once any function was watched (until then there are no lines to look up)."""
+    """True once any function was watched (until then there are no notes to look up)."""
     return bool(_lines)
 
 
-def lines(function: str) -> Mapping[str, str]:
-    """Node name -> `"file.py:LINE"` of `function` (e.g. "__inference_f_12"), empty if it was not watched."""
+def notes(function: str) -> Mapping[str, Note]:
+    """Node name -> `Note` of `function` (e.g. "__inference_f_12"), empty if it was not watched."""
     return _lines.get(function, {})
 
 
-def lines_of_graph(node_names: Sequence[str]) -> Mapping[str, str]:
-    """`lines()` of the watched function whose nodes (arguments and results left out) are `node_names`."""
+def lines(function: str) -> dict[str, str]:
+    """Node name -> `"file.py:LINE"` of `function`'s nodes that have one."""
+    return {name: note.line for name, note in notes(function).items() if note.line}
+
+
+def notes_of_graph(node_names: Sequence[str]) -> Mapping[str, Note]:
+    """`notes()` of the watched function whose nodes (arguments and results left out) are `node_names`."""
     name = _by_nodes.get(tuple(sorted(node_names)))
     return _lines.get(name, {}) if name else {}
 
 
-def node_sources(nodes: Sequence[PlacerNode], top: Mapping[str, str]) -> list[str]:
-    """The line of each placer node: through its origin (`top` holds the lines of the graph's own
-    nodes); a node the lowering passes added takes the line of the node whose name prefixes its own
+def node_notes(nodes: Sequence[PlacerNode], top: Mapping[str, Note]) -> list[Note]:
+    """The note of each placer node: through its origin (`top` holds the notes of the graph's own
+    nodes); a node the lowering passes added takes the note of the node whose name prefixes its own
     (`cond/switch_pred/_2` that of `cond`, `Func/call/input/_0` that of `call`)."""
-    by_name: dict[str, str] = {}
+    by_name: dict[str, Note] = {}
     found = []
     for node in nodes:
         function, colon, name = node.origin.rpartition(":")
-        line = (_lines.get(function, {}).get(name, "") if colon else top.get(node.origin, "")) if node.origin else ""
+        note = (_lines.get(function, {}).get(name, _NONE) if colon else top.get(node.origin, _NONE)) \
+            if node.origin else _NONE
         prefix = node.name[5:] if node.name.startswith("Func/") else node.name
-        while prefix and not line and not node.origin:
-            line = by_name.get(prefix, "") or top.get(prefix, "")
+        while prefix and note is _NONE and not node.origin:
+            note = by_name.get(prefix) or top.get(prefix, _NONE)
             prefix = prefix.rpartition("/")[0]
-        if line:
-            by_name[node.name] = line
-        found.append(line)
+        if note is not _NONE:
+            by_name[node.name] = note
+        found.append(note)
     return found

@@ -51,7 +51,7 @@ from tensorflow.core.framework import function_pb2, graph_pb2
 
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name, requested_name
-from tfplace.placement import _function_sources, _kernels, _lowering, _transfers
+from tfplace.placement import _function_sources, _groups, _origins, _kernels, _lowering, _transfers
 from tfplace.placement._log import PlacementLog
 from tfplace.placement._records import PLUMBING, CopyRecord, PlacementRecord
 from tfplace.placement._sources import user_stacklevel
@@ -190,6 +190,12 @@ def _absorbs(fused: Any, op: str) -> bool:
     return op in names or op == (base[len("_Fused"):] if base.startswith("_Fused") else base)
 
 
+def _noted(record: PlacementRecord, note: "_function_sources.Note") -> PlacementRecord:
+    """`record` with what the code that made its node says: its line, origin and who asked for its device."""
+    return record._replace(source=note.line, origin=_origins.of_op(record.op, note.origin),
+                           requested_by=note.requested_by if record.requested else "")
+
+
 def without_sources(records: Sequence[PlacementRecord]) -> Sequence[PlacementRecord]:
     """`records` with no source lines, for a capture that did not ask for them."""
     if not any(r.source for r in records):
@@ -208,15 +214,17 @@ def _function_records(function_graphs: Any) -> tuple[list[PlacementRecord], list
     nodes = _lowering.placer_nodes(graph)
     records = placed_records(nodes, [n for n in placed if n.device])
     devices = len(function_graphs.partition_graphs)
-    if _function_sources.watched() and (devices > 1 or any(sources for _, sources in _logs)):
-        top = _function_sources.lines_of_graph([n.name for n in graph.node if n.op not in PLUMBING])
-        lines = _function_sources.node_sources(nodes, top)  # one per record, "" where unknown
-        records = [record._replace(source=line) if line else record for record, line in zip(records, lines)]
+    if _function_sources.watched():
+        top = _function_sources.notes_of_graph([n.name for n in graph.node if n.op not in PLUMBING])
+        notes = _function_sources.node_notes(nodes, top)  # one per record, empty where unknown
+        records = [_noted(record, note) for record, note in zip(records, notes)]
+    else:
+        records = [_noted(record, _function_sources.Note()) for record in records]
     transfers = _transfers.function_transfers(  # only a function on two devices or more has any
         function_graphs.partition_graphs, {n.name: n for n in nodes}, {r.name: r.source for r in records if r.source},
         graph=function_graphs.post_optimization_graph, devices={r.name: r.device for r in records}) \
         if devices > 1 else []
-    runs = Counter((r.device, r.op) for r in records if r.kind == "place" and r.op not in PLUMBING)
+    runs = Counter((r.device, r.op, _groups.category(r)) for r in records if r.kind == "place" and r.op not in PLUMBING)
     pipeline, device = _graph_datasets(graph, placed)
     datasets = dataset_records(pipeline, device, graph.library) if pipeline is not None else []
     return records, datasets, transfers, runs
@@ -388,12 +396,13 @@ def dataset_records(pipeline: Pipeline, device: str,
         graph = _lowering.function_graph_def(function, _library_for(function, full_library),
                                             fake_sinks=int(pipeline.rewritten and name not in own) + more.get(name, 0))
         nodes = _lowering.placer_nodes(graph)
-        lines = _function_sources.node_sources(nodes, _function_sources.lines(name))
-        for node, line in zip(nodes, lines):
+        notes = _function_sources.node_notes(nodes, _function_sources.notes(name))
+        for node, note in zip(nodes, notes):
             requested = requested_name(node.requested)
             where = arg_devices.get(node.name, "") if node.op == "_Arg" else ""
-            records.append(PlacementRecord(node.op, node.name, where or requested or device, "place", line,
-                                           requested=requested, dtypes=node.dtypes))
+            records.append(PlacementRecord(node.op, node.name, where or requested or device, "place", note.line,
+                                           requested=requested, dtypes=node.dtypes,
+                                           requested_by=note.requested_by if requested else "", origin="input"))
     return records
 
 
@@ -430,9 +439,10 @@ def compiled_records(function: str, device: str) -> tuple[PlacementRecord, ...]:
         return ()
     graph = _lowering.function_graph_def(definition, function_pb2.FunctionDefLibrary())
     device = canonical_name(device)
-    lines = _function_sources.lines(function)
-    return tuple(PlacementRecord(_kernels.op_type(n.op), n.name, device, "compiled", lines.get(n.name, ""),
-                                 requested=requested_name(n.device), dtypes=_kernels.node_dtypes(n.attr))
+    notes = _function_sources.notes(function)
+    return tuple(_noted(PlacementRecord(_kernels.op_type(n.op), n.name, device, "compiled",
+                                        requested=requested_name(n.device), dtypes=_kernels.node_dtypes(n.attr)),
+                        notes.get(n.name, _function_sources.Note()))
                  for n in graph.node)
 
 
@@ -445,14 +455,14 @@ class Placed(NamedTuple):
         they instantiate left out).
       transfers: their implicit transfers, `CopyRecord(kind="function")` templates
         (one call's worth; `function` and `call` empty).
-      runs: ((device, op), count) of the nodes one call runs (each node once: a loop
+      runs: ((device, op, category), count) of the nodes one call runs (each node once: a loop
         body's nodes run at least that often).
     """
 
     functions: int = 0
     records: tuple[PlacementRecord, ...] = ()
     transfers: tuple[CopyRecord, ...] = ()
-    runs: tuple[tuple[tuple[str, str], int], ...] = ()
+    runs: tuple[tuple[tuple[str, str, str], int], ...] = ()
 
 
 def collect() -> Placed:

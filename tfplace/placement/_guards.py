@@ -4,10 +4,10 @@
   "disallow" raises `ImplicitCopyError`, "log" logs it (absl) and goes on,
   "allow" does nothing; the innermost guard decides, so a nested block can
   allow what its surroundings forbid.
-* `device_guard(device, allow_ops=())`: an eager op, function call or node of
-  a function the block runs (its plumbing and input pipeline left out) that
-  runs anywhere but `device` raises `PlacementError` (a silent fallback to the
-  CPU, for instance).
+* `device_guard(device, allow_ops=(), origins=("user",))`: an eager op, function call or
+  node of a function the block runs, of those origins (the user's compute by default;
+  plumbing never) that runs anywhere but `device` raises `PlacementError` (a silent fallback
+  to the CPU, for instance).
 
 Both watch the eager ops of the block's thread and of the threads TensorFlow
 starts for it, through the same op callback as `capture_placement()`
@@ -33,7 +33,8 @@ from tfplace import _tensorflow
 from tfplace._devices import Device, resolve
 from tfplace._errors import ConfigurationError, ImplicitCopyError, PlacementError
 from tfplace.placement import _explain, _function_sources, _graphs, _hooks, _kernel_table
-from tfplace.placement._records import PLUMBING, CopyRecord, PlacementRecord
+from tfplace.placement._origins import ORIGINS, is_plumbing
+from tfplace.placement._records import CopyRecord, PlacementRecord
 from tfplace.placement._sources import user_line
 
 __all__ = ["transfer_guard", "device_guard", "LEVELS"]
@@ -132,42 +133,52 @@ def _collecting(guard: object) -> Iterator[None]:
 class _DeviceGuard:
     sources = all_threads = False
 
-    def __init__(self, wanted: Device, allow_ops: frozenset[str]) -> None:
+    def __init__(self, wanted: Device, allow_ops: frozenset[str], origins: frozenset[str]) -> None:
         self.wanted = wanted.name
         self.allow_ops = allow_ops
+        self.origins = origins
 
     def on_records(self, key: tuple, records: Sequence[PlacementRecord]) -> None:
         """Function nodes are placed by TensorFlow's placer, not guarded here."""
 
     def on_function(self, record: PlacementRecord, placed: bool, call: _graphs.Placed) -> None:
-        """The nodes the call ran: each one the program computes (not a function's plumbing, not its
-        input pipeline) must run on the guarded device."""
+        """The nodes the call ran: each one of the guarded origins that computes (not plumbing) must
+        run on the guarded device."""
         for node in call.records:
-            if node.device in ("", self.wanted) or node.kind not in _RAN or not _computes(node.op) \
-                    or node.op in self.allow_ops:
-                continue
-            self.fail(node, f"node {node.name} of function {record.op} (called at {user_line() or 'an unknown line'})",
-                      node.source)
+            if node.kind in _RAN and node.device not in ("", self.wanted) and self.watches(node):
+                self.fail(node, f"node {node.name} of function {record.op} (called at "
+                                f"{user_line() or 'an unknown line'})", node.source)
 
     def on_op(self, record: PlacementRecord, copies: Sequence[CopyRecord]) -> None:
-        if record.device == self.wanted or record.op in self.allow_ops:
-            return
-        self.fail(record, "", user_line())
+        if record.device != self.wanted and self.watches(record):
+            self.fail(record, "", user_line())
+
+    def watches(self, record: PlacementRecord) -> bool:
+        return record.origin in self.origins and record.op not in self.allow_ops and not is_plumbing(record)
 
     def fail(self, record: PlacementRecord, node: str, line: str) -> NoReturn:
         asked = record.requested or "no device (TensorFlow chose)"
+        if record.requested_by:
+            asked += f", asked by {record.requested_by}"
         allowed = ", ".join(sorted(self.allow_ops)) or "none"
         what = f"{record.op} ({node})" if node else record.op
+        watched = ", ".join(repr(origin) for origin in ORIGINS if origin in self.origins)
+        if _explain.user_can_act(record):
+            advice = f"Place it with tf.device('{self.wanted}'), or pass allow_ops=('{record.op}',)."
+        else:
+            advice = (f"{_explain.who(record)[0].upper() + _explain.who(record)[1:]} placed it, not a line of yours: "
+                      f"pass allow_ops=('{record.op}',), or leave {record.origin!r} out of origins.")
         raise PlacementError(
             f"{what} ran on {record.device} at {line or 'an unknown line'} (asked for: {asked}), but "
-            f"device_guard('{self.wanted}') allows only ops on {self.wanted} and the op types in allow_ops "
-            f"({allowed}). Why it ran there: {self.why(record)} Place it with tf.device('{self.wanted}'), or "
-            f"pass allow_ops=('{record.op}',).")
+            f"device_guard('{self.wanted}') allows only ops on {self.wanted} among the compute ops it watches "
+            f"(origins {watched}; this one's is {record.origin!r}) and the op types in allow_ops ({allowed}). "
+            f"Why it ran there: {self.why(record)} {advice}")
 
     def why(self, record: PlacementRecord) -> str:
         """The reason `record` ran where it did (`tfplace.placement._explain`), as "reason: message"."""
         if record.requested and record.requested == record.device:
-            return f"the program asked for {record.device} with tf.device."
+            by = f" ({record.requested_by})" if record.requested_by else ""
+            return f"the program asked for {record.device} with tf.device{by}."
         found = _explain.explain_record(record, devices=_tensorflow.logical_device_names(), table=_kernel_table.live(),
                                        wanted=None if record.requested else self.wanted)
         if found.reason == "unknown" and not record.requested:
@@ -176,42 +187,50 @@ class _DeviceGuard:
 
 
 @contextlib.contextmanager
-def device_guard(device: Union[str, Device, Any], *, allow_ops: Sequence[str] = ()) -> Iterator[None]:
-    """Raises at the first op of the block that runs anywhere but `device`.
+def device_guard(device: Union[str, Device, Any], *, allow_ops: Sequence[str] = (),
+                 origins: Sequence[str] = ("user",)) -> Iterator[None]:
+    """Raises at the first compute op of the block, of the given origins, that runs anywhere but `device`.
+
+    By default it checks the user's compute ops (origin "user": eager ops and function nodes the
+    user's code made, Keras layers called through `fit` included); plumbing (`Identity`, `Const`,
+    `NoOp`, arguments and results, removed nodes) is never checked, and neither, unless asked for,
+    the input pipeline (origin "input") nor TensorFlow's and Keras' own machinery (origin
+    "framework": a strategy's variable initialisation and all-reduce, optimizer slots, metrics).
 
     >>> import tensorflow as tf, tfplace
     >>> with tfplace.device_guard("CPU:0"):
     ...     y = tf.ones(2) * 2.0
+    >>> with tfplace.device_guard("CPU:0", origins=("user", "input", "framework")):
+    ...     n = tf.data.Dataset.range(3).reduce(tf.constant(0, tf.int64), lambda a, b: a + b)
 
     Args:
-      device: the device every op of the block must run on, written any
+      device: the device every guarded op of the block must run on, written any
         accepted way; it must exist.
       allow_ops: op types (e.g. "Shape") that may run elsewhere.
+      origins: the origins of the ops it checks, among "user", "input" and "framework".
 
     Raises:
       DeviceSpecError: `device` is malformed (before the block runs).
       DeviceNotFoundError: `device` does not exist (before the block runs).
-      ConfigurationError: `allow_ops` is a string rather than a sequence of op types.
-      PlacementError: in the block, naming the op, where it ran, where it was
-        asked to run, the user's line and why it ran there (the reasons of
-        `PlacementLog.explain()`).
+      ConfigurationError: `allow_ops` or `origins` is a string rather than a sequence, or `origins`
+        names something else than those origins, or none.
+      PlacementError: in the block, naming the op, where it ran, where it was asked to run and who
+        asked, the user's line and why it ran there (the reasons of `PlacementLog.explain()`);
+        advice only where the user's code made the op and asked for its device.
     """
     if isinstance(allow_ops, str):
         raise ConfigurationError(
             f"device_guard received allow_ops={allow_ops!r} (from argument allow_ops): allowed is a sequence "
             f"of op types, e.g. allow_ops=({allow_ops!r},)")
+    if isinstance(origins, str) or not origins or not set(origins) <= set(ORIGINS):
+        raise ConfigurationError(
+            f"device_guard received origins={origins!r} (from argument origins): allowed is a non-empty sequence "
+            f"of {', '.join(repr(origin) for origin in ORIGINS)}, e.g. origins=('user', 'input')")
     wanted = resolve(device, fallback=False, origin="tfplace.device_guard's argument device")
-    guard = _DeviceGuard(wanted, frozenset(allow_ops))
+    guard = _DeviceGuard(wanted, frozenset(allow_ops), frozenset(origins))
     with _hooks.listening(guard), _collecting(guard):
         yield
 
 
-# Function nodes that ran (a "removed" node never did), and what a device guard leaves out: a
-# function's plumbing and its input pipeline, which TensorFlow keeps on the host by design.
+# Function nodes that ran (a "removed" node never did).
 _RAN = frozenset({"place", "compiled"})
-_PLUMBING = PLUMBING | {"Identity", "IdentityN", "NoOp", "Const"}
-_INPUT_PIPELINE = ("Dataset", "Iterator", "Optional")
-
-
-def _computes(op: str) -> bool:
-    return op not in _PLUMBING and not any(word in op for word in _INPUT_PIPELINE)

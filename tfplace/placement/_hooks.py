@@ -61,7 +61,7 @@ from tensorflow.core.framework import types_pb2
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name, parse_device, requested_name
 from tfplace._tensorflow import dtype_enum
-from tfplace.placement import _calls, _datasets, _graphs, _kernels, _transfers
+from tfplace.placement import _calls, _datasets, _graphs, _kernels, _origins, _transfers
 from tfplace.placement._records import CopyRecord, PlacementRecord
 from tfplace.placement._sources import started_by_framework, user_line
 
@@ -157,6 +157,7 @@ def _copies(op: str, inputs: Sequence[Any], full: str, device: str) -> list[Copy
 
 _known: dict[tuple, tuple[str, int, PlacementRecord]] = {}  # (op, device, requested, attrs) -> description
 _sourced: dict[tuple[PlacementRecord, str], PlacementRecord] = {}  # one record per op, device and line
+_noted: dict[tuple[PlacementRecord, str, str], PlacementRecord] = {}  # one per op, device, origin and requester
 
 
 # What an eager op is, for the op callback: an op whose inputs may be copied, a function call,
@@ -209,14 +210,21 @@ class _Hook:
             known = _known[(op_type, full, requested, attrs)]
         except KeyError:
             known = _describe(op_type, full, requested, _type_values(op_type, attrs))
-            if len(_known) > 100_000:
+            if len(_known) > 100_000:  # caches, bounded: records are made again when needed
                 _known.clear()
+                _noted.clear()
+                _sourced.clear()
             _known[(op_type, full, requested, attrs)] = known
         except TypeError:  # a list-valued attribute (strides): key on the type attributes alone
             types = _type_values(op_type, attrs)
             known = _known.get((op_type, full, requested, types)) or _known.setdefault(
                 (op_type, full, requested, types), _describe(op_type, full, requested, types))
         op, kind, record = known
+        origin = _origins.of_op(op, _origins.live(sys._getframe(1)))
+        by = getattr(_requested, "by", "") if record.requested else ""
+        if by or origin != "user":
+            noted = (record, origin, by)
+            record = _noted.get(noted) or _noted.setdefault(noted, record._replace(origin=origin, requested_by=by))
         placed = False
         ran = _graphs.Placed()
         copies: Sequence[CopyRecord] = ()
@@ -351,9 +359,12 @@ def _record_failure(error: BaseException, dtypes: Optional[tuple[tuple[str, str]
         dtypes = _failed_dtypes(name, sys._getframe(2))
     if name == "IteratorGetNext" and isinstance(error, tf.errors.OutOfRangeError):
         _datasets.exhausted(_argument("iterator", sys._getframe(2)))
+    requested = requested_name(requested)
     record = PlacementRecord(name, "", canonical_name(where), "failed",
                              source=user_line() if any(h.sources for h in hooks) else "",
-                             requested=requested_name(requested), dtypes=dtypes)
+                             requested=requested, dtypes=dtypes,
+                             requested_by=getattr(_requested, "by", "") if requested else "",
+                             origin=_origins.of_op(name, _origins.live(sys._getframe(2))))
     for hook in hooks:
         hook.records(("failed", id(error)), [record])
 
@@ -375,10 +386,30 @@ def _execute(op_name: Any, num_outputs: int, inputs: Any, attrs: Any, ctx: Any, 
 
 
 def _set_device(ctx: Any, device_name: Any, device_spec: Any) -> None:
-    """`Context._set_device` while hooks listen: every `tf.device` scope passes here; mirrored in
-    Python, the scope costs the op callback a thread-local read, not a call into TensorFlow."""
+    """`Context._set_device` while hooks listen: every `tf.device` scope passes here, entering and
+    leaving; mirrored in Python, the scope costs the op callback a thread-local read, not a call into
+    TensorFlow. Who entered each scope (`tfplace.placement._origins.live_requester`) is kept beside it."""
     _tensorflow.SET_DEVICE.original(ctx, device_name, device_spec)
     _requested.name = device_name
+    scopes = getattr(_requested, "scopes", None)
+    if scopes is None:
+        scopes = _requested.scopes = []
+    caller = sys._getframe(1)
+    if caller.f_code.co_name == "__exit__":  # leaving a scope: the enclosing one asks again
+        if scopes:
+            scopes.pop()
+        _requested.by = scopes[-1] if scopes else ""
+        return
+    by = ""
+    if device_name:
+        entered = _origins.entering(caller.f_back)
+        if entered is not None:
+            by = _origins.requester(*entered)
+            if not tf.executing_eagerly():
+                _tensorflow.locate_device_scope(*entered)
+    if caller.f_code.co_name == "__enter__":
+        scopes.append(by)
+    _requested.by = by
 
 
 def _start(thread: threading.Thread) -> None:

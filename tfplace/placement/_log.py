@@ -13,10 +13,11 @@ Example:
 
 from __future__ import annotations
 
+import json
 import threading
 import warnings
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, Union
 
 from tfplace._devices import parse_device
 from tfplace.placement import _kernels
@@ -27,9 +28,28 @@ if TYPE_CHECKING:
     from tfplace.placement._cost import Cost, Transfer
     from tfplace.placement._explain import Explanation, Readiness
 
-__all__ = ["PlacementLog"]
+__all__ = ["PlacementLog", "JSON_FORMAT"]
 
 _TABLE_ROWS = 20
+# What `to_json()` writes: identical events once, with a count.
+JSON_FORMAT = "tfplace-log/2"
+
+
+def _count(item: Mapping[str, Any]) -> int:
+    count = item.get("count", 1)
+    if not isinstance(count, int) or count < 1:
+        raise ValueError(f"count {count!r} is not a positive integer")
+    return count
+
+
+def _record_from(item: Mapping[str, Any]) -> PlacementRecord:
+    fields = {key: value for key, value in item.items() if key in PlacementRecord._fields}
+    fields["dtypes"] = tuple((str(name), str(value)) for name, value in fields.get("dtypes", ()))
+    return PlacementRecord(**fields)
+
+
+def _copy_from(item: Mapping[str, Any]) -> CopyRecord:
+    return CopyRecord(**{key: value for key, value in item.items() if key in CopyRecord._fields})
 
 
 class PlacementLog:
@@ -53,7 +73,7 @@ class PlacementLog:
         self._copies: list[CopyRecord] = list(copies)
         self._reasons: list[str] = []
         self._lock = threading.Lock()
-        self._runs: Counter = Counter()  # (device, op) -> executions of function nodes
+        self._runs: Counter = Counter()  # (device, op, category) -> executions of function nodes
         self._timing: Any = None  # the profile of the block (`timing=True`)
         self._timing_missing = ""
 
@@ -69,8 +89,8 @@ class PlacementLog:
         if copies:
             self._copies.extend(copies)
 
-    def add_runs(self, runs: Iterable[tuple[tuple[str, str], int]]) -> None:
-        """Counts one function call's node executions, ((device, op), count) pairs (the capture's writer)."""
+    def add_runs(self, runs: Iterable[tuple[tuple[str, str, str], int]]) -> None:
+        """Counts one function call's node executions, ((device, op, category), count) pairs (the capture's writer)."""
         with self._lock:
             for key, count in runs:
                 self._runs[key] += count
@@ -111,6 +131,12 @@ class PlacementLog:
         return list(self._records)
 
     @property
+    def runs(self) -> dict[tuple[str, str, str], int]:
+        """Executions of function nodes so far: (device, op, category) -> count, each call's nodes once
+        (a loop body's once per call); the category of `tfplace.placement._groups`."""
+        return dict(self._runs)
+
+    @property
     def copies(self) -> list[CopyRecord]:
         """The implicit-copy records so far, in order (a copy)."""
         return list(self._copies)
@@ -148,10 +174,69 @@ class PlacementLog:
         return _cost.cost(self._records, self._copies, self._runs, self._timing, missing)
 
     def to_json(self) -> dict[str, Any]:
-        """Every record and copy, the transfers, the cost and the completeness, as JSON-ready data."""
-        return {"complete": self.complete, "incomplete_reason": self.incomplete_reason,
-                "records": [r.to_json() for r in self._records], "copies": [c.to_json() for c in self._copies],
+        """Every record and copy, the transfers, the cost and the completeness, as JSON-ready data.
+
+        Identical events are stored once, in order of first appearance, with their `count`: the
+        size grows with what differs, not with the number of ops. `runs` holds the executions of
+        function nodes per device, op and category (compute, framework, input, plumbing). `PlacementLog.from_json` reads it back.
+
+        >>> import tensorflow as tf, tfplace
+        >>> x = tf.ones(2)
+        >>> with tfplace.capture_placement() as log:
+        ...     for _ in range(3):
+        ...         y = x * 2.0
+        >>> [(r["op"], r["count"]) for r in log.to_json()["records"]]
+        [('Mul', 3)]
+        >>> PlacementLog.from_json(log.to_json()).records == log.records
+        True
+        """
+        return {"format": JSON_FORMAT, "complete": self.complete, "incomplete_reason": self.incomplete_reason,
+                "incomplete_reasons": list(self._reasons),
+                "records": [dict(r.to_json(), count=n) for r, n in Counter(self._records).items()],
+                "copies": [dict(c.to_json(), count=n) for c, n in Counter(self._copies).items()],
+                "runs": [[device, op, category, n] for (device, op, category), n in sorted(self._runs.items())],
                 "transfers": [t.to_json() for t in self.transfers()], "cost": self.cost().to_json()}
+
+    @classmethod
+    def from_json(cls, text: Union[str, bytes, dict]) -> "PlacementLog":
+        """The log that `to_json()` wrote (or `tfplace trace --json`): the same records and copies, as
+        many times as counted, the same completeness and function-node executions (times are not
+        kept: `cost()` of the result has executions and bytes).
+
+        Raises:
+          TypeError: `text` is neither JSON text nor the parsed dict.
+          ValueError: `text` is not a tfplace log (not JSON, or without its records), naming what is wrong.
+        """
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
+        if isinstance(text, str):
+            try:
+                data = json.loads(text)
+            except ValueError as err:
+                raise ValueError(f"PlacementLog.from_json received text that is not JSON (from argument text): "
+                                 f"{err}; allowed is what PlacementLog.to_json() or tfplace trace --json wrote") from None
+        elif isinstance(text, dict):
+            data = text
+        else:
+            raise TypeError(f"PlacementLog.from_json received {type(text).__name__} (from argument text): allowed "
+                            "is str, bytes or the dict that PlacementLog.to_json() returned")
+        if not isinstance(data, dict) or not isinstance(data.get("records"), list):
+            raise ValueError("PlacementLog.from_json received JSON without a list of records (from argument text): "
+                             "allowed is what PlacementLog.to_json() or tfplace trace --json wrote")
+        try:
+            records = [record for item in data["records"] for record in [_record_from(item)] * _count(item)]
+            copies = [copy for item in data.get("copies", []) for copy in [_copy_from(item)] * _count(item)]
+            runs = Counter({(device, op, category): int(n) for device, op, category, n in data.get("runs", [])})
+        except (TypeError, ValueError, KeyError) as err:
+            raise ValueError(f"PlacementLog.from_json received a record it cannot read (from argument text): {err!r}; "
+                             "allowed is what PlacementLog.to_json() or tfplace trace --json wrote") from None
+        log = cls(records, copies)
+        log._runs = runs
+        reasons = data.get("incomplete_reasons")
+        if reasons is None:
+            reasons = [data["incomplete_reason"]] if data.get("incomplete_reason") else []
+        log._reasons = [str(reason) for reason in reasons]
+        return log
 
     @classmethod
     def from_text(cls, text: str) -> "PlacementLog":

@@ -11,13 +11,10 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional, Sequence
 
-__all__ = ["PlacementRecord", "CopyRecord", "PLUMBING", "KINDS", "split_plumbing"]
+__all__ = ["PlacementRecord", "CopyRecord", "PLUMBING", "split_plumbing"]
 
 # Nodes TensorFlow adds to every function for its arguments and results.
 PLUMBING = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval"})
-
-# What a record says happened (see `PlacementRecord.kind`).
-KINDS = ("execute", "failed", "place", "removed", "compiled")
 
 
 class PlacementRecord(NamedTuple):
@@ -43,6 +40,13 @@ class PlacementRecord(NamedTuple):
       dtypes: the op's type attributes, e.g. `(("T", "float32"),)`.
       line: the text TensorFlow printed, for records read from a saved log
         (`PlacementLog.from_text`), else "".
+      requested_by: who entered the `tf.device` scope that asked for `requested`: the user's
+        "file.py:LINE", or the machinery's name ("MirroredStrategy", "Keras", "TensorFlow");
+        "" when nothing was asked, or the scope was entered before any capture opened.
+      origin: "user" (the user's code asked for the op, Keras layers it called included),
+        "input" (tf.data datasets, iterators and their functions) or "framework" (TensorFlow's
+        or Keras' machinery with no user request: a strategy's variable initialisation and
+        all-reduce, optimizer slots, metrics); see `tfplace.placement._origins`.
     """
 
     op: str
@@ -53,6 +57,8 @@ class PlacementRecord(NamedTuple):
     requested: str = ""
     dtypes: tuple[tuple[str, str], ...] = ()
     line: str = ""
+    requested_by: str = ""
+    origin: str = "user"
 
     def to_json(self) -> dict[str, Any]:
         """The record as JSON-ready data (`dtypes` as a list of pairs)."""

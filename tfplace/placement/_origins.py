@@ -1,0 +1,176 @@
+"""Who asked for an op, and for its device: the user, the input pipeline, or TensorFlow's and Keras' machinery.
+
+An op's *origin* is decided by the code that made it, read from the innermost frame out; the
+first frame that says something decides:
+
+* the user's own code (outside TensorFlow, Keras and tfplace): `"user"`;
+* Keras layers, models, losses and activations: `"user"` (the user called them, through `fit`
+  or directly);
+* `tf.data` and Keras' data adapters: `"input"` (so are dataset and iterator ops, whoever
+  made them);
+* Keras' optimizers, metrics, callbacks and trainer, and `tf.distribute`: `"framework"` (a
+  strategy's variable initialisation and all-reduce, optimizer slots, metrics bookkeeping);
+* anything else of TensorFlow's or Keras' (ops, backends, utilities) says nothing: the next
+  frame out decides.
+
+*Who asked* for a device (`requested_by`) is read the same way from the code that entered the
+`tf.device` scope: the user's `"file.py:LINE"`, or the machinery's name (`"MirroredStrategy"`,
+`"Keras"`, `"TensorFlow"`).
+
+One definition of *plumbing* serves every report: a function's arguments and results
+(`_Arg`, `_Retval`), `Identity`, `IdentityN`, `NoOp`, `Const`, tf.data's `FakeSink` nodes, and
+nodes the graph optimizer removed before they ran.
+
+Example:
+    >>> from tfplace.placement import _origins
+    >>> _origins.of_frames([("/site-packages/keras/src/optimizers/adam.py", 117)])
+    'framework'
+    >>> _origins.of_frames([("/site-packages/keras/src/layers/core/dense.py", 222), ("train.py", 9)])
+    'user'
+    >>> _origins.requester("/site-packages/tensorflow/python/distribute/mirrored_run.py", 1)
+    'MirroredStrategy'
+"""
+
+from __future__ import annotations
+
+import os
+from types import CodeType, FrameType
+from typing import Any, Iterable, Optional
+
+from tfplace import _tensorflow
+from tfplace.placement._sources import shown_path
+
+__all__ = ["ORIGINS", "PLUMBING_OPS", "is_plumbing", "is_input_op", "of_op", "of_frames", "frames_of", "live",
+           "requester", "entering"]
+
+ORIGINS = ("user", "input", "framework")
+
+# Nodes that carry values rather than compute them (with tf.data's FakeSink nodes and removed nodes).
+PLUMBING_OPS = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval", "Identity", "IdentityN", "NoOp", "Const"})
+
+_S = os.sep
+# Path parts, each deciding an origin; the first that matches a frame's file wins.
+_DECIDING = (
+    (f"{_S}keras{_S}src{_S}trainers{_S}data_adapters{_S}", "input"),
+    (f"{_S}tensorflow{_S}python{_S}data{_S}", "input"),
+    (f"{_S}keras{_S}src{_S}layers{_S}", "user"),
+    (f"{_S}keras{_S}src{_S}models{_S}", "user"),
+    (f"{_S}keras{_S}src{_S}losses{_S}", "user"),
+    (f"{_S}keras{_S}src{_S}activations{_S}", "user"),
+    (f"{_S}keras{_S}src{_S}applications{_S}", "user"),
+    (f"{_S}keras{_S}src{_S}optimizers{_S}", "framework"),
+    (f"{_S}keras{_S}src{_S}backend{_S}tensorflow{_S}optimizer.py", "framework"),
+    (f"{_S}keras{_S}src{_S}metrics{_S}", "framework"),
+    (f"{_S}keras{_S}src{_S}callbacks{_S}", "framework"),
+    (f"{_S}keras{_S}src{_S}trainers{_S}", "framework"),
+    (f"{_S}keras{_S}src{_S}backend{_S}tensorflow{_S}trainer.py", "framework"),
+    (f"{_S}keras{_S}src{_S}distribution{_S}", "framework"),
+    (f"{_S}tensorflow{_S}python{_S}distribute{_S}", "framework"),
+    (f"{_S}tensorflow{_S}python{_S}training{_S}", "framework"),
+    (f"{_S}tensorflow{_S}python{_S}checkpoint{_S}", "framework"),
+)
+_FRAMEWORK_PARTS = (f"{_S}tensorflow{_S}", f"{_S}keras{_S}", f"{_S}tf_keras{_S}", f"{_S}tfplace{_S}", f"{_S}optree{_S}")
+_SCOPE_PLUMBING = (f"{_S}framework{_S}ops.py", f"{_S}eager{_S}context.py", f"{_S}tf_contextlib.py", "contextlib.py")
+_STDLIB = os.path.join(os.path.dirname(os.__file__), "")
+_NEUTRAL_STDLIB = tuple(os.path.join(_STDLIB, name) for name in ("threading.py", "contextlib.py", "runpy.py"))
+
+# Which machinery entered a tf.device scope, by file.
+_REQUESTERS = (
+    ("mirrored_", "MirroredStrategy"), ("one_device_strategy", "OneDeviceStrategy"),
+    ("collective_all_reduce_strategy", "MultiWorkerMirroredStrategy"), ("parameter_server", "ParameterServerStrategy"),
+    ("tpu_strategy", "TPUStrategy"),
+)
+
+_by_file: dict[str, str] = {}  # file -> its origin ("" when it says nothing, "user" for the user's code)
+_by_code: dict[CodeType, str] = {}
+
+
+def _file_origin(filename: str) -> str:
+    found = _by_file.get(filename)
+    if found is None:
+        found = ""
+        for part, origin in _DECIDING:
+            if part in filename:
+                found = origin
+                break
+        else:
+            if not (any(part in filename for part in _FRAMEWORK_PARTS) or filename.startswith(_NEUTRAL_STDLIB)
+                    or filename.startswith("<frozen")):
+                found = "user"
+        _by_file[filename] = found
+    return found
+
+
+def is_input_op(op: str) -> bool:
+    """True for tf.data's dataset and iterator ops (`MapDataset`, `IteratorGetNext`, `OptionalFromValue`...)."""
+    return "Dataset" in op or "Iterator" in op or op.startswith("Optional") or op == "MapDefun"
+
+
+def is_plumbing(record: Any) -> bool:
+    """True for a record of plumbing (see the module's docstring): a report counts these in one line."""
+    return record.kind == "removed" or record.op in PLUMBING_OPS or record.name.rpartition("/")[2].startswith("FakeSink")
+
+
+def of_op(op: str, made_by: str) -> str:
+    """The origin of an op of type `op` whose making code says `made_by` ("" when it said nothing)."""
+    return "input" if is_input_op(op) else made_by or "user"
+
+
+def of_frames(frames: Iterable[tuple[str, int]]) -> str:
+    """What the code that made an op says, from its `(filename, lineno)` frames, innermost first ("" for nothing)."""
+    for filename, _ in frames:
+        found = _file_origin(filename)
+        if found:
+            return found
+    return ""
+
+
+def live(frame: Optional[FrameType]) -> str:
+    """`of_frames()` of the live stack from `frame` out (each code object's verdict is remembered)."""
+    while frame is not None:
+        code = frame.f_code
+        found = _by_code.get(code)
+        if found is None:
+            found = _by_code[code] = _file_origin(code.co_filename)
+        if found:
+            return found
+        frame = frame.f_back
+    return ""
+
+
+def requester(filename: str, lineno: int) -> str:
+    """Who entered a `tf.device` scope from `filename:lineno`: the user's `"file.py:LINE"`, or the
+    machinery's name (a strategy's: the one in scope, where tf.distribute's file does not say)."""
+    if _file_origin(filename) == "user":
+        return f"{shown_path(filename)}:{lineno}"
+    if f"{_S}distribute{_S}" in filename:
+        for part, name in _REQUESTERS:
+            if part in os.path.basename(filename):
+                return name
+        return _tensorflow.strategy_name() or "tf.distribute"
+    if f"{_S}keras{_S}" in filename:
+        return "Keras"
+    return "TensorFlow"
+
+
+
+
+def entering(frame: Optional[FrameType]) -> Optional[tuple[str, int]]:
+    """(filename, lineno) of the code that entered a `tf.device` scope: the first frame from `frame`
+    out that is not TensorFlow's scope plumbing (its `tf.device` and context managers, tfplace,
+    contextlib); while a function is traced, read from TensorFlow's stack, which maps autograph's
+    generated code back to the user's source."""
+    for filename, lineno in _tensorflow.traced_stack():
+        if not (filename.endswith(_SCOPE_PLUMBING) or f"{_S}tfplace{_S}" in filename):
+            return filename, lineno
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not (filename.endswith(_SCOPE_PLUMBING) or f"{_S}tfplace{_S}" in filename):
+            return filename, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def frames_of(stack: Any) -> list[tuple[str, int]]:
+    """A graph op's saved stack (`Operation.traceback`, outermost first) as (filename, lineno), innermost first."""
+    return [(frame.filename, frame.lineno) for frame in reversed(list(stack))]
