@@ -1,12 +1,14 @@
-"""The `tfplace` command line: `tfplace devices`, `tfplace env` and `tfplace trace`.
+"""The `tfplace` command line: `tfplace devices`, `tfplace env`, `tfplace trace` and `tfplace diff`.
 
 Neither `devices` nor `env` starts TensorFlow's runtime or allocates GPU
 memory: devices are listed from the physical inventory and the pending
-configuration. `trace` runs a script under a capture (see `tfplace._trace`).
+configuration. `trace` runs a script under a capture (see `tfplace._trace`); `diff` compares two
+of its `--json` traces (see `tfplace._diff`).
 
     tfplace devices --logical_cpus=4     # the devices a program would see
     tfplace env --json                   # versions, build and placement env vars
     tfplace trace --logical_cpus=2 train.py --epochs=1
+    tfplace diff laptop.json server.json  # exit 1 when a compute op moved or a transfer appeared
 """
 
 from __future__ import annotations
@@ -284,6 +286,24 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
     return status
 
 
+def _diff(args: argparse.Namespace) -> int:
+    """Runs `tfplace diff`: 1 when a compute op moved or a transfer appeared, 0 when nothing did, 2 for an
+    unreadable trace (one line naming it)."""
+    from tfplace import _diff as diffing
+
+    try:
+        a, b = diffing.read(args.a), diffing.read(args.b)
+    except diffing.DiffError as err:
+        print(err, file=sys.stderr)
+        return 2
+    found = diffing.diff(a, b)
+    if args.json:
+        print(json.dumps(diffing.to_json(found, args.a, args.b), indent=2))
+    else:
+        print(diffing.render(found, args.a, args.b, top=args.top))
+    return found.status
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the command line; returns the exit status (the script's, for `trace`)."""
     parser = argparse.ArgumentParser(prog="tfplace", description="TensorFlow device placement: see it.")
@@ -294,6 +314,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     env = commands.add_parser("env", help="versions, build info and placement environment variables")
     env.add_argument("--json", action="store_true", help="print JSON")
     trace = _add_trace(commands)
+    compare = commands.add_parser(
+        "diff", help="what moved between two tfplace trace --json runs (exit 1 if a compute op moved or a transfer "
+                     "appeared)", allow_abbrev=False)
+    compare.add_argument("a", metavar="A.json", help="the earlier trace (tfplace trace --json=A.json ...)")
+    compare.add_argument("b", metavar="B.json", help="the later trace")
+    compare.add_argument("--json", action="store_true", help="print JSON")
+    compare.add_argument("--top", type=int, default=20, help="rows per section (default 20)")
     argv = list(sys.argv[1:] if argv is None else argv)
     passed: list[str] = []
     if argv[:1] == ["trace"] and "--" in argv:
@@ -304,6 +331,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "trace":
         return _trace(trace, args, passed)
+    if args.command == "diff":
+        return _diff(args)
     import tfplace
 
     try:

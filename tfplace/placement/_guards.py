@@ -154,7 +154,8 @@ class _DeviceGuard:
             self.fail(record, "", user_line())
 
     def watches(self, record: PlacementRecord) -> bool:
-        return record.origin in self.origins and record.op not in self.allow_ops and not is_plumbing(record)
+        return (record.origin in self.origins and record.op not in self.allow_ops and not is_plumbing(record)
+                and record.op not in _METADATA)
 
     def fail(self, record: PlacementRecord, node: str, line: str) -> NoReturn:
         asked = record.requested or "no device (TensorFlow chose)"
@@ -193,7 +194,8 @@ def device_guard(device: Union[str, Device, Any], *, allow_ops: Sequence[str] = 
 
     By default it checks the user's compute ops (origin "user": eager ops and function nodes the
     user's code made, Keras layers called through `fit` included); plumbing (`Identity`, `Const`,
-    `NoOp`, arguments and results, removed nodes) is never checked, and neither, unless asked for,
+    `NoOp`, arguments and results, removed nodes) and the ops that read only a shape (`Shape`, `Size`,
+    `Rank`, which TensorFlow places beside their input) are never checked, and neither, unless asked for,
     the input pipeline (origin "input") nor TensorFlow's and Keras' own machinery (origin
     "framework": a strategy's variable initialisation and all-reduce, optimizer slots, metrics).
 
@@ -234,3 +236,6 @@ def device_guard(device: Union[str, Device, Any], *, allow_ops: Sequence[str] = 
 
 # Function nodes that ran (a "removed" node never did).
 _RAN = frozenset({"place", "compiled"})
+# Ops that read only their input's shape: TensorFlow's placer puts them beside their input (its
+# "metadata" ops), wherever the computation runs; they move no data.
+_METADATA = frozenset({"Shape", "ShapeN", "Size", "Rank"})

@@ -37,7 +37,6 @@ import os
 from types import CodeType, FrameType
 from typing import Any, Iterable, Optional
 
-from tfplace import _tensorflow
 from tfplace.placement._sources import shown_path
 
 __all__ = ["ORIGINS", "PLUMBING_OPS", "is_plumbing", "is_input_op", "of_op", "of_frames", "frames_of", "live",
@@ -147,6 +146,8 @@ def requester(filename: str, lineno: int) -> str:
         for part, name in _REQUESTERS:
             if part in os.path.basename(filename):
                 return name
+        from tfplace import _tensorflow  # a distribute frame: TensorFlow is loaded
+
         return _tensorflow.strategy_name() or "tf.distribute"
     if f"{_S}keras{_S}" in filename:
         return "Keras"
@@ -160,6 +161,8 @@ def entering(frame: Optional[FrameType]) -> Optional[tuple[str, int]]:
     out that is not TensorFlow's scope plumbing (its `tf.device` and context managers, tfplace,
     contextlib); while a function is traced, read from TensorFlow's stack, which maps autograph's
     generated code back to the user's source."""
+    from tfplace import _tensorflow  # entering a tf.device scope: TensorFlow is loaded
+
     for filename, lineno in _tensorflow.traced_stack():
         if not (filename.endswith(_SCOPE_PLUMBING) or f"{_S}tfplace{_S}" in filename):
             return filename, lineno
