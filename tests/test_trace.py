@@ -45,7 +45,7 @@ def test_trace_keeps_argv_and_exit_status_and_names_the_copy(tmp_path):
     assert {"op": "AddV2", "name": "", "device": "/device:CPU:1", "kind": "execute", "source": "script.py:9",
             "requested": "/device:CPU:1"} in [{k: r[k] for k in ("op", "name", "device", "kind", "source", "requested")}
                                               for r in data["records"]]
-    assert {k: v for k, v in data["copies"][0].items() if k != "line"} == {
+    assert {k: v for k, v in data["copies"][0].items() if k not in ("line", "count")} == {
         "op": "AddV2", "input_index": 0, "from_device": "/device:CPU:0", "to_device": "/device:CPU:1",
         "source": "script.py:9", "kind": "eager", "function": "", "node": "", "tensor": "", "dtype": "float32",
         "bytes": 16, "call": "", "in_loop": False}
@@ -133,7 +133,7 @@ def test_plot_is_readable_with_twenty_op_types(tmp_path, monkeypatch):
     figure, small = drawn
     axes = figure.axes[0]
     labels = [text.get_text() for text in axes.get_legend().get_texts()]
-    assert labels[:2] == ["Op02 (6)", "Op05 (6)"] and labels[-1] == "5 other op types (10)" and len(labels) == 16
+    assert labels[:2] == ["Op02 (6)", "Op05 (6)"] and labels[-1] == "5 other compute op types (10)" and len(labels) == 16
     colours = [tuple(bars.patches[0].get_facecolor()) for bars in axes.containers]
     assert len(set(colours)) == 16  # "other" too has a colour of its own
     figure.canvas.draw()

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tfplace.placement._log import PlacementLog
-from tfplace.placement._records import PLUMBING
+from tfplace.placement._records import ARGUMENT_OPS
 
 __all__ = ["placement", "differences", "path_for", "read", "write", "FORMAT", "SnapshotError"]
 
@@ -46,7 +46,7 @@ def placement(log: PlacementLog) -> dict[str, dict[str, int]]:
     counts: dict[str, Counter] = {}
     for device, ops in log.summary().items():
         for op, count in ops.items():
-            if op not in PLUMBING:
+            if op not in ARGUMENT_OPS:
                 counts.setdefault(device, Counter())[_FUNCTION_NUMBER.sub(r"\1", op)] += count
     return {device: dict(sorted(ops.items())) for device, ops in sorted(counts.items())}
 

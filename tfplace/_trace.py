@@ -35,7 +35,7 @@ from tfplace.placement import _display, _explain, _groups
 from tfplace.placement._capture import capture_placement
 from tfplace.placement._explain import Explanation, Readiness
 from tfplace.placement._log import PlacementLog
-from tfplace.placement._records import PLUMBING
+from tfplace.placement._records import ARGUMENT_OPS
 
 __all__ = ["run_script", "Findings", "findings", "report", "to_json", "write_json", "plot"]
 
@@ -88,7 +88,7 @@ def run_script(path: str, args: Sequence[str], *, timing: bool = False) -> tuple
 
 
 def _is_op(op: str) -> bool:
-    return op not in PLUMBING and not op.startswith("__")
+    return op not in ARGUMENT_OPS and not op.startswith("__")
 
 
 def _rows(counter: Counter, top: int) -> tuple[list, int]:
@@ -169,7 +169,8 @@ def report(log: PlacementLog, found: Findings, *, top: int = 10) -> str:
     records = [r for r in log.records if _is_op(r.op)]
     lines = [f"== tfplace trace: {len(records)} op placement(s), {len(log.copies)} implicit transfer(s)",
              *_display.cost_lines(log, top=top),
-             "ops per device (your compute first, by " + ("time" if log.cost().timed else "executions") + "):",
+             "ops per device (your compute first, by " + ("time" if log.cost().timed else "executions")
+             + "; the rest one line each):",
              *_device_lines(log, top)]
     lines.append("not where asked, and why (by source line):")
     messages: dict[tuple, str] = {}
@@ -234,6 +235,11 @@ def write_json(path: str, data: dict[str, Any]) -> None:
         json.dump(data, out, indent=1)
 
 
+# What the plot draws as one band each, after the user's compute ops: label and colour.
+_BANDS = {"framework": ("TensorFlow's and Keras' own ops", "#5f5f5f"), "input": ("input pipeline (tf.data)", "#a6a6a6"),
+          "plumbing": ("plumbing (Identity, Const, NoOp, ...)", "#d9d9d9")}
+
+
 def _colours(count: int) -> list[Any]:
     """`count` distinct colours from matplotlib's qualitative maps, greys left out (grey is "other").
 
@@ -252,8 +258,8 @@ def plot(log: PlacementLog, path: str, *, top: int = 10, title: Optional[str] = 
     op executions (or, with timing, busy time) as bars stacked by op type; beside it, bytes moved
     per direction.
 
-    The `top` op types have a colour each, the rest are one grey "other"; arguments and results of
-    functions are not work and are left out.
+    The user's `top` compute op types have a colour each, the rest of the user's compute is one grey
+    "other"; TensorFlow's and Keras' own ops, the input pipeline and plumbing are a grey band each.
     """
     import matplotlib
 
@@ -262,22 +268,31 @@ def plot(log: PlacementLog, path: str, *, top: int = 10, title: Optional[str] = 
     from matplotlib.ticker import MaxNLocator
 
     cost = log.cost()
-    timed = cost.timed and all(c.time_us is not None for c in cost.ops.values())
-    amounts = {key: (c.time_us / 1000 if timed else c.executions) for key, c in cost.ops.items() if _is_op(key[1])}
+    groups = [g for g in _groups.per_device(log.records, log.runs, cost.ops) if g.device]
+    timed = bool(groups) and all(g.timed for g in groups if g.compute)
     totals: Counter = Counter()
-    for (_, op), amount in amounts.items():
-        totals[op] += amount
+    for group in groups:
+        for op, amount in group.compute:
+            totals[op] += amount
     kept = [op for op, _ in totals.most_common(top)]
-    devices = sorted({device for device, _ in amounts})
-    counts = {device: Counter() for device in devices}
-    for (device, op), amount in amounts.items():
-        counts[device][op if op in kept else "other"] += amount
-    labels = {op: f"{op} ({totals[op]:.1f} ms)" if timed else f"{op} ({totals[op]})" for op in kept}
+    devices = [g.device for g in groups]
+    counts = {g.device: Counter() for g in groups}
+    for group in groups:
+        for op, amount in group.compute:
+            counts[group.device][op if op in kept else "other"] += amount
+        for name in _BANDS:
+            counts[group.device][name] += group.amounts.get(name, 0.0)
+    labels = {op: f"{op} ({totals[op]:.1f} ms)" if timed else f"{op} ({totals[op]:g})" for op in kept}
     stacked = list(zip(kept, _colours(len(kept))))
     if len(totals) > len(kept):
         rest = sum(totals.values()) - sum(totals[op] for op in kept)
-        labels["other"] = f"{len(totals) - len(kept)} other op types ({f'{rest:.1f} ms' if timed else rest})"
+        labels["other"] = f"{len(totals) - len(kept)} other compute op types ({f'{rest:.1f} ms' if timed else f'{rest:g}'})"
         stacked.append(("other", "#8c8c8c"))
+    for name, (band, colour) in _BANDS.items():
+        amount = sum(counts[d][name] for d in devices)
+        if amount:
+            labels[name] = f"{band} ({f'{amount:.1f} ms' if timed else f'{amount:g}'})"
+            stacked.append((name, colour))
     directions = sorted(cost.directions.items())
     top_height = max(1.6 + 0.5 * len(devices), 0.9 + 0.24 * len(stacked))
     low_height = 1.0 + 0.4 * max(len(directions), 1)
@@ -295,9 +310,10 @@ def plot(log: PlacementLog, path: str, *, top: int = 10, title: Optional[str] = 
     if not timed:
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("busy time (ms, TensorFlow's profiler)" if timed else "op executions (function nodes once per call)")
-    axes.set_title(title or ("time per device" if timed else "op executions per device"))
+    axes.set_title(title or ("time per device: your compute by op type" if timed
+                             else "op executions per device: your compute by op type"))
     if stacked:
-        axes.legend(title="op type", fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+        axes.legend(title="your compute op type, then the rest", fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
                     borderaxespad=0.0, frameon=False)
     arrows = [f"{_display.short_device(a)} → {_display.short_device(b)}" for (a, b), _ in directions]
     kib = [(c.bytes or 0) / 1024 for _, c in directions]

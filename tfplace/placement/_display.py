@@ -2,9 +2,10 @@
 
 `html(log, explanations)` and `text(log, explanations)` are pure functions of a log and its
 `log.explain()`: a summary line (records, implicit copies, complete or INCOMPLETE with the
-reason), ops per device (the arguments and results of TensorFlow's internal functions counted
-in one line, as `log.table()` does), the implicit copies with their lines, the failed ops, and
-why ops ran elsewhere than they asked (grouped by line and op). Every text of the log is
+reason), the user's compute ops per device (TensorFlow's and Keras' own ops, the input pipeline
+and plumbing counted in a line each, as `log.table()` does), the implicit copies with their
+lines, the failed ops, why the user's ops ran elsewhere than they asked (grouped by line and
+op), and what TensorFlow's own code placed, one line per cause. Every text of the log is
 escaped: op and node names can hold `<` and `&`. `PlacementLog._repr_html_` is `html(log,
 log.explain())`; the `%%placement` cell magic (`tfplace._notebook`) shows both.
 
@@ -28,7 +29,9 @@ from collections import Counter
 from typing import TYPE_CHECKING, Optional, Protocol, Sequence
 
 from tfplace._devices import parse_device
-from tfplace.placement._records import PLUMBING, CopyRecord, PlacementRecord, split_plumbing
+from tfplace.placement import _explain, _groups
+from tfplace.placement._origins import is_plumbing
+from tfplace.placement._records import CopyRecord, PlacementRecord
 
 if TYPE_CHECKING:
     from tfplace.placement._cost import Cost, Transfer
@@ -117,25 +120,31 @@ def _more(hidden: int, what: str, width: int) -> str:
 
 
 def _ops_table(records: Sequence[PlacementRecord]) -> str:
-    """Ops (and kinds) per device: one row per op and kind, in order of first appearance."""
+    """The user's compute ops per device, one row per op and kind, most placement events first; TensorFlow's
+    and Keras' own ops, the input pipeline and plumbing counted in a line each (`tfplace.placement._groups`)."""
     counts: dict[tuple[str, str], Counter] = {}
+    others: dict[str, Counter] = {}
     devices: set[str] = set()
-    ops, plumbing = split_plumbing(records)
-    for record in ops:
+    for record in records:
+        kind = _groups.category(record)
+        if kind != "compute":
+            others.setdefault(kind, Counter())[record.op] += 1
+            continue
         counts.setdefault((record.op, record.kind), Counter())[record.device] += 1
         devices.add(record.device)
     columns = sorted(devices, key=_device_key)
     rows = []
-    for (op, kind), per_device in list(counts.items())[:MAX_ROWS]:
+    ordered = sorted(counts.items(), key=lambda item: -sum(item[1].values()))
+    for (op, kind), per_device in ordered[:MAX_ROWS]:
         cells = [_e(op), _e(kind)]
         cells += [str(per_device[d]) if per_device[d] else f'<span style="{_MUTED}">·</span>' for d in columns]
         rows.append(_row(cells, [False, False] + [True] * len(columns)))
     width = 2 + len(columns)
     rows.append(_more(len(counts) - MAX_ROWS, "op row", width))
-    if plumbing:
-        events = _plural(plumbing, "function argument/result event")
-        rows.append(f'<tr><td colspan="{width}" style="{_CELL};{_MUTED}">+{events} '
-                    f"({_e(', '.join(sorted(PLUMBING)))})</td></tr>")
+    for name in _groups.CATEGORIES[1:]:
+        if name in others:
+            rows.append(f'<tr><td colspan="{width}" style="{_CELL};{_MUTED}">+{_e(_groups.other_line(name, others[name]))}'
+                        "</td></tr>")
     head = ["op", "kind"] + [d or "(unknown)" for d in columns]
     return _table(head, rows, [False, False] + [True] * len(columns))
 
@@ -224,15 +233,16 @@ def html(log: Log, explanations: Sequence["Explanation"]) -> str:
       outputs), every text of the log escaped.
     """
     records = log.records
+    yours = [e for e in explanations if _explain.user_can_act(e.record)]
     failed = [r for r in records if r.kind == "failed"]
-    devices = {r.device for r in split_plumbing(records)[0] if r.device}
+    devices = {r.device for r in records if r.device and not is_plumbing(r)}
     state = (f'<span style="{_OK}">complete</span>' if log.complete
              else f'<span style="{_BAD}">INCOMPLETE</span>')
     summary = " · ".join([
         f"<b>Placement</b>: {_plural(len(records), 'record')} on {_plural(len(devices), 'device')}",
         _plural(len(log.copies), "implicit copy", "implicit copies"),
         *([_plural(len(failed), "failed op")] if failed else []),
-        *([_plural(len(explanations), "op not where asked", "ops not where asked")] if explanations else []),
+        *([_plural(len(yours), "op of yours not where asked", "ops of yours not where asked")] if yours else []),
         state,
     ])
     parts = [f'<div class="tfplace-placement" style="{_BOX}">', f'<div style="margin:2px 0 4px 0">{summary}</div>']
@@ -247,8 +257,13 @@ def html(log: Log, explanations: Sequence["Explanation"]) -> str:
         parts += [f'<div style="{_TITLE}">Implicit transfers, most bytes first</div>', _transfers_table(log)]
     if failed:
         parts += [f'<div style="{_TITLE}">Failed ops</div>', _failed_table(failed)]
-    if explanations:
-        parts += [f'<div style="{_TITLE}">Not where asked, and why</div>', _explanations_table(explanations)]
+    yours = [e for e in explanations if _explain.user_can_act(e.record)]
+    if yours:
+        parts += [f'<div style="{_TITLE}">Not where asked, and why</div>', _explanations_table(yours)]
+    causes = _explain.causes(explanations)
+    if causes:
+        parts += [f'<div style="{_TITLE}">Placed by TensorFlow\'s and Keras\' own code (nothing to change in yours)</div>',
+                  *(f'<div style="{_MUTED}">{_e(cause)}</div>' for cause in causes[:MAX_ROWS])]
     parts.append("</div>")
     return "".join(parts)
 
@@ -263,7 +278,7 @@ def text(log: Log, explanations: Sequence["Explanation"]) -> str:
         lines += [f"    {op} on {device or '(unknown)'}" + (f" (asked for {asked})" if asked else "")
                   + (f" at {line}" if line else "") + f"  x{n}"
                   for (line, op, device, asked), n in failed.most_common(MAX_ROWS)]
-    groups = _explanation_groups(explanations)
+    groups = _explanation_groups([e for e in explanations if _explain.user_can_act(e.record)])
     if groups:
         lines.append("  not where asked, and why:")
         for (line, op, _names, device, asked, reason), n, message in groups[:MAX_ROWS]:
@@ -272,6 +287,10 @@ def text(log: Log, explanations: Sequence["Explanation"]) -> str:
             lines.append(f"      {message}")
         if len(groups) > MAX_ROWS:
             lines.append(f"    ... and {len(groups) - MAX_ROWS} more")
+    causes = _explain.causes(explanations)
+    if causes:
+        lines.append("  placed by TensorFlow's and Keras' own code (nothing to change in yours):")
+        lines += [f"    {cause}" for cause in causes[:MAX_ROWS]]
     return "\n".join(lines)
 
 

@@ -53,7 +53,7 @@ from tfplace import _tensorflow
 from tfplace._devices import canonical_name, requested_name
 from tfplace.placement import _function_sources, _groups, _origins, _kernels, _lowering, _transfers
 from tfplace.placement._log import PlacementLog
-from tfplace.placement._records import PLUMBING, CopyRecord, PlacementRecord
+from tfplace.placement._records import ARGUMENT_OPS, CopyRecord, PlacementRecord
 from tfplace.placement._sources import user_stacklevel
 
 __all__ = ["attach", "detach", "collect", "Placed", "start", "without_sources", "is_xla", "compiled_records",
@@ -114,11 +114,11 @@ def _is_eager_op_wrapper(graph: graph_pb2.GraphDef) -> bool:
     them after its Python parameters. When an eager op fails, the next
     wrapper's nodes are collected with its own.
     """
-    nodes = [n for n in graph.node if n.op not in PLUMBING]
+    nodes = [n for n in graph.node if n.op not in ARGUMENT_OPS]
     if not nodes or not all(n.name == n.op and n.device.startswith("/job:") for n in nodes):
         return False
     ops = {_kernels.op_type(n.op) for n in nodes}
-    return all(any(_kernels.is_wrapper_plumbing(n.name, op) for op in ops) for n in graph.node if n.op in PLUMBING)
+    return all(any(_kernels.is_wrapper_plumbing(n.name, op) for op in ops) for n in graph.node if n.op in ARGUMENT_OPS)
 
 
 # Grappler names a node it rewrites "<Optimizer>/<Rewrite>_<original name>[/<part>]".
@@ -215,7 +215,7 @@ def _function_records(function_graphs: Any) -> tuple[list[PlacementRecord], list
     records = placed_records(nodes, [n for n in placed if n.device])
     devices = len(function_graphs.partition_graphs)
     if _function_sources.watched():
-        top = _function_sources.notes_of_graph([n.name for n in graph.node if n.op not in PLUMBING])
+        top = _function_sources.notes_of_graph([n.name for n in graph.node if n.op not in ARGUMENT_OPS])
         notes = _function_sources.node_notes(nodes, top)  # one per record, empty where unknown
         records = [_noted(record, note) for record, note in zip(records, notes)]
     else:
@@ -224,7 +224,7 @@ def _function_records(function_graphs: Any) -> tuple[list[PlacementRecord], list
         function_graphs.partition_graphs, {n.name: n for n in nodes}, {r.name: r.source for r in records if r.source},
         graph=function_graphs.post_optimization_graph, devices={r.name: r.device for r in records}) \
         if devices > 1 else []
-    runs = Counter((r.device, r.op, _groups.category(r)) for r in records if r.kind == "place" and r.op not in PLUMBING)
+    runs = Counter((r.device, r.op, _groups.category(r)) for r in records if r.kind == "place" and r.op not in ARGUMENT_OPS)
     pipeline, device = _graph_datasets(graph, placed)
     datasets = dataset_records(pipeline, device, graph.library) if pipeline is not None else []
     return records, datasets, transfers, runs

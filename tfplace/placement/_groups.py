@@ -48,13 +48,15 @@ class DeviceGroups(NamedTuple):
       device: the canonical device name ("" for removed nodes whose device is unknown).
       compute: (op, amount) pairs of the user's compute, most first: executions, or ms with timing.
       others: category -> Counter of op type -> placement events, for "framework", "input", "plumbing".
-      timed: whether `compute`'s amounts are milliseconds.
+      timed: whether the amounts are milliseconds.
+      amounts: category -> executions (or ms) on the device, for "framework", "input", "plumbing".
     """
 
     device: str
     compute: tuple[tuple[str, float], ...]
     others: Mapping[str, Counter]
     timed: bool = False
+    amounts: Mapping[str, float] = {}
 
 
 def _device_key(device: str) -> tuple:
@@ -64,9 +66,10 @@ def _device_key(device: str) -> tuple:
 def per_device(records: Iterable[PlacementRecord], runs: Mapping[tuple[str, str, str], int] = {},
                ops: Optional[Mapping[tuple[str, str], Any]] = None) -> list[DeviceGroups]:
     """Each device's compute ops, most executions first (eager ops' records, and `runs`: a log's
-    function-node executions by (device, op, category)); by time where `ops` (a timed `Cost`'s
-    (device, op) -> figures) times every compute op, an op's time shared by its categories in
-    proportion to their executions; and the other categories' op counts (placement events)."""
+    function-node executions by (device, op, category)); by time where `ops` (a `Cost`'s (device,
+    op) -> figures) is timed, an op's time shared by its categories in proportion to their
+    executions (an op the profile did not see counts 0 ms); and the other categories' op counts
+    (placement events)."""
     events: dict[str, dict[str, Counter]] = {}
     executions: Counter = Counter()
     for record in records:
@@ -81,14 +84,22 @@ def per_device(records: Iterable[PlacementRecord], runs: Mapping[tuple[str, str,
     for device in sorted(events, key=_device_key):
         groups = events[device]
         amounts = {op: executions[(device, op, "compute")] or n for op, n in groups["compute"].items()}
+        rest = {name: {op: executions[(device, op, name)] for op in groups[name]} for name in CATEGORIES[1:]}
         figures = {op: (ops or {}).get((device, op)) for op in amounts}
-        timed = bool(figures) and all(f is not None and f.time_us is not None for f in figures.values())
+        timed = any(f.time_us is not None for f in (ops or {}).values())
         if timed:
-            for op, figure in figures.items():
-                every = sum(executions[(device, op, kind)] for kind in CATEGORIES) or amounts[op]
-                amounts[op] = figure.time_us / 1000 * amounts[op] / every
+            every = {op: sum(executions[(device, op, kind)] for kind in CATEGORIES) for op in
+                     {*amounts, *(op for name in rest for op in rest[name])}}
+            for op, figure in figures.items():  # an op the profile did not see took no time it could measure
+                amounts[op] = (figure.time_us or 0.0) / 1000 * amounts[op] / (every[op] or amounts[op]) \
+                    if figure is not None else 0.0
+            for name, counts in rest.items():
+                for op, n in counts.items():
+                    figure = (ops or {}).get((device, op))
+                    counts[op] = figure.time_us / 1000 * n / every[op] if figure and figure.time_us and every[op] else 0.0
         ordered = tuple(sorted(amounts.items(), key=lambda item: (-item[1], item[0])))
-        found.append(DeviceGroups(device, ordered, {name: groups[name] for name in CATEGORIES[1:]}, timed))
+        found.append(DeviceGroups(device, ordered, {name: groups[name] for name in CATEGORIES[1:]}, timed,
+                                  {name: float(sum(rest[name].values())) for name in CATEGORIES[1:]}))
     return found
 
 

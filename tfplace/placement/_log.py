@@ -20,9 +20,9 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, Union
 
 from tfplace._devices import parse_device
-from tfplace.placement import _kernels
+from tfplace.placement import _groups, _kernels
 from tfplace.placement._parsing import parse_placement
-from tfplace.placement._records import PLUMBING, CopyRecord, PlacementRecord, split_plumbing
+from tfplace.placement._records import ARGUMENT_OPS, CopyRecord, PlacementRecord
 
 if TYPE_CHECKING:
     from tfplace.placement._cost import Cost, Transfer
@@ -278,11 +278,19 @@ class PlacementLog:
         return tuple(dict.fromkeys(r.op for r in self._select(device=device)))
 
     def summary(self) -> dict[str, dict[str, int]]:
-        """Counts per device and op: `{"/device:CPU:0": {"MatMul": 2, ...}, ...}`."""
+        """Placement events per device and op: `{"/device:CPU:0": {"MatMul": 2, ...}, ...}`; on each
+        device the user's compute ops come first, most first, then TensorFlow's and Keras' own, the
+        input pipeline's and plumbing (`tfplace.placement._groups`)."""
         counts: dict[str, Counter] = {}
         for record in self.records:
-            counts.setdefault(record.device, Counter())[record.op] += 1
-        return {device: dict(ops) for device, ops in counts.items()}
+            counts.setdefault(record.device, Counter())[(_groups.category(record), record.op)] += 1
+        rank = {name: i for i, name in enumerate(_groups.CATEGORIES)}
+        found: dict[str, dict[str, int]] = {}
+        for device, ops in counts.items():
+            ordered = found[device] = {}
+            for (_, op), n in sorted(ops.items(), key=lambda item: (rank[item[0][0]], -item[1], item[0][1])):
+                ordered[op] = ordered.get(op, 0) + n
+        return found
 
     def guide_lines(self) -> list[str]:
         """The eager events as TensorFlow's guide prints them (op types, never kernel variants)."""
@@ -292,16 +300,18 @@ class PlacementLog:
         ]
 
     def table(self, op: Optional[str] = None) -> str:
-        """A short table of what was placed where (the rows for `op` first).
-
-        The arguments and results of TensorFlow's internal functions (`_Arg`,
-        `_Retval`, ...) are counted in one line, not listed.
-        """
-        ops, plumbing = split_plumbing(self._records)
-        counts = Counter((r.op, r.device or "(unknown)", r.kind) for r in ops)
-        rows = sorted(counts.items(), key=lambda item: (item[0][0] != op, item[0]))
+        """A short table of what was placed where: the rows for `op` first, then the user's compute
+        ops, most first; TensorFlow's and Keras' own ops, the input pipeline and plumbing (`Identity`,
+        `Const`, `NoOp`, arguments and results, removed nodes) are counted in a line each."""
+        counts = Counter((r.op, r.device or "(unknown)", r.kind) for r in self._records
+                         if r.op == op or _groups.category(r) == "compute")
+        others: dict[str, Counter] = {}
+        for record in self._records:
+            if record.op != op and _groups.category(record) != "compute":
+                others.setdefault(_groups.category(record), Counter())[record.op] += 1
+        rows = sorted(counts.items(), key=lambda item: (item[0][0] != op, -item[1], item[0]))
         note = "" if self.complete else "\n  (incomplete log: " + self.incomplete_reason + ")"
-        if not rows and not plumbing:
+        if not rows and not others:
             return "  (no placement events were recorded)" + note
         shown = rows[:_TABLE_ROWS]
         width = max([2] + [len(o) for (o, _, _), _ in shown])
@@ -310,8 +320,7 @@ class PlacementLog:
         lines += [f"  {o:<{width}}  {d:<{place}}  {k:<8}  {n}" for (o, d, k), n in shown]
         if len(rows) > _TABLE_ROWS:
             lines.append(f"  ... and {len(rows) - _TABLE_ROWS} more rows")
-        if plumbing:
-            lines.append(f"  (+{plumbing} function argument/result events: {', '.join(sorted(PLUMBING))})")
+        lines += [f"  (+{_groups.other_line(name, others[name])})" for name in _groups.CATEGORIES[1:] if name in others]
         return "\n".join(lines) + note
 
     def assert_placed(self, op: str, device: str) -> None:
@@ -439,7 +448,7 @@ def _wrapper_size(group: list[PlacementRecord], op: str) -> int:
     for record in reversed(group):
         if record.op == op and _kernels.op_type(record.name) == op:
             seen = True
-        elif not (record.op in PLUMBING and _kernels.is_wrapper_plumbing(record.name, op)):
+        elif not (record.op in ARGUMENT_OPS and _kernels.is_wrapper_plumbing(record.name, op)):
             break
         size += 1
     return size if seen else 0

@@ -18,7 +18,8 @@ profiler's own schema, `xplane_pb2`), checked on CPU with two logical devices, o
   type is the k-th "execute" record of that op type in the capture's log (the caller passes
   them in order). A function call is `EagerLocalExecute: __inference_f_19`, spanning its run.
 * A function's node that runs synchronously is a `<node>:<kernel>` event (`MatMul:_MklMatMul`
-  or `MatMul:MatMul`, `Sum:Sum`) on an executor line, or on the Python line when the function
+  or `MatMul:MatMul`, `Sum:Sum`; a Grappler fusion `dense/Relu:_FusedMatMul`, timed as the op it
+  computes first, `MatMul`, since records keep the user's op types) on an executor line, or on the Python line when the function
   runs inline; no stat names its device, the caller passes each node's device. A `_Send`
   (`x/_1:_Send`) carries stats `from` (the producer node), `to` (the consumer) and `key`
   (`<send device>;<id>;<recv device>;<edge>;<frame>:<iteration>`). An asynchronous node
@@ -273,7 +274,17 @@ def _kind(name: str) -> tuple:
         return (_OTHER_NODE,)
     if _tensorflow.op_def(op) is None:
         return (_SKIP,)  # a TraceMe of TensorFlow's own, not a node
-    return _WORK, op, node
+    return _WORK, _unfused(op), node
+
+
+def _unfused(op: str) -> str:
+    """The op type a graph-optimizer fusion computes first, which the user's records know
+    (`_FusedMatMul` → `MatMul`, `_FusedConv2D` → `Conv2D`): a fused kernel's time goes to it."""
+    if op.startswith("_Fused"):
+        base = op[len("_Fused"):]
+        if _tensorflow.op_def(base) is not None:
+            return base
+    return op
 
 
 def _host_plane(plane: Any, tally: _Tally, node_devices: Mapping[str, str], pending: list) -> None:

@@ -9,12 +9,12 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional
 
-__all__ = ["PlacementRecord", "CopyRecord", "PLUMBING", "split_plumbing"]
+__all__ = ["PlacementRecord", "CopyRecord", "ARGUMENT_OPS"]
 
 # Nodes TensorFlow adds to every function for its arguments and results.
-PLUMBING = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval"})
+ARGUMENT_OPS = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval"})
 
 
 class PlacementRecord(NamedTuple):
@@ -65,13 +65,6 @@ class PlacementRecord(NamedTuple):
         data = self._asdict()
         data["dtypes"] = [list(pair) for pair in self.dtypes]
         return data
-
-
-def split_plumbing(records: Sequence[PlacementRecord]) -> tuple[list[PlacementRecord], int]:
-    """The records of ops, and how many records were function plumbing (`PLUMBING`), which tables count
-    in one line rather than list."""
-    ops = [record for record in records if record.op not in PLUMBING]
-    return ops, len(records) - len(ops)
 
 
 class CopyRecord(NamedTuple):
