@@ -121,11 +121,13 @@ def _transfers(data: Mapping[str, Any]) -> dict[tuple, dict]:
     rows: dict[tuple, dict] = {}
     for row in data.get("transfers", []) or []:
         key = _transfer_key(row)
-        if key in rows:  # the same transfer of two instances of one function: add them up
+        if key in rows:  # one line's transfers of several tensors, or of two instances of a function: add them up
             merged = dict(rows[key])
             merged["count"] = merged.get("count", 0) + row.get("count", 0)
-            if merged.get("total_bytes") is not None and row.get("total_bytes") is not None:
-                merged["total_bytes"] += row["total_bytes"]
+            both = (merged.get("total_bytes"), row.get("total_bytes"))
+            merged["total_bytes"] = None if None in both else both[0] + both[1]
+            if merged.get("bytes") != row.get("bytes"):
+                merged["bytes"] = None  # sizes vary: the total says it
             rows[key] = merged
         else:
             rows[key] = dict(row)
@@ -164,7 +166,8 @@ def diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> Diff:
     appeared = tuple(new[key] for key in new if key not in old)
     disappeared = tuple(old[key] for key in old if key not in new)
     changed = tuple((old[key], new[key]) for key in new if key in old
-                    and (old[key].get("bytes"), old[key].get("total_bytes")) != (new[key].get("bytes"), new[key].get("total_bytes")))
+                    and (old[key].get("bytes"), old[key].get("total_bytes")) != (new[key].get("bytes"),
+                                                                                  new[key].get("total_bytes")))
     ready_a, ready_b = _readiness(a), _readiness(b)
     readiness = tuple([("appeared", *entry) for entry in sorted(ready_b - ready_a)]
                       + [("disappeared", *entry) for entry in sorted(ready_a - ready_b)])
@@ -201,8 +204,10 @@ def _size(count: Optional[int]) -> str:
 def _transfer(row: Mapping[str, Any]) -> str:
     where = row.get("source") or (f"(call at {row['call']})" if row.get("call") else "an unknown line")
     node = f" (node {row['node']} of {_function(str(row.get('function', '')))})" if row.get("node") else ""
+    each = f"{_size(row.get('bytes'))} each" if row.get("bytes") is not None else (
+        f"{_size(row.get('total_bytes'))} in all" if row.get("total_bytes") is not None else "size unknown")
     return (f"{where}  {row.get('op')} input #{row.get('input_index')}{node} {_short(str(row.get('from_device')))} -> "
-            f"{_short(str(row.get('to_device')))}, {_size(row.get('bytes'))} each, x{row.get('count')}")
+            f"{_short(str(row.get('to_device')))}, {each}, x{row.get('count')}")
 
 
 def render(found: Diff, name_a: str, name_b: str, *, top: int = 20) -> str:

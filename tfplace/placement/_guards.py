@@ -163,7 +163,10 @@ class _DeviceGuard:
             asked += f", asked by {record.requested_by}"
         allowed = ", ".join(sorted(self.allow_ops)) or "none"
         what = f"{record.op} ({node})" if node else record.op
+        if record.origin != "user":
+            what += f" (origin {record.origin!r})"
         watched = ", ".join(repr(origin) for origin in ORIGINS if origin in self.origins)
+        plural = "s" if len(self.origins) > 1 else ""
         if _explain.user_can_act(record):
             advice = f"Place it with tf.device('{self.wanted}'), or pass allow_ops=('{record.op}',)."
         else:
@@ -171,9 +174,9 @@ class _DeviceGuard:
                       f"pass allow_ops=('{record.op}',), or leave {record.origin!r} out of origins.")
         raise PlacementError(
             f"{what} ran on {record.device} at {line or 'an unknown line'} (asked for: {asked}), but "
-            f"device_guard('{self.wanted}') allows only ops on {self.wanted} among the compute ops it watches "
-            f"(origins {watched}; this one's is {record.origin!r}) and the op types in allow_ops ({allowed}). "
-            f"Why it ran there: {self.why(record)} {advice}")
+            f"device_guard('{self.wanted}') allows only ops on {self.wanted} among the compute ops of origin{plural} "
+            f"{watched} it watches, and the op types in allow_ops ({allowed}). Why it ran there: {self.why(record)} "
+            f"{advice}")
 
     def why(self, record: PlacementRecord) -> str:
         """The reason `record` ran where it did (`tfplace.placement._explain`), as "reason: message"."""

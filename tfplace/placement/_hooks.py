@@ -220,7 +220,7 @@ class _Hook:
             known = _known.get((op_type, full, requested, types)) or _known.setdefault(
                 (op_type, full, requested, types), _describe(op_type, full, requested, types))
         op, kind, record = known
-        origin = _origins.of_op(op, _origins.live(sys._getframe(1)))
+        origin = _origins.of_op(op, _origins.live(1))
         by = getattr(_requested, "by", "") if record.requested else ""
         if by or origin != "user":
             noted = (record, origin, by)
@@ -364,7 +364,7 @@ def _record_failure(error: BaseException, dtypes: Optional[tuple[tuple[str, str]
                              source=user_line() if any(h.sources for h in hooks) else "",
                              requested=requested, dtypes=dtypes,
                              requested_by=getattr(_requested, "by", "") if requested else "",
-                             origin=_origins.of_op(name, _origins.live(sys._getframe(2))))
+                             origin=_origins.of_op(name, _origins.live(2)))
     for hook in hooks:
         hook.records(("failed", id(error)), [record])
 
@@ -388,7 +388,7 @@ def _execute(op_name: Any, num_outputs: int, inputs: Any, attrs: Any, ctx: Any, 
 def _set_device(ctx: Any, device_name: Any, device_spec: Any) -> None:
     """`Context._set_device` while hooks listen: every `tf.device` scope passes here, entering and
     leaving; mirrored in Python, the scope costs the op callback a thread-local read, not a call into
-    TensorFlow. Who entered each scope (`tfplace.placement._origins.live_requester`) is kept beside it."""
+    TensorFlow. Who entered each scope (`tfplace.placement._origins.entering`) is kept beside it."""
     _tensorflow.SET_DEVICE.original(ctx, device_name, device_spec)
     _requested.name = device_name
     scopes = getattr(_requested, "scopes", None)

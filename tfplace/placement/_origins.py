@@ -33,7 +33,9 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 from types import CodeType, FrameType
 from typing import Any, Iterable, Optional
 
@@ -82,6 +84,8 @@ _REQUESTERS = (
 
 _by_file: dict[str, str] = {}  # file -> its origin ("" when it says nothing, "user" for the user's code)
 _by_code: dict[CodeType, str] = {}
+# innermost code -> (frames out to the deciding one, its code, the code it called, the verdict)
+_shortcuts: dict[CodeType, tuple[int, CodeType, Optional[CodeType], str]] = {}
 
 
 def _file_origin(filename: str) -> str:
@@ -110,6 +114,7 @@ def is_plumbing(record: Any) -> bool:
     return record.kind == "removed" or record.op in PLUMBING_OPS or record.name.rpartition("/")[2].startswith("FakeSink")
 
 
+@functools.lru_cache(maxsize=4096)
 def of_op(op: str, made_by: str) -> str:
     """The origin of an op of type `op` whose making code says `made_by` ("" when it said nothing)."""
     return "input" if is_input_op(op) else made_by or "user"
@@ -124,16 +129,34 @@ def of_frames(frames: Iterable[tuple[str, int]]) -> str:
     return ""
 
 
-def live(frame: Optional[FrameType]) -> str:
-    """`of_frames()` of the live stack from `frame` out (each code object's verdict is remembered)."""
+def live(start: int = 1) -> str:
+    """`of_frames()` of the live stack, from `start` frames above the caller out.
+
+    Each code object's verdict is remembered, and, per innermost code object, how far out the
+    deciding frame was and which code called it: a repeated call from the same place checks those
+    two frames and is done (as `tfplace.placement._sources.user_line` does).
+    """
+    frame: Optional[FrameType] = sys._getframe(start + 1)
+    innermost = frame.f_code
+    known = _shortcuts.get(innermost)
+    if known is not None:
+        depth, decider, inner, verdict = known
+        try:
+            if sys._getframe(start + 1 + depth).f_code is decider and (
+                    depth == 0 or sys._getframe(start + depth).f_code is inner):
+                return verdict
+        except ValueError:  # the stack is shallower this time
+            pass
+    depth, inner = 0, None
     while frame is not None:
         code = frame.f_code
         found = _by_code.get(code)
         if found is None:
             found = _by_code[code] = _file_origin(code.co_filename)
         if found:
+            _shortcuts[innermost] = (depth, code, inner, found)
             return found
-        frame = frame.f_back
+        inner, frame, depth = code, frame.f_back, depth + 1
     return ""
 
 
