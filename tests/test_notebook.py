@@ -391,7 +391,7 @@ def cell_with(cells: dict, text: str):
     return next(cell for source, cell in cells.items() if text in source)
 
 
-@pytest.mark.parametrize("name", ["gpu_guide.ipynb", "d2l_gpus.ipynb"])
+@pytest.mark.parametrize("name", ["gpu_guide.ipynb", "d2l_gpus.ipynb", "d2l_multi_gpu.ipynb"])
 def test_example_notebooks_are_committed_without_outputs(name):
     nb = nbformat.read(EXAMPLES / name, as_version=4)
     nbformat.validate(nb)
@@ -446,3 +446,24 @@ def test_d2l_notebook_shows_the_chapters_placement(kernel_dir):
     assert placed(shown(cell_with(cells, "net(X)"))[0])["MatMul"] == {"/device:CPU:0"}
     weights = outputs(cell_with(cells, "tfplace.devices_of(net.layers[0].weights[0])"), "execute_result")[0]
     assert weights.data["text/plain"] == ("(('/device:CPU:0', '/device:CPU:1'), ('/device:CPU:0', '/device:CPU:1'))")
+
+
+def test_d2l_multi_gpu_notebook_shows_time_and_transfers_per_device(kernel_dir):
+    import ast
+
+    cells = example("d2l_multi_gpu.ipynb", kernel_dir)
+    assert ast.literal_eval(outputs(cell_with(cells, "type(strategy).__name__"), "execute_result")[0]
+                            .data["text/plain"]) == ("MirroredStrategy", ("/device:CPU:0", "/device:CPU:1"))
+    training = cell_with(cells, "%%placement --timing")
+    assert "epoch 2/2: loss" in stream(training)
+    page, text = shown(training)
+    assert "Where the time and bytes went" in page and "Implicit transfers, most bytes first" in page
+    assert "busy" in text and "CPU:0 -> CPU:1" in text and "CPU:1 -> CPU:0" in text
+    assert {"Conv2D", "Conv2DBackpropFilter"} <= set(placed(page))  # the model's compute and its gradients
+    cost = ast.literal_eval(outputs(cell_with(cells, "_placement.cost().devices"), "execute_result")[0]
+                            .data["text/plain"])
+    assert set(cost) == {"/device:CPU:0", "/device:CPU:1"}
+    assert all(executions > 0 and busy > 0 and 0 < share < 1 for executions, busy, share in cost.values())
+    moved = ast.literal_eval(outputs(cell_with(cells, "_placement.transfers()[:5]"), "execute_result")[0]
+                             .data["text/plain"])
+    assert moved and all(count > 0 for _, _, _, count, _ in moved)
