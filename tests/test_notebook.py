@@ -357,7 +357,8 @@ def test_to_dataframe_has_one_row_per_record():
     log.add([PlacementRecord("Mul", "f/mul", "/device:CPU:0", "place", "cell.py:3", "/device:CPU:0",
                              (("T", "float32"),))])
     frame = log.to_dataframe()
-    assert list(frame.columns) == ["op", "name", "device", "kind", "source", "requested", "dtypes", "line"]
+    assert list(frame.columns) == ["op", "name", "device", "kind", "source", "requested", "dtypes", "line",
+                                   "requested_by", "origin"]
     assert len(frame) == len(log) == 3
     assert frame["op"].tolist() == ["MatMul", "AddN", "Mul"]
     assert frame.iloc[2].tolist()[:7] == ["Mul", "f/mul", "/device:CPU:0", "place", "cell.py:3", "/device:CPU:0",

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, Un
 
 from tfplace._devices import parse_device
 from tfplace.placement import _groups, _kernels
+from tfplace.placement._origins import is_input_op
 from tfplace.placement._parsing import parse_placement
 from tfplace.placement._records import ARGUMENT_OPS, CopyRecord, PlacementRecord
 
@@ -250,10 +251,12 @@ class PlacementLog:
         (`_EagerConst`) run in TensorFlow's C++ code, where a capture cannot
         see them: they are left out too. Each record keeps its printed line. A saved log
         cannot tell which nodes the graph optimizer removed or which
-        functions XLA compiled: every placer line is a "place" record. The
-        text is read in order: where several threads' eager ops interleave
-        their wrapper lines (a collective's launch threads), some wrapper
-        nodes can remain as "place" records.
+        functions XLA compiled: every placer line is a "place" record; nor who
+        asked for an op: dataset and iterator ops are of origin "input", the
+        rest "user", and `requested_by` is empty. The text is read in order:
+        where several threads' eager ops interleave their wrapper lines (a
+        collective's launch threads), some wrapper nodes can remain as
+        "place" records.
 
         Raises:
           TypeError: `text` is not a `str` (decode bytes first).
@@ -263,7 +266,8 @@ class PlacementLog:
                             "allowed is str, the text of a saved TensorFlow log; decode bytes first, "
                             "e.g. data.decode('utf-8', 'replace')")
         parsed = parse_placement(text)
-        return cls(_without_eager_wrappers(parsed.records), parsed.copies)
+        records = [r._replace(origin="input") if is_input_op(r.op) else r for r in _without_eager_wrappers(parsed.records)]
+        return cls(records, parsed.copies)
 
     def _select(self, op: Optional[str] = None, device: Optional[str] = None) -> Iterable[PlacementRecord]:
         where = parse_device(device, origin="PlacementLog's argument device").name if device is not None else None
@@ -399,7 +403,7 @@ class PlacementLog:
 
     def to_dataframe(self) -> Any:
         """A pandas DataFrame, one row per record: columns op, name, device, kind, source,
-        requested, dtypes (as text, e.g. "T=float32") and line.
+        requested, dtypes (as text, e.g. "T=float32"), line, requested_by and origin.
 
         Raises:
           ImportError: pandas is not installed (it comes with the `notebook` extra).
@@ -409,9 +413,10 @@ class PlacementLog:
         except ImportError as err:
             raise ImportError("PlacementLog.to_dataframe needs pandas, which is not installed here: "
                               "pip install 'tfplace[notebook]' (or pip install pandas)") from err
-        columns = ["op", "name", "device", "kind", "source", "requested", "dtypes", "line"]
+        columns = ["op", "name", "device", "kind", "source", "requested", "dtypes", "line", "requested_by", "origin"]
         rows = [(r.op, r.name, r.device, r.kind, r.source, r.requested,
-                 ", ".join(f"{name}={value}" for name, value in r.dtypes), r.line) for r in self._records]
+                 ", ".join(f"{name}={value}" for name, value in r.dtypes), r.line, r.requested_by, r.origin)
+                for r in self._records]
         return pandas.DataFrame(rows, columns=columns)
 
     def _absent(self, device: str) -> str:
