@@ -174,7 +174,7 @@ def _describe(op_type: Any, full: str, requested: Optional[str], types: tuple) -
         op = _kernels.op_type(op)
         kind = _ITERATOR if op in _graphs.ITERATOR_OPS else _EXPLICIT if op in EXPLICIT_COPIES else _OP
     record = PlacementRecord(op, "", canonical_name(full), "execute", requested=requested_name(requested),
-                             dtypes=_dtypes(types))
+                             dtypes=_dtypes(types), origin=_origins.of_op(op, ""))
     return op, kind, record
 
 
@@ -220,9 +220,9 @@ class _Hook:
             known = _known.get((op_type, full, requested, types)) or _known.setdefault(
                 (op_type, full, requested, types), _describe(op_type, full, requested, types))
         op, kind, record = known
-        origin = _origins.of_op(op, _origins.live(1))
+        origin = "input" if record.origin == "input" else _origins.live(1) or "user"
         by = getattr(_requested, "by", "") if record.requested else ""
-        if by or origin != "user":
+        if by or origin != record.origin:
             noted = (record, origin, by)
             record = _noted.get(noted) or _noted.setdefault(noted, record._replace(origin=origin, requested_by=by))
         placed = False
