@@ -203,3 +203,38 @@ def test_tfplace_diff_names_the_op_that_moved_and_the_transfer_that_appeared(tmp
     assert broken.returncode == 2 and broken.stdout == ""
     assert broken.stderr.strip().startswith("tfplace diff: cut.json is not JSON")
     assert len(broken.stderr.strip().splitlines()) == 1
+
+
+def test_diff_reads_changed_bytes_readiness_explanations_and_time_shares_from_the_json():
+    from tfplace._diff import diff, render
+
+    def trace(device, each, share, readiness, reason):
+        return {
+            "records": [{"op": "MatMul", "name": "dense/MatMul", "device": device, "kind": "place",
+                         "source": "train.py:9", "origin": "user", "count": 4},
+                        {"op": "Identity", "name": "dense/Identity", "device": "/device:CPU:5", "kind": "place",
+                         "source": "train.py:9", "origin": "user", "count": 1}],  # plumbing: never a move
+            "transfers": [{"kind": "function", "function": f"__inference_step_{each}", "node": "dense/MatMul",
+                           "op": "MatMul", "input_index": 1, "from_device": "/device:CPU:0", "to_device": device,
+                           "source": "train.py:9", "count": 4, "bytes": each, "total_bytes": 4 * each}],
+            "gpu_readiness": [{"op": op, "dtypes": [["T", "int32"]]} for op in readiness],
+            "explanations": [{"record": {"op": "MatMul", "source": "train.py:9", "origin": "user"}, "reason": reason}],
+            "cost": {"devices": [{"device": "/device:CPU:0", "share": share}, {"device": device, "share": 1 - share}]},
+        }
+
+    a = trace("/device:CPU:1", 64, 0.25, ["MatMul"], "no-device")
+    b = trace("/device:CPU:1", 256, 0.5, [], "colocated")
+    found = diff(a, b)
+    assert found.status == 0 and not found.moved and not found.appeared  # function numbers differ: one transfer
+    assert [(old["bytes"], new["bytes"]) for old, new in found.changed] == [(64, 256)]
+    assert found.readiness == (("disappeared", "MatMul", "T=int32"),)
+    assert found.explanations == (("appeared", "train.py:9", "MatMul", "colocated"),
+                                  ("disappeared", "train.py:9", "MatMul", "no-device"))
+    assert found.shares == {"/device:CPU:0": (0.25, 0.5), "/device:CPU:1": (0.75, 0.5)}
+    text = render(found, "a.json", "b.json")
+    assert text.splitlines()[0] == ("tfplace diff a.json -> b.json: no change in where your compute ops ran or what "
+                                    "moved between devices")
+    assert "  CPU:0: 25.0% -> 50.0%" in text and "transfers whose bytes changed (1):" in text
+    moved = diff(a, trace("/device:CPU:2", 64, 0.25, ["MatMul"], "no-device"))
+    assert moved.status == 1 and [(m.op, m.before, m.after) for m in moved.moved] == [
+        ("MatMul", {"/device:CPU:1": 4}, {"/device:CPU:2": 4})]
