@@ -61,6 +61,7 @@ INTERNALS = [
      "requested_by: the tf.device scopes of the graph being traced"),
     ("tensorflow.python.framework.ops", "get_default_graph()._device_function_stack.peek_traceable_objs",
      "requested_by: the innermost scope, whose location is set to the code that entered it"),
+    ("tensorflow.python.framework.ops", "EagerTensor", "live_tensors: which objects are eager tensors"),
     ("tensorflow.python.util.tf_stack", "extract_stack",
      "requested_by: the stack while a function is traced, autograph's code mapped to the user's source"),
     ("tensorflow.tsl.profiler.protobuf.xplane_pb2", "XSpace", "timing: the profile TensorFlow's profiler writes"),

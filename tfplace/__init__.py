@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from tfplace.placement._explain import Explanation, Readiness
     from tfplace.placement._guards import device_guard, transfer_guard
     from tfplace.placement._log import PlacementLog
+    from tfplace.placement._memory import DeviceMemory, LiveTensor, Memory, live_tensors
     from tfplace.placement._records import CopyRecord, PlacementRecord
 
 __version__ = "0.1.0"
@@ -50,6 +51,7 @@ _LAZY = {
     **dict.fromkeys(("transfer_guard", "device_guard"), "tfplace.placement._guards"),
     **dict.fromkeys(("Explanation", "Readiness"), "tfplace.placement._explain"),
     **dict.fromkeys(("PlacementLog",), "tfplace.placement._log"),
+    **dict.fromkeys(("Memory", "DeviceMemory", "LiveTensor", "live_tensors"), "tfplace.placement._memory"),
     **dict.fromkeys(("PlacementRecord", "CopyRecord"), "tfplace.placement._records"),
     **dict.fromkeys(("split_batch", "replicate", "reduce_on", "strategy"), "tfplace._replication"),
 }
@@ -76,6 +78,10 @@ __all__ = [
     "CopyRecord",
     "Explanation",
     "Readiness",
+    "Memory",
+    "DeviceMemory",
+    "LiveTensor",
+    "live_tensors",
     "transfer_guard",
     "device_guard",
     "split_batch",

@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import gc
 from typing import Any, Callable, Iterable, Mapping, Optional, Protocol
 
 import tensorflow as tf
@@ -49,6 +50,8 @@ __all__ = [
     "tensorboard_tracing", "static_sizes", "dtype_size",
     # op definitions and the kernel registry
     "op_def", "registered_kernels",
+    # memory
+    "reset_allocator_peak", "allocator_figures", "live_tensor_objects", "variable_creator_scope", "OutOfMemory",
     # the profiler
     "ProfilerBusy", "ProfilerError", "profiler_start", "profiler_stop", "read_xspaces",
     # tf.data
@@ -427,6 +430,44 @@ def locate_device_scope(filename: str, lineno: int) -> None:
 def strategy_name() -> str:
     """The class name of the `tf.distribute` strategy in scope ("" for the default strategy)."""
     return type(tf.distribute.get_strategy()).__name__ if tf.distribute.has_strategy() else ""
+
+
+# Memory ----------------------------------------------------------------------------------------
+
+
+# What TensorFlow raises when a device's allocator cannot satisfy an allocation.
+OutOfMemory = tf.errors.ResourceExhaustedError
+# Runs a function around every variable created in the block (public API).
+variable_creator_scope = tf.variable_creator_scope
+
+
+def reset_allocator_peak(device: str) -> None:
+    """Resets the peak of `device`'s allocator (GPUs; devices whose allocator keeps no statistics are left alone)."""
+    try:
+        tf.config.experimental.reset_memory_stats(device)
+    except (ValueError, tf.errors.OpError):
+        pass
+
+
+def allocator_figures(device: str) -> Optional[tuple[int, int]]:
+    """(current, peak) bytes of `device`'s allocator (`tf.config.experimental.get_memory_info`), None where it keeps none."""
+    try:
+        info = tf.config.experimental.get_memory_info(device)
+    except (ValueError, tf.errors.OpError):
+        return None
+    return int(info["current"]), int(info["peak"])
+
+
+def live_tensor_objects() -> list[tuple[str, Any]]:
+    """("tensor", eager tensor) and ("variable", variable) pairs for every one Python's garbage collector
+    tracks now; a distributed variable is left out (its components are listed)."""
+    found = []
+    for obj in gc.get_objects():
+        if isinstance(obj, _ops.EagerTensor):
+            found.append(("tensor", obj))
+        elif isinstance(obj, tf.Variable) and getattr(obj, "values", None) is None:
+            found.append(("variable", obj))
+    return found
 
 
 # The profiler ----------------------------------------------------------------------------------

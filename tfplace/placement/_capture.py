@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
+from tfplace import _tensorflow
 from tfplace.placement import _function_sources, _graphs, _hooks
 from tfplace.placement._log import PlacementLog
 from tfplace.placement._records import PlacementRecord
-from tfplace.placement._sources import user_stacklevel
+from tfplace.placement._sources import user_line, user_stacklevel
 
 __all__ = ["capture_placement", "capture_into"]
 
@@ -37,11 +38,13 @@ __all__ = ["capture_placement", "capture_into"]
 class _Recorder:
     """The hook listener of one capture: the only writer of its log."""
 
-    def __init__(self, log: PlacementLog, sources: bool, all_threads: bool) -> None:
+    def __init__(self, log: PlacementLog, sources: bool, all_threads: bool, census: Optional[Any] = None) -> None:
         self.log = log
         self.on_op = log.add_event  # the hot path: one call per eager op
         self.sources = sources
         self.all_threads = all_threads
+        self.memory = census is not None
+        self.census = census
         self.placed_here: set[str] = set()
         self.keys: set[tuple] = set()
 
@@ -58,6 +61,15 @@ class _Recorder:
                 "this log. Open the capture before the function's first call to record them",
                 stacklevel=user_stacklevel())
 
+    def on_outputs(self, record: PlacementRecord, outputs: Sequence[Any]) -> None:
+        self.census.add_outputs(record.source if self.sources else "", outputs)
+
+    def creator(self, next_creator: Any, **kwargs: Any) -> Any:
+        """A variable creator (`tf.variable_creator_scope`): the block's variables are counted."""
+        variable = next_creator(**kwargs)
+        self.census.add_variable(variable, user_line() if self.sources else "")
+        return variable
+
     def on_records(self, key: tuple, records: Sequence[PlacementRecord]) -> None:
         if key[0] == "unseen":
             self.log.mark_incomplete(key[1], stacklevel=user_stacklevel())
@@ -70,7 +82,8 @@ class _Recorder:
 
 
 @contextlib.contextmanager
-def capture_placement(*, sources: bool = False, all_threads: bool = False, timing: bool = False) -> Iterator[PlacementLog]:
+def capture_placement(*, sources: bool = False, all_threads: bool = False, timing: bool = False,
+                      memory: bool = False) -> Iterator[PlacementLog]:
     """Records where each op of the block ran, as a `PlacementLog`.
 
     >>> import tensorflow as tf, tfplace
@@ -93,20 +106,32 @@ def capture_placement(*, sources: bool = False, all_threads: bool = False, timin
         starts TensorFlow's runtime). TensorFlow runs one profiler session per
         process: if another one is active (the user's own, Keras' TensorBoard
         callback), the capture warns once and the times stay None.
+      memory: count every tensor the block's eager ops and function calls return, and every
+        variable it creates, on the device holding its memory, until it is freed: `log.memory()`
+        has each device's peak and live bytes and the lines holding most (with `sources`), and an
+        out-of-memory error raised in the block carries a note listing the largest live tensors
+        on its device (`tfplace.placement._memory`).
 
     Yields:
       The `PlacementLog`, growing while the block runs. As soon as the block
       runs a function that TensorFlow placed before the block opened, the
       log's `complete` turns False, with `incomplete_reason` and a warning.
     """
-    with capture_into(PlacementLog(), sources=sources, all_threads=all_threads, timing=timing) as log:
+    with capture_into(PlacementLog(), sources=sources, all_threads=all_threads, timing=timing, memory=memory) as log:
         yield log
 
 
 @contextlib.contextmanager
 def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool = False,
-                 timing: bool = False) -> Iterator[PlacementLog]:
+                 timing: bool = False, memory: bool = False) -> Iterator[PlacementLog]:
     """`capture_placement()` filling a given log (the pytest fixture's, made earlier)."""
+    census = None
+    if memory:
+        from tfplace.placement import _memory  # the census loads only when memory is asked for
+
+        census = _memory.Census()
+        log.set_memory(census)
+    recorder = _Recorder(log, sources, all_threads, census)
     _graphs.attach(log, sources=sources)
     session = None
     if timing:
@@ -119,9 +144,18 @@ def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool 
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(_function_sources.watching(every_line=sources))  # tells explicit copies apart
-            stack.enter_context(_hooks.listening(_Recorder(log, sources, all_threads)))
-            yield log
+            stack.enter_context(_hooks.listening(recorder))
+            if census is not None:
+                stack.enter_context(_tensorflow.variable_creator_scope(recorder.creator))
+            try:
+                yield log
+            except _tensorflow.OutOfMemory as error:
+                if census is not None:
+                    error.add_note(census.oom_note(error))
+                raise
     finally:
+        if census is not None:
+            census.close()
         _graphs.detach(log)
         if session is not None:
             _timed(log, session)

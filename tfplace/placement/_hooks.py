@@ -10,6 +10,8 @@ calls, for every eager op of the block:
   handles and explicit copies (`tf.identity` under a device,
   `tfplace.to_device`); values TensorFlow keeps in host memory (strings, int32
   on accelerators, a kernel's host-memory arguments) are needed on the host;
+* `listener.on_outputs(record, outputs)` after `on_op`, for a listener whose `memory` is True:
+  the tensors the op or function call returned;
 * `listener.on_function(record, placed, ran)` after a function call's `on_op`:
   whether TensorFlow placed the function just now (True) or earlier (False), and
   what that call ran (`_graphs.Placed`: its nodes' records and transfers, as
@@ -184,11 +186,13 @@ class _Hook:
     def __init__(self) -> None:
         self.listeners: list[Listener] = []
         self.calls: tuple[Callable, ...] = ()
+        self.outputs: tuple[Callable, ...] = ()  # the listeners that count the tensors ops return
         self.sources = False
         self.thread_data = _tensorflow.thread_data()  # per thread inside
 
     def update(self) -> None:
         self.calls = tuple(listener.on_op for listener in self.listeners)
+        self.outputs = tuple(listener.on_outputs for listener in self.listeners if getattr(listener, "memory", False))
         self.sources = any(listener.sources for listener in self.listeners)
 
     def records(self, key: tuple, records: Sequence[PlacementRecord]) -> None:
@@ -268,6 +272,8 @@ class _Hook:
                 record = _sourced.get(sourced) or _sourced.setdefault(sourced, record._replace(source=source))
         for call in self.calls:
             call(record, copies)
+        for call in self.outputs:
+            call(record, outputs)
         if kind == _FUNCTION:
             for listener in tuple(self.listeners):
                 listener.on_function(record, placed, ran)

@@ -28,6 +28,7 @@ from tfplace.placement._records import ARGUMENT_OPS, CopyRecord, PlacementRecord
 if TYPE_CHECKING:
     from tfplace.placement._cost import Cost, Transfer
     from tfplace.placement._explain import Explanation, Readiness
+    from tfplace.placement._memory import Memory
 
 __all__ = ["PlacementLog", "JSON_FORMAT"]
 
@@ -77,6 +78,7 @@ class PlacementLog:
         self._runs: Counter = Counter()  # (device, op, category) -> executions of function nodes
         self._timing: Any = None  # the profile of the block (`timing=True`)
         self._timing_missing = ""
+        self._census: Any = None  # the tensors the block made (`memory=True`)
 
     def add(self, records: Sequence[PlacementRecord] = (), copies: Sequence[CopyRecord] = ()) -> None:
         """Appends events (the capture's writer; each extend is atomic, so threads may add at once)."""
@@ -100,11 +102,60 @@ class PlacementLog:
         """Gives the log its block's profile (`tfplace.placement._profile.Timing`), or why it has none."""
         self._timing, self._timing_missing = timing, missing
 
+    def set_memory(self, census: Any) -> None:
+        """Gives the log the census of its block's tensors (`tfplace.placement._memory.Census`)."""
+        self._census = census
+
+    def memory(self) -> "Memory":
+        """Memory per device: for each canonical device name, the peak of the bytes the block's
+        counted tensors and variables held at once, the bytes still live at its end, and the lines
+        holding most (`top`, `(source, bytes)` pairs; lines with `sources=True`), and on GPUs
+        TensorFlow's allocator figures beside them. Empty (its `note` says why) unless the capture
+        had `memory=True`; while the block runs, the figures so far.
+
+        >>> import tensorflow as tf, tfplace
+        >>> with tfplace.capture_placement(memory=True) as log:
+        ...     x = tf.zeros((1000, 1000))
+        >>> log.memory().devices["/device:CPU:0"].peak_bytes
+        4000000
+        """
+        from tfplace.placement import _memory
+
+        if self._census is None:
+            return _memory.Memory({})
+        return self._census.figures()
+
+    def assert_memory_below(self, device: str, limit: Union[int, float, str]) -> None:
+        """Raises AssertionError, with the lines holding most bytes, unless the block's peak on `device`
+        (any accepted spelling) stayed below `limit` (bytes, or a string such as "2 GiB", "512 MiB").
+
+        Raises:
+          ValueError: `limit` is not a size, or the log was captured without `memory=True`.
+        """
+        __tracebackhide__ = True
+        from tfplace.placement import _memory
+
+        where = parse_device(device, origin="PlacementLog.assert_memory_below's argument device").name
+        allowed = _memory.parse_size(limit, "PlacementLog.assert_memory_below's argument limit")
+        if self._census is None:
+            raise ValueError(f"PlacementLog.assert_memory_below({device!r}, {limit!r}): {_memory.NOT_COUNTED}")
+        found = self.memory()
+        figures = found.devices.get(where)
+        if figures is None or figures.peak_bytes < allowed:
+            return
+        rows = "\n".join(f"    {_memory.size_text(size):>10}  {source or 'an unknown line'}" for source, size in figures.top)
+        raise AssertionError(
+            f"expected the block's memory on {where} to stay below {_memory.size_text(allowed)} ({allowed} bytes), but "
+            f"it peaked at {_memory.size_text(figures.peak_bytes)} ({figures.peak_bytes} bytes; "
+            f"{_memory.size_text(figures.live_bytes)} still live at the end). The lines holding most:\n{rows}\n"
+            f"  ({found.note})")
+
     def replaced(self, records: Iterable[PlacementRecord], copies: Iterable[CopyRecord]) -> "PlacementLog":
         """A log with other records and copies (renamed sources, say) and this one's executions,
         timing and completeness (without warning again)."""
         log = PlacementLog(records, copies)
         log._runs, log._timing, log._timing_missing = Counter(self._runs), self._timing, self._timing_missing
+        log._census = self._census
         log._reasons = list(self._reasons)
         return log
 
@@ -196,7 +247,8 @@ class PlacementLog:
                 "records": [dict(r.to_json(), count=n) for r, n in Counter(self._records).items()],
                 "copies": [dict(c.to_json(), count=n) for c, n in Counter(self._copies).items()],
                 "runs": [[device, op, category, n] for (device, op, category), n in sorted(self._runs.items())],
-                "transfers": [t.to_json() for t in self.transfers()], "cost": self.cost().to_json()}
+                "transfers": [t.to_json() for t in self.transfers()], "cost": self.cost().to_json(),
+                "memory": self.memory().to_json() if self._census is not None else None}
 
     @classmethod
     def from_json(cls, text: Union[str, bytes, dict]) -> "PlacementLog":

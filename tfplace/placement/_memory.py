@@ -1,0 +1,290 @@
+"""Memory per device: the tensors a block made, on the device that holds them, until they are freed.
+
+A `Census` (one per `capture_placement(memory=True)`) counts every tensor the block's eager ops
+and function calls return and every variable it creates, on the device holding its memory
+(`backing_device`; a variable's own device), with its bytes and the user's line that made it,
+and drops it when Python frees it (`weakref.finalize`). Per device it keeps the live bytes, their
+peak, and per line the most bytes that line held at once. Allocations inside functions (their
+intermediate tensors) never reach Python: on a GPU, TensorFlow's allocator figures
+(`tf.config.experimental.get_memory_info`, reset at the block's start) are kept beside tfplace's;
+logical CPUs share one allocator, whose figures cannot tell CPU:0 from CPU:1, so none are kept
+for CPUs.
+
+`live_tensors()` lists the eager tensors and variables alive now (like `jax.live_arrays()`), with
+the line that made them where a memory capture saw it.
+
+Example:
+    >>> import tensorflow as tf, tfplace
+    >>> with tfplace.capture_placement(memory=True, sources=True) as log:
+    ...     x = tf.zeros((256, 256))                  # 256 KiB of float32
+    >>> figures = log.memory().devices["/device:CPU:0"]
+    >>> figures.peak_bytes >= 262144, figures.top[0][1] >= 262144
+    (True, True)
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import weakref
+from collections import Counter
+from typing import Any, Iterable, NamedTuple, Optional, Union
+
+from tfplace import _tensorflow
+from tfplace._devices import canonical_name, parse_device
+
+__all__ = ["Census", "DeviceMemory", "Memory", "LiveTensor", "live_tensors", "parse_size", "size_text",
+           "NOT_COUNTED"]
+
+_TOP = 5
+NOT_COUNTED = "memory was not counted: capture with capture_placement(memory=True)"
+_WHAT = ("tfplace counts the tensors the block's eager ops and function calls returned and the variables it "
+         "created, on the device holding their memory, until Python freed them; tensors inside functions are "
+         "TensorFlow's allocator's to count")
+
+
+class DeviceMemory(NamedTuple):
+    """One device's memory during a block.
+
+    Attributes:
+      peak_bytes: the most bytes of counted tensors and variables alive at once.
+      live_bytes: those still alive when the block ended.
+      top: the lines holding most bytes, `(source, bytes)` pairs, most first (each line's own peak;
+        source "" when the capture had no sources or the line is unknown).
+      allocator_current_bytes: TensorFlow's allocator's figure at the block's end (GPUs), else None.
+      allocator_peak_bytes: its peak during the block (GPUs, reset at the start), else None.
+    """
+
+    peak_bytes: int
+    live_bytes: int
+    top: tuple[tuple[str, int], ...]
+    allocator_current_bytes: Optional[int] = None
+    allocator_peak_bytes: Optional[int] = None
+
+
+class Memory(NamedTuple):
+    """What a memory capture counted: `devices` maps each canonical device name to its `DeviceMemory`.
+
+    Attributes:
+      devices: canonical device name -> `DeviceMemory`.
+      tracked: how many tensors and variables were counted.
+      note: which figure is which (tfplace's count, TensorFlow's allocator's), or why there are none.
+    """
+
+    devices: dict[str, DeviceMemory]
+    tracked: int = 0
+    note: str = NOT_COUNTED
+
+    def to_json(self) -> dict[str, Any]:
+        """The figures as JSON-ready data."""
+        return {"note": self.note, "tracked": self.tracked,
+                "devices": [{"device": device, "peak_bytes": m.peak_bytes, "live_bytes": m.live_bytes,
+                             "top": [[source, size] for source, size in m.top],
+                             "allocator_current_bytes": m.allocator_current_bytes,
+                             "allocator_peak_bytes": m.allocator_peak_bytes} for device, m in self.devices.items()]}
+
+    def lines(self) -> list[str]:
+        """The figures as text, a device a line, then its top lines (what reports print)."""
+        if not self.devices:
+            return [f"  ({self.note})"]
+        found = []
+        for device, m in self.devices.items():
+            allocator = (f"; TensorFlow's allocator: {size_text(m.allocator_current_bytes)} at the end, peak "
+                         f"{size_text(m.allocator_peak_bytes)}" if m.allocator_peak_bytes is not None else "")
+            found.append(f"  {device}: peak {size_text(m.peak_bytes)}, live at the end {size_text(m.live_bytes)}"
+                         f"{allocator}")
+            found += [f"      {source or 'an unknown line'}  {size_text(size)}" for source, size in m.top]
+        return found + [f"  ({self.note})"]
+
+
+class _Entry(NamedTuple):
+    device: str
+    size: int
+    source: str
+    what: str  # "float32[1000,1000] tensor", "float32[4,3] variable"
+
+
+def _describe(dtype: Any, shape: Any, kind: str) -> str:
+    dims = ",".join("?" if d is None else str(d) for d in shape.as_list()) if shape.rank is not None else "?"
+    return f"{dtype.name}[{dims}] {kind}"
+
+
+def _size(dtype: Any, shape: Any) -> int:
+    count = shape.num_elements()
+    each = _tensorflow.dtype_size(dtype.name)
+    return count * each if count is not None and each else 0
+
+
+# Lines of the tensors a memory capture saw made, by id, while they live (for `live_tensors()`).
+_made: dict[int, str] = {}
+
+
+class Census:
+    """The tensors and variables of one memory capture (`add_outputs`, `add_variable`), per device."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[int, _Entry] = {}
+        self._live: Counter = Counter()
+        self._peak: Counter = Counter()
+        self._line_live: Counter = Counter()
+        self._line_peak: Counter = Counter()
+        self._tracked = 0
+        self._final: Optional[Memory] = None
+        self._gpus = [d for d in _tensorflow.logical_device_names() if parse_device(d).device_type == "GPU"] \
+            if _tensorflow.runtime_started() else []
+        for gpu in self._gpus:
+            _tensorflow.reset_allocator_peak(gpu)
+
+    def add_outputs(self, source: str, outputs: Iterable[Any]) -> None:
+        """Counts the tensors an eager op or a function call returned (`source`: the user's line, or "")."""
+        for tensor in outputs:
+            dtype = tensor.dtype
+            size = _size(dtype, tensor.shape)
+            if size:
+                self._add(tensor, canonical_name(tensor.backing_device), size, source,
+                          _describe(dtype, tensor.shape, "tensor"))
+
+    def add_variable(self, variable: Any, source: str) -> None:
+        """Counts a variable the block created (each replica's, for a distributed one)."""
+        for part in getattr(variable, "values", None) or (variable,):
+            size = _size(part.dtype, part.shape)
+            if size:
+                self._add(part, canonical_name(part.device), size, source, _describe(part.dtype, part.shape, "variable"))
+
+    def _add(self, obj: Any, device: str, size: int, source: str, what: str) -> None:
+        key = id(obj)
+        with self._lock:
+            if key in self._entries or self._final is not None:
+                return  # the same object returned again (an identity), or the block is over
+            self._entries[key] = _Entry(device, size, source, what)
+            self._tracked += 1
+            self._live[device] += size
+            self._peak[device] = max(self._peak[device], self._live[device])
+            line = (device, source)
+            self._line_live[line] += size
+            self._line_peak[line] = max(self._line_peak[line], self._line_live[line])
+            if source:
+                _made[key] = source
+        weakref.finalize(obj, self._freed, key)
+
+    def _freed(self, key: int) -> None:
+        with self._lock:
+            _made.pop(key, None)
+            entry = self._entries.pop(key, None)
+            if entry is None or self._final is not None:
+                return
+            self._live[entry.device] -= entry.size
+            self._line_live[(entry.device, entry.source)] -= entry.size
+
+    def largest(self, device: str, count: int = _TOP) -> list[_Entry]:
+        """The largest counted tensors and variables alive now on `device`."""
+        with self._lock:
+            found = [entry for entry in self._entries.values() if entry.device == device]
+        return sorted(found, key=lambda entry: -entry.size)[:count]
+
+    def oom_note(self, error: BaseException) -> str:
+        """What an out-of-memory error's device held: the largest live tensors with their lines."""
+        match = re.search(r" on (/job:\S+?/device:[A-Za-z_]+:\d+)", str(error))
+        device = canonical_name(match[1]) if match else next(iter(self._live.most_common(1)), ("",))[0]
+        largest = self.largest(device)
+        if not largest:
+            return f"tfplace (memory=True): no tensor of the block was alive on {device or 'that device'}"
+        rows = "\n".join(f"  {size_text(e.size):>10}  {e.what}, made at {e.source or 'an unknown line'}" for e in largest)
+        return (f"tfplace (memory=True): the largest tensors of the block alive on {device} when it ran out of "
+                f"memory ({size_text(self._live[device])} in all):\n{rows}")
+
+    def close(self) -> Memory:
+        """Freezes the figures at the block's end: later frees change nothing."""
+        with self._lock:
+            if self._final is None:
+                self._final = self._figures(final=True)
+        return self._final
+
+    def figures(self) -> Memory:
+        """The figures: frozen at the block's end, else so far."""
+        with self._lock:
+            return self._final if self._final is not None else self._figures(final=False)
+
+    def _figures(self, final: bool) -> Memory:
+        """The figures (the caller holds the lock)."""
+        devices = {}
+        for device in sorted(self._peak):
+            top = sorted(((source, size) for (where, source), size in self._line_peak.items() if where == device),
+                         key=lambda item: (-item[1], item[0]))[:_TOP]
+            figures = _tensorflow.allocator_figures(device) if device in self._gpus else None
+            devices[device] = DeviceMemory(self._peak[device], self._live[device], tuple(top),
+                                           *(figures or (None, None)))
+        note = _WHAT + ("; TensorFlow's allocator figures beside them count everything on the GPU"
+                        if self._gpus else "") + ("" if final else "; the block is still running")
+        return Memory(devices, self._tracked, note)
+
+
+class LiveTensor(NamedTuple):
+    """An eager tensor or variable alive now: `kind` ("tensor" or "variable"), `device` holding its
+    memory, `bytes`, `dtype`, `shape` and `source`, the line that made it where a memory capture saw it."""
+
+    kind: str
+    device: str
+    bytes: int
+    dtype: str
+    shape: tuple
+    source: str
+
+
+def live_tensors(device: Union[str, Any, None] = None) -> list[LiveTensor]:
+    """The eager tensors and variables alive in this process now, most bytes first (`device`: only
+    those whose memory is there, written any accepted way).
+
+    It reads Python's garbage collector (the objects it tracks), as `jax.live_arrays()` reads JAX's
+    own list: tensors TensorFlow holds below Python (inside functions, in datasets) are not listed.
+    Imports TensorFlow.
+
+    >>> import tensorflow as tf, tfplace
+    >>> x = tf.zeros((64, 64))
+    >>> any(t.bytes == 16384 and t.shape == (64, 64) for t in tfplace.live_tensors("CPU:0"))
+    True
+    """
+    wanted = parse_device(device, origin="tfplace.live_tensors's argument device").name if device is not None else None
+    found = []
+    for kind, obj in _tensorflow.live_tensor_objects():
+        where = canonical_name(obj.backing_device if kind == "tensor" else obj.device)
+        if wanted is not None and where != wanted:
+            continue
+        shape = tuple(obj.shape.as_list()) if obj.shape.rank is not None else ()
+        found.append(LiveTensor(kind, where, _size(obj.dtype, obj.shape), obj.dtype.name, shape, _made.get(id(obj), "")))
+    return sorted(found, key=lambda t: (-t.bytes, t.device))
+
+
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_size(limit: Union[int, float, str], origin: str) -> int:
+    """Bytes from `limit`: a number of bytes, or a string such as "2 GiB", "512MiB", "1.5 GB", "100 kB".
+
+    Raises:
+      ValueError: anything else, naming what was received, what is allowed and `origin`.
+    """
+    if isinstance(limit, bool):
+        limit = str(limit)
+    if isinstance(limit, (int, float)) and limit >= 0:
+        return int(limit)
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", limit) if isinstance(limit, str) else None
+    unit = match[2].lower() if match else ""
+    if match is None or (unit and unit not in _UNITS):
+        raise ValueError(f"{origin} received {limit!r}: allowed are a number of bytes >= 0 or a string such as "
+                         f"'2 GiB', '512 MiB', '1.5 GB' (units {', '.join(['B', 'kB', 'MB', 'GB', 'TB', 'KiB', 'MiB', 'GiB', 'TiB'])})")
+    return int(float(match[1]) * _UNITS[unit or "b"])
+
+
+def size_text(count: Optional[float]) -> str:
+    """Bytes as people read them: "512 B", "4.0 MiB" ("?" when unknown)."""
+    if count is None:
+        return "?"
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return ""
