@@ -222,8 +222,9 @@ def _output_problem(option: str, path: str, script: str) -> Optional[str]:
         return f"its folder {os.path.dirname(path)!r} does not exist; allowed is a file in an existing folder"
     if os.path.exists(path) and os.path.samefile(path, script):
         return f"it is the script {script!r}, which it would overwrite"
-    if not os.access(path if os.path.exists(path) else folder, os.W_OK):
-        return f"{path!r} cannot be written (no permission)"
+    if not os.access(folder, os.W_OK):
+        return (f"its folder {os.path.dirname(path) or '.'!r} cannot be written (no permission; the file is written "
+                "there under a temporary name, then renamed); allowed is a file in a folder you can write")
     if option == "plot":
         formats = _plot_formats()
         extension = os.path.splitext(path)[1][1:].lower()
@@ -257,31 +258,66 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
         problem = None if path is None else _output_problem(option, path, args.script)
         if problem is not None:
             parser.error(f"--{option}={path!r} (from option --{option}) cannot be written: {problem}")
+    outputs = {option: os.path.abspath(getattr(args, option)) for option in ("json", "plot") if getattr(args, option)}
+    if len(outputs) == 2 and os.path.realpath(outputs["json"]) == os.path.realpath(outputs["plot"]):
+        parser.error(f"--json={args.json!r} and --plot={args.plot!r} (from options --json and --plot) name the same "
+                     f"file {os.path.realpath(outputs['json'])}: allowed are two different files, one per output")
     given = _given(args)
     try:
         check_conflicts({name: Sourced(value, f"option --{name}") for name, value in given.items()})
     except ConfigurationError as err:
         parser.error(str(err))
     import tfplace
-    from tfplace import _trace
+    from tfplace import _script, _trace
 
     try:
         tfplace.configure(**given)
     except tfplace.Error as err:
         parser.error(str(err))
     script_args = [*args.args, *passed]
-    log, status = _trace.run_script(args.script, script_args, timing=args.timing)
-    found = _trace.findings(log, gpus_visible=tfplace.num_gpus() > 0)
-    print(_trace.report(log, found, top=args.top), flush=True)
-    if args.json:
-        _trace.write_json(args.json, _trace.to_json(log, found, script=args.script, args=script_args, exit_status=status))
-        print(f"tfplace trace: wrote {len(log.records)} records and {len(log.copies)} copies to {args.json}")
-    if args.plot:
-        _trace.plot(log, args.plot, top=args.top,
-                    title=f"{'time' if args.timing else 'op executions'} per device: {os.path.basename(args.script)}")
-        print(f"tfplace trace: drew {'time' if args.timing else 'executions'} per device and bytes per direction in "
-              f"{args.plot}")
+    out = _script.Output()  # standard output now: the report reaches it whatever the script does to sys.stdout
+    started = os.getpid()
+    with _script.stopping_signals():
+        log, status = _trace.run_script(args.script, script_args, timing=args.timing)
+        if os.getpid() != started:  # a child the script forked, ending with sys.exit(): its parent reports
+            return status
+        try:
+            _outputs(out, log, args, script_args, status, outputs, gpus_visible=tfplace.num_gpus() > 0)
+        except KeyboardInterrupt as error:  # a second interrupt: files are whole or absent, the rest is skipped
+            _note(f"tfplace trace: interrupted ({error or 'SIGINT'}) while writing its report and files; "
+                  "those not yet written were left as they were")
+            return _script.interrupt_status(error)
+        finally:
+            out.close()
     return status
+
+
+def _note(text: str) -> None:
+    """A line on the process's standard error, whatever the script did to `sys.stderr`."""
+    try:
+        print(text, file=sys.__stderr__, flush=True)
+    except (AttributeError, OSError, ValueError):  # no standard error left to say it on
+        pass
+
+
+def _outputs(out: Any, log: Any, args: argparse.Namespace, script_args: Sequence[str], status: int,
+             paths: dict[str, str], *, gpus_visible: bool) -> None:
+    """The report on standard output, then `--json` and `--plot` at `paths` (absolute: the script may
+    have changed the working directory)."""
+    from tfplace import _trace
+
+    found = _trace.findings(log, gpus_visible=gpus_visible)
+    if not out.write(_trace.report(log, found, top=args.top) + "\n"):
+        _note("tfplace trace: the report was not printed: standard output is closed (a pipe whose reader left)")
+    if "json" in paths:
+        _trace.write_json(paths["json"], _trace.to_json(log, found, script=args.script, args=script_args,
+                                                        exit_status=status))
+        out.write(f"tfplace trace: wrote {len(log.records)} records and {len(log.copies)} copies to {paths['json']}\n")
+    if "plot" in paths:
+        _trace.plot(log, paths["plot"], top=args.top,
+                    title=f"{'time' if args.timing else 'op executions'} per device: {os.path.basename(args.script)}")
+        out.write(f"tfplace trace: drew {'time' if args.timing else 'executions'} per device and bytes per "
+                  f"direction in {paths['plot']}\n")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -27,7 +27,9 @@ Threads: the threads TensorFlow starts for the block inherit the callback
 all-reduce, the threads that run `tf.py_function`); a listener whose
 `all_threads` is True also gets the ops of every Python thread started while
 it listens. When the last listener of the process leaves, every patch and
-callback is removed: nothing stays behind.
+callback is removed: nothing stays behind. An interrupt (`KeyboardInterrupt`)
+that leaves the block with tfplace's frames at the end of its traceback (it
+landed in the op callback) has them cut: its traceback ends at the user's line.
 
 Example:
     >>> import tensorflow as tf
@@ -63,7 +65,7 @@ from tfplace._devices import canonical_name, parse_device, requested_name
 from tfplace._tensorflow import dtype_enum
 from tfplace.placement import _calls, _datasets, _graphs, _kernels, _transfers
 from tfplace.placement._records import CopyRecord, PlacementRecord
-from tfplace.placement._sources import started_by_framework, user_line
+from tfplace.placement._sources import end_at_user, started_by_framework, user_line
 
 __all__ = ["Listener", "listening", "EXPLICIT_COPIES"]
 
@@ -466,6 +468,9 @@ def listening(listener: Listener) -> Iterator[None]:
     hook.update()
     try:
         yield
+    except KeyboardInterrupt as error:  # it may have landed in the op callback: its traceback ends at the user's line
+        end_at_user(error)
+        raise
     finally:
         hook.listeners.remove(listener)
         hook.update()
