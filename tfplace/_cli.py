@@ -17,6 +17,8 @@ import itertools
 import json
 import os
 import platform
+import re
+import subprocess
 import sys
 from typing import Any, Optional, Sequence
 
@@ -53,7 +55,7 @@ def _devices(args: argparse.Namespace) -> dict[str, Any]:
     return {"physical": physical, "logical": list(config.logical_devices), "runtime_started": config.runtime_started}
 
 
-def _env(_: argparse.Namespace) -> dict[str, Any]:
+def _env(_: argparse.Namespace, environ: dict[str, str]) -> dict[str, Any]:
     import tfplace
     from tfplace import _tensorflow
     from tfplace.config import _gpu_inventory
@@ -64,18 +66,18 @@ def _env(_: argparse.Namespace) -> dict[str, Any]:
         keras_version = keras.__version__
     except ImportError:
         keras_version = None
-    variables = {name: os.environ.get(name) for name in PLACEMENT_VARIABLES}
+    variables = {name: environ.get(name) for name in PLACEMENT_VARIABLES}
     build = _tensorflow.build()
     onednn = build.pop("onednn")
     warnings = []
-    if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") not in ("", "0"):
+    if environ.get("TF_CPP_MIN_LOG_LEVEL", "0") not in ("", "0"):
         warnings.append("TF_CPP_MIN_LOG_LEVEL >= 1 hides TensorFlow's own eager 'Executing op' lines "
                         "(--log_placement); capture_placement() does not depend on them")
-    if "CUDA_VISIBLE_DEVICES" in os.environ and "TFPLACE_VISIBLE_GPUS" in os.environ:
+    if "CUDA_VISIBLE_DEVICES" in environ and "TFPLACE_VISIBLE_GPUS" in environ:
         warnings.append("TFPLACE_VISIBLE_GPUS indexes the GPUs left by CUDA_VISIBLE_DEVICES, "
                         "not nvidia-smi's numbering")
     try:
-        resolve({}, {}, os.environ)  # what configure() would say about the environment's settings
+        resolve({}, {}, environ)  # what configure() would say about the environment's settings
     except tfplace.ConfigurationError as err:
         warnings.append(str(err))
     gpus = _gpu_inventory.read_gpus(_tensorflow.gpu_count())
@@ -320,6 +322,36 @@ def _outputs(out: Any, log: Any, args: argparse.Namespace, script_args: Sequence
                   f"direction in {paths['plot']}\n")
 
 
+_QUIET = "_TFPLACE_QUIET_START"  # set by `_quietly()` for its child
+# A line of TensorFlow's C++ INFO log ("I1124 12:51:13.123456  9212 port.cc:153] ..."; "I0000 00:00:<epoch>"
+# before absl's log is initialized), and absl's note that such lines go to stderr before its initialization.
+_INFO_LINE = re.compile(r"^I\d{4} \d\d:\d\d:[\d.]+ +\d+ [^ \]]+:\d+\] ")
+_ABSL_NOTE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+
+
+def _quietly(argv: Sequence[str]) -> int:
+    """Runs `tfplace devices|env` in a child process without TensorFlow's C++ INFO start-up lines.
+
+    `TF_CPP_MIN_LOG_LEVEL=1` hides the INFO lines TensorFlow logs once its log is set up; the lines it
+    logs before (oneDNN's "custom operations are on" notice) ignore the variable, so the child's
+    standard error is read here and every other line (warnings, errors) passed on as it comes. The
+    child's standard output is this process's own. Used only when the user did not set
+    `TF_CPP_MIN_LOG_LEVEL` (then every line shows).
+    """
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1", _QUIET: "1"}
+    child = subprocess.Popen([sys.executable, "-m", "tfplace", *argv], env=env, stderr=subprocess.PIPE, text=True,
+                             errors="backslashreplace")
+    assert child.stderr is not None
+    try:
+        for line in child.stderr:
+            if not _INFO_LINE.match(line) and line.rstrip("\n") != _ABSL_NOTE:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+        return child.wait()
+    except KeyboardInterrupt:  # Ctrl-C reached the child too
+        return child.wait()
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the command line; returns the exit status (the script's, for `trace`)."""
     parser = argparse.ArgumentParser(prog="tfplace", description="TensorFlow device placement: see it.")
@@ -340,10 +372,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "trace":
         return _trace(trace, args, passed)
+    environ = dict(os.environ)
+    if environ.pop(_QUIET, None) is not None:  # the quiet run's child: report the user's environment
+        environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    elif "TF_CPP_MIN_LOG_LEVEL" not in environ:
+        return _quietly(argv)
     import tfplace
 
     try:
-        report = _devices(args) if args.command == "devices" else _env(args)
+        report = _devices(args) if args.command == "devices" else _env(args, environ)
     except tfplace.Error as err:
         print(f"tfplace {args.command}: error: {err}", file=sys.stderr)
         return 2
