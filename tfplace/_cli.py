@@ -2,7 +2,9 @@
 
 Neither `devices` nor `env` starts TensorFlow's runtime or allocates GPU
 memory: devices are listed from the physical inventory and the pending
-configuration. `trace` runs a script under a capture (see `tfplace._trace`).
+configuration; TensorFlow's C++ INFO start-up lines are left out unless the user
+set `TF_CPP_MIN_LOG_LEVEL`. `trace` runs a script under a capture (see
+`tfplace._trace` and `tfplace._script`).
 
     tfplace devices --logical_cpus=4     # the devices a program would see
     tfplace env --json                   # versions, build and placement env vars
@@ -170,7 +172,9 @@ def _add_trace(commands: Any) -> argparse.ArgumentParser:
         help="run a script under a capture and report where its placement goes wrong",
         description="Runs script.py as __main__ with its own arguments, then reports ops per device, ops on the "
                     "CPU while a GPU was visible, and implicit copies, each with its source line. "
-                    "The script's exit status is kept. Boolean flags are written as absl writes them: "
+                    "The script's exit status is kept; stopped by SIGINT, SIGTERM or SIGHUP, the trace "
+                    "still reports what ran and writes its files, then exits with 128 + the signal's number. "
+                    "Boolean flags are written as absl writes them: "
                     "--soft_placement, --nosoft_placement or --soft_placement=false.")
     _add_settings(parser, SETTINGS, "configure() before the script")
     parser.add_argument("--json", metavar="FILE", help="write every record and copy as JSON")

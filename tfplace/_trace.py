@@ -7,8 +7,10 @@ busy time shares with `--timing`; transfers per direction with bytes; the top tr
 bytes, eager and inside functions, with their lines); then ops per device; ops that did not run
 where they asked, and why (`PlacementLog.explain()`), by source line; ops that ran on the CPU
 while a GPU was visible, and why; failed ops; with no GPU visible, the GPU readiness of the
-script's ops (`PlacementLog.gpu_readiness()`). The script's exit status is kept, and an
-uncaught exception's traceback is printed as Python would.
+script's ops (`PlacementLog.gpu_readiness()`). The script runs as Python runs it (`tfplace._script`):
+its exit status is kept, an uncaught exception's traceback is printed as Python would, its
+non-daemon threads are waited for, and SIGINT, SIGTERM and SIGHUP stop it with a report of what ran.
+`--json` and `--plot` files are written whole or not at all.
 
     tfplace trace --logical_cpus=2 --json=trace.json train.py --epochs=1
 
