@@ -131,17 +131,24 @@ def started_by_framework(depth: int = 2) -> bool:
     return False
 
 
+def _is_users(filename: str) -> bool:
+    """Whether a frame of `filename` is the user's own code: not TensorFlow's, Keras', tfplace's nor
+    Python's standard library (frozen modules included)."""
+    return bool(_shown_file(filename)) and not filename.startswith("<frozen ") and not (
+        filename.startswith(_STDLIB) and "site-packages" not in filename)
+
+
 def end_at_user(error: BaseException) -> None:
-    """Ends `error`'s traceback at the user's line when its innermost frames are TensorFlow's, Keras'
-    and tfplace's, tfplace's among them: an interrupt (SIGINT, SIGTERM) that landed in tfplace's op
-    hook or signal handler reads as one that stopped the user's line. A traceback without a user
-    frame, or whose internal end holds no tfplace frame, is left as it is."""
+    """Ends `error`'s traceback at the user's line when the frames after the user's last one (those of
+    TensorFlow, Keras, Python's library and tfplace) hold one of tfplace's: an interrupt (SIGINT,
+    SIGTERM) that landed in tfplace's op hook or signal handler reads as one that stopped the user's
+    line. A traceback without a user frame, or whose end holds no tfplace frame, is left as it is."""
     last_user: Optional[TracebackType] = None
     tfplace_after = False
     tb = error.__traceback__
     while tb is not None:
         filename = tb.tb_frame.f_code.co_filename
-        if _shown_file(filename):
+        if _is_users(filename):
             last_user, tfplace_after = tb, False
         elif filename.startswith(_TFPLACE):
             tfplace_after = True
