@@ -1,4 +1,5 @@
-"""Captures and threads: a capture's op callback belongs to the threads it was given, and goes with the block."""
+"""Captures side by side: a capture's op callback belongs to the threads it was given and goes with the block;
+each capture keeps its own sources, and each function its own lines."""
 
 from conftest import line_of
 
@@ -68,3 +69,20 @@ def test_captures_leave_no_callback_behind_and_keep_their_own_sources(python):
     assert out["inner sources"] == [line_of(CODE, "# inner line")], out["inner sources"]
     assert out["thread callbacks after"] == 0
     assert out["threaded"] == ["Mul"]
+
+
+SAME_NAMES = """
+    import tensorflow as tf, tfplace
+    x = tf.ones(2)
+    with tfplace.capture_placement(sources=True) as log:
+        f = tf.function(lambda v: v * 2.0).get_concrete_function(tf.TensorSpec([2]))  # f's line
+        g = tf.function(lambda v: v * 3.0).get_concrete_function(tf.TensorSpec([2]))  # g's line
+        f(x)
+        g(x)
+        f(x)
+    report([r.source for r in log.records if r.op == "Mul" and r.kind == "place"])
+"""
+
+
+def test_functions_with_the_same_node_names_traced_before_either_runs_keep_their_own_lines(python):
+    assert python(SAME_NAMES) == [line_of(SAME_NAMES, "# f's line"), line_of(SAME_NAMES, "# g's line")]

@@ -40,7 +40,8 @@ _watchers = 0
 _line_watchers = 0  # watchers that want every node's line
 _original: Any = None
 _lines: dict[str, dict[str, str]] = {}  # function name -> node name -> "file.py:LINE"
-_by_nodes: dict[tuple[str, ...], str] = {}  # a function's node names (arguments left out) -> its name
+_by_nodes: dict[tuple[str, ...], list[str]] = {}  # a function's node names (arguments left out) -> the
+# names of the functions traced with them, oldest first (`tf.function(lambda x: x * 2.0)` twice: two)
 
 
 # TensorFlow's modules that make ops on behalf of the code calling them (`tf.identity` and the like).
@@ -78,7 +79,9 @@ def _remember(name: str, graph: Any) -> None:
         _lines[name] = found
         if len(_by_nodes) >= _LIMIT:
             del _by_nodes[next(iter(_by_nodes))]
-        _by_nodes[tuple(sorted(op.name for op in operations if op.type != "Placeholder"))] = name
+        same = _by_nodes.setdefault(tuple(sorted(op.name for op in operations if op.type != "Placeholder")), [])
+        same.append(name)
+        del same[:-_LIMIT]
 
 
 def _from_func_graph(name: Any, graph: Any, *args: Any, **kwargs: Any) -> Any:
@@ -120,9 +123,12 @@ def lines(function: str) -> Mapping[str, str]:
     return _lines.get(function, {})
 
 
-def lines_of_graph(node_names: Sequence[str]) -> Mapping[str, str]:
-    """`lines()` of the watched function whose nodes (arguments and results left out) are `node_names`."""
-    name = _by_nodes.get(tuple(sorted(node_names)))
+def lines_of_graph(node_names: Sequence[str], called: str = "") -> Mapping[str, str]:
+    """`lines()` of the watched function whose nodes (arguments and results left out) are `node_names`:
+    the function `called` (the function call that placed the graph) when it has those nodes, else the
+    one traced last with them."""
+    names = _by_nodes.get(tuple(sorted(node_names)), [])
+    name = called if called in names else names[-1] if names else ""
     return _lines.get(name, {}) if name else {}
 
 

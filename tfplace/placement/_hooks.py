@@ -236,7 +236,7 @@ class _Hook:
                 placed = True
                 ran = _graphs.Placed(1, later[1])
             else:
-                found = _graphs.collect()
+                found = _graphs.collect(op)
                 placed = found.functions > 0
                 ran = _calls.after(op, full, inputs, found)
                 copies = ran.transfers
