@@ -108,3 +108,20 @@ def test_every_setting_is_an_option_of_trace_and_every_fixed_one_a_preview_of_de
         assert (f"--{setting.name}" in devices_help) == setting.fixed, setting.name
     done = tfplace("devices", "--json", "--log_placement=false", "--logical_cpus=3")
     assert json.loads(done.stdout)["logical"] == ["/device:CPU:0", "/device:CPU:1", "/device:CPU:2"], done.stderr
+
+
+def test_devices_and_env_hide_tensorflows_info_start_up_lines_unless_the_user_set_the_log_level():
+    base = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    base["TF_ENABLE_ONEDNN_OPTS"] = "1"  # TensorFlow then logs its oneDNN notice at start-up, on every CPU
+    devices = tfplace("devices", "--json", "--logical_cpus=2", env=base)
+    env = tfplace("env", "--json", env=base)
+    shown = tfplace("devices", env={**base, "TF_CPP_MIN_LOG_LEVEL": "0"})
+    for done in (devices, env):
+        assert done.returncode == 0, done.stderr
+        assert "oneDNN custom operations" not in done.stderr and "absl::InitializeLog" not in done.stderr, done.stderr
+    assert json.loads(devices.stdout)["logical"] == ["/device:CPU:0", "/device:CPU:1"]
+    report = json.loads(env.stdout)
+    assert report["environment"]["TF_CPP_MIN_LOG_LEVEL"] is None  # the user's environment, not the quiet run's
+    assert not any("TF_CPP_MIN_LOG_LEVEL" in warning for warning in report["warnings"])
+    assert "oneDNN custom operations are on" in shown.stderr  # the user's own level: every line shows
+    assert shown.returncode == 0 and "logical devices: /device:CPU:0" in shown.stdout

@@ -231,3 +231,43 @@ def test_differences_name_each_change():
     log = PlacementLog.from_text("a: (_Arg): /job:localhost/replica:0/task:0/device:CPU:0\n"
                                  "Executing op __inference_f_123 in device /job:localhost/replica:0/task:0/device:CPU:0\n")
     assert _snapshots.placement(log) == {"/device:CPU:0": {"__inference_f": 1}}
+
+
+def test_snapshots_no_test_wrote_or_read_are_listed_after_a_whole_run_and_removed_on_update(pytester):
+    pytester.makepyfile(test_m="""
+        import pytest, tensorflow as tf
+
+        def test_a(placement_log, placement_snapshot):
+            tf.ones(1) + 1.0
+            placement_snapshot.assert_match(placement_log)
+
+        def test_b(placement_log):  # it no longer compares a snapshot
+            tf.ones(1) + 1.0
+
+        @pytest.mark.skip(reason="not here")
+        def test_skipped(placement_log, placement_snapshot):
+            placement_snapshot.assert_match(placement_log)
+    """)
+    folder = pytester.path / "__placement__" / "test_m"
+    for name in ("test_a", "test_b", "test_skipped", "test_renamed"):
+        _snapshots.write(folder / f"{name}.json", {"/device:CPU:0": {"AddV2": 1, "Fill": 1}})
+    listed = ("tfplace: 2 placement snapshot(s) unused: no test of this run wrote or read them: "
+              "__placement__/test_m/test_b.json, __placement__/test_m/test_renamed.json; "
+              "run pytest with --tfplace-update-snapshots to remove them")
+    whole = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "0")
+    whole.assert_outcomes(passed=2, skipped=1)
+    whole.stdout.fnmatch_lines([listed])
+    on_workers = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2")  # pytest-xdist
+    on_workers.stdout.fnmatch_lines([listed])
+    for narrowed in (["-k", "test_a or test_skipped"], ["test_m.py::test_a", "test_m.py::test_b"]):
+        part = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "0", *narrowed)
+        assert part.ret == 0 and "unused" not in part.stdout.str(), part.stdout.str()
+    assert len(list(folder.iterdir())) == 4
+    removed = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "0", "--tfplace-update-snapshots")
+    removed.stdout.fnmatch_lines(["tfplace: wrote 1 placement snapshot(s)",
+                                  "tfplace: removed 2 unused placement snapshot(s): __placement__/test_m/test_b.json, "
+                                  "__placement__/test_m/test_renamed.json"])
+    assert sorted(p.name for p in folder.iterdir()) == ["test_a.json", "test_skipped.json"]
+    again = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "0")
+    again.assert_outcomes(passed=2, skipped=1)
+    assert "unused" not in again.stdout.str()

@@ -2,8 +2,10 @@
 
 Neither `devices` nor `env` starts TensorFlow's runtime or allocates GPU
 memory: devices are listed from the physical inventory and the pending
-configuration. `trace` runs a script under a capture (see `tfplace._trace`); `diff` compares two
-of its `--json` traces (see `tfplace._diff`).
+configuration; TensorFlow's C++ INFO start-up lines are left out unless the user
+set `TF_CPP_MIN_LOG_LEVEL`. `trace` runs a script under a capture (see
+`tfplace._trace` and `tfplace._script`); `diff` compares two of its `--json` traces
+(see `tfplace._diff`).
 
     tfplace devices --logical_cpus=4     # the devices a program would see
     tfplace env --json                   # versions, build and placement env vars
@@ -19,6 +21,8 @@ import itertools
 import json
 import os
 import platform
+import re
+import subprocess
 import sys
 from typing import Any, Optional, Sequence
 
@@ -55,7 +59,7 @@ def _devices(args: argparse.Namespace) -> dict[str, Any]:
     return {"physical": physical, "logical": list(config.logical_devices), "runtime_started": config.runtime_started}
 
 
-def _env(_: argparse.Namespace) -> dict[str, Any]:
+def _env(_: argparse.Namespace, environ: dict[str, str]) -> dict[str, Any]:
     import tfplace
     from tfplace import _tensorflow
     from tfplace.config import _gpu_inventory
@@ -66,18 +70,18 @@ def _env(_: argparse.Namespace) -> dict[str, Any]:
         keras_version = keras.__version__
     except ImportError:
         keras_version = None
-    variables = {name: os.environ.get(name) for name in PLACEMENT_VARIABLES}
+    variables = {name: environ.get(name) for name in PLACEMENT_VARIABLES}
     build = _tensorflow.build()
     onednn = build.pop("onednn")
     warnings = []
-    if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") not in ("", "0"):
+    if environ.get("TF_CPP_MIN_LOG_LEVEL", "0") not in ("", "0"):
         warnings.append("TF_CPP_MIN_LOG_LEVEL >= 1 hides TensorFlow's own eager 'Executing op' lines "
                         "(--log_placement); capture_placement() does not depend on them")
-    if "CUDA_VISIBLE_DEVICES" in os.environ and "TFPLACE_VISIBLE_GPUS" in os.environ:
+    if "CUDA_VISIBLE_DEVICES" in environ and "TFPLACE_VISIBLE_GPUS" in environ:
         warnings.append("TFPLACE_VISIBLE_GPUS indexes the GPUs left by CUDA_VISIBLE_DEVICES, "
                         "not nvidia-smi's numbering")
     try:
-        resolve({}, {}, os.environ)  # what configure() would say about the environment's settings
+        resolve({}, {}, environ)  # what configure() would say about the environment's settings
     except tfplace.ConfigurationError as err:
         warnings.append(str(err))
     gpus = _gpu_inventory.read_gpus(_tensorflow.gpu_count())
@@ -170,7 +174,9 @@ def _add_trace(commands: Any) -> argparse.ArgumentParser:
         help="run a script under a capture and report where its placement goes wrong",
         description="Runs script.py as __main__ with its own arguments, then reports ops per device, ops on the "
                     "CPU while a GPU was visible, and implicit copies, each with its source line. "
-                    "The script's exit status is kept. Boolean flags are written as absl writes them: "
+                    "The script's exit status is kept; stopped by SIGINT, SIGTERM or SIGHUP, the trace "
+                    "still reports what ran and writes its files, then exits with 128 + the signal's number. "
+                    "Boolean flags are written as absl writes them: "
                     "--soft_placement, --nosoft_placement or --soft_placement=false.")
     _add_settings(parser, SETTINGS, "configure() before the script")
     parser.add_argument("--json", metavar="FILE", help="write every record and copy as JSON")
@@ -224,8 +230,9 @@ def _output_problem(option: str, path: str, script: str) -> Optional[str]:
         return f"its folder {os.path.dirname(path)!r} does not exist; allowed is a file in an existing folder"
     if os.path.exists(path) and os.path.samefile(path, script):
         return f"it is the script {script!r}, which it would overwrite"
-    if not os.access(path if os.path.exists(path) else folder, os.W_OK):
-        return f"{path!r} cannot be written (no permission)"
+    if not os.access(folder, os.W_OK):
+        return (f"its folder {os.path.dirname(path) or '.'!r} cannot be written (no permission; the file is written "
+                "there under a temporary name, then renamed); allowed is a file in a folder you can write")
     if option == "plot":
         formats = _plot_formats()
         extension = os.path.splitext(path)[1][1:].lower()
@@ -259,30 +266,37 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
         problem = None if path is None else _output_problem(option, path, args.script)
         if problem is not None:
             parser.error(f"--{option}={path!r} (from option --{option}) cannot be written: {problem}")
+    outputs = {option: os.path.abspath(getattr(args, option)) for option in ("json", "plot") if getattr(args, option)}
+    if len(outputs) == 2 and os.path.realpath(outputs["json"]) == os.path.realpath(outputs["plot"]):
+        parser.error(f"--json={args.json!r} and --plot={args.plot!r} (from options --json and --plot) name the same "
+                     f"file {os.path.realpath(outputs['json'])}: allowed are two different files, one per output")
     given = _given(args)
     try:
         check_conflicts({name: Sourced(value, f"option --{name}") for name, value in given.items()})
     except ConfigurationError as err:
         parser.error(str(err))
     import tfplace
-    from tfplace import _trace
+    from tfplace import _script, _trace
 
     try:
         tfplace.configure(**given)
     except tfplace.Error as err:
         parser.error(str(err))
     script_args = [*args.args, *passed]
-    log, status = _trace.run_script(args.script, script_args, timing=args.timing)
-    found = _trace.findings(log, gpus_visible=tfplace.num_gpus() > 0)
-    print(_trace.report(log, found, top=args.top), flush=True)
-    if args.json:
-        _trace.write_json(args.json, _trace.to_json(log, found, script=args.script, args=script_args, exit_status=status))
-        print(f"tfplace trace: wrote {len(log.records)} records and {len(log.copies)} copies to {args.json}")
-    if args.plot:
-        _trace.plot(log, args.plot, top=args.top,
-                    title=f"{'time' if args.timing else 'op executions'} per device: {os.path.basename(args.script)}")
-        print(f"tfplace trace: drew {'time' if args.timing else 'executions'} per device and bytes per direction in "
-              f"{args.plot}")
+    out = _script.Output()  # standard output now: the report reaches it whatever the script does to sys.stdout
+    started = os.getpid()
+    with _script.stopping_signals():
+        log, status = _trace.run_script(args.script, script_args, timing=args.timing)
+        if os.getpid() != started:  # a child the script forked, ending with sys.exit(): its parent reports
+            return status
+        try:
+            _outputs(out, log, args, script_args, status, outputs, gpus_visible=tfplace.num_gpus() > 0)
+        except KeyboardInterrupt as error:  # a second interrupt: files are whole or absent, the rest is skipped
+            _note(f"tfplace trace: interrupted ({error or 'SIGINT'}) while writing its report and files; "
+                  "those not yet written were left as they were")
+            return _script.interrupt_status(error)
+        finally:
+            out.close()
     return status
 
 
@@ -302,6 +316,64 @@ def _diff(args: argparse.Namespace) -> int:
     else:
         print(diffing.render(found, args.a, args.b, top=args.top))
     return found.status
+
+
+def _note(text: str) -> None:
+    """A line on the process's standard error, whatever the script did to `sys.stderr`."""
+    try:
+        print(text, file=sys.__stderr__, flush=True)
+    except (AttributeError, OSError, ValueError):  # no standard error left to say it on
+        pass
+
+
+def _outputs(out: Any, log: Any, args: argparse.Namespace, script_args: Sequence[str], status: int,
+             paths: dict[str, str], *, gpus_visible: bool) -> None:
+    """The report on standard output, then `--json` and `--plot` at `paths` (absolute: the script may
+    have changed the working directory)."""
+    from tfplace import _trace
+
+    found = _trace.findings(log, gpus_visible=gpus_visible)
+    if not out.write(_trace.report(log, found, top=args.top) + "\n"):
+        _note("tfplace trace: the report was not printed: standard output is closed (a pipe whose reader left)")
+    if "json" in paths:
+        _trace.write_json(paths["json"], _trace.to_json(log, found, script=args.script, args=script_args,
+                                                        exit_status=status))
+        out.write(f"tfplace trace: wrote {len(log.records)} records and {len(log.copies)} copies to {paths['json']}\n")
+    if "plot" in paths:
+        _trace.plot(log, paths["plot"], top=args.top,
+                    title=f"{'time' if args.timing else 'op executions'} per device: {os.path.basename(args.script)}")
+        out.write(f"tfplace trace: drew {'time' if args.timing else 'executions'} per device and bytes per "
+                  f"direction in {paths['plot']}\n")
+
+
+_QUIET = "_TFPLACE_QUIET_START"  # set by `_quietly()` for its child
+# A line of TensorFlow's C++ INFO log ("I1124 12:51:13.123456  9212 port.cc:153] ..."; "I0000 00:00:<epoch>"
+# before absl's log is initialized), and absl's note that such lines go to stderr before its initialization.
+_INFO_LINE = re.compile(r"^I\d{4} \d\d:\d\d:[\d.]+ +\d+ [^ \]]+:\d+\] ")
+_ABSL_NOTE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+
+
+def _quietly(argv: Sequence[str]) -> int:
+    """Runs `tfplace devices|env` in a child process without TensorFlow's C++ INFO start-up lines.
+
+    `TF_CPP_MIN_LOG_LEVEL=1` hides the INFO lines TensorFlow logs once its log is set up; the lines it
+    logs before (oneDNN's "custom operations are on" notice) ignore the variable, so the child's
+    standard error is read here and every other line (warnings, errors) passed on as it comes. The
+    child's standard output is this process's own. Used only when the user did not set
+    `TF_CPP_MIN_LOG_LEVEL` (then every line shows).
+    """
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1", _QUIET: "1"}
+    child = subprocess.Popen([sys.executable, "-m", "tfplace", *argv], env=env, stderr=subprocess.PIPE, text=True,
+                             errors="backslashreplace")
+    assert child.stderr is not None
+    try:
+        for line in child.stderr:
+            if not _INFO_LINE.match(line) and line.rstrip("\n") != _ABSL_NOTE:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+        return child.wait()
+    except KeyboardInterrupt:  # Ctrl-C reached the child too
+        return child.wait()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -333,10 +405,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _trace(trace, args, passed)
     if args.command == "diff":
         return _diff(args)
+    environ = dict(os.environ)
+    if environ.pop(_QUIET, None) is not None:  # the quiet run's child: report the user's environment
+        environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    elif "TF_CPP_MIN_LOG_LEVEL" not in environ:
+        return _quietly(argv)
     import tfplace
 
     try:
-        report = _devices(args) if args.command == "devices" else _env(args)
+        report = _devices(args) if args.command == "devices" else _env(args, environ)
     except tfplace.Error as err:
         print(f"tfplace {args.command}: error: {err}", file=sys.stderr)
         return 2

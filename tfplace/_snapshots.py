@@ -22,12 +22,14 @@ import json
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from tfplace.placement._log import PlacementLog
 from tfplace.placement._records import ARGUMENT_OPS
 
-__all__ = ["placement", "differences", "path_for", "read", "write", "FORMAT", "SnapshotError"]
+if TYPE_CHECKING:  # this module loads without TensorFlow: the pytest plugin reads snapshot folders in any run
+    from tfplace.placement._log import PlacementLog
+
+__all__ = ["placement", "differences", "path_for", "folder_for", "read", "write", "FORMAT", "SnapshotError"]
 
 FORMAT = 1
 UPDATE = "--tfplace-update-snapshots"
@@ -41,7 +43,7 @@ class SnapshotError(ValueError):
     """A snapshot file that cannot be read or written; the message names the file and the way out."""
 
 
-def placement(log: PlacementLog) -> dict[str, dict[str, int]]:
+def placement(log: "PlacementLog") -> dict[str, dict[str, int]]:
     """`log.summary()`, sorted, without function plumbing or function numbers."""
     counts: dict[str, Counter] = {}
     for device, ops in log.summary().items():
@@ -71,6 +73,15 @@ def differences(expected: dict[str, dict[str, int]], actual: dict[str, dict[str,
     return lines
 
 
+def folder_for(test_file: Path) -> Path:
+    """`__placement__/<module>/` beside the test file: the folder of its snapshot files.
+
+    >>> folder_for(Path("tests/test_model.py")).as_posix()
+    'tests/__placement__/test_model'
+    """
+    return test_file.parent / "__placement__" / test_file.stem
+
+
 def path_for(test_file: Path, names: Sequence[str]) -> Path:
     """`__placement__/<module>/<Class.test[id]>.json` beside the test file: one file per test item.
 
@@ -85,7 +96,7 @@ def path_for(test_file: Path, names: Sequence[str]) -> Path:
     safe = _UNSAFE.sub("_", name)[:_LONGEST]
     if safe != name:  # unchanged names end with a letter, digit, "_" or "]": never with this "-" and hash
         safe += "-" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:10]
-    return test_file.parent / "__placement__" / test_file.stem / (safe + ".json")
+    return folder_for(test_file) / (safe + ".json")
 
 
 def _is_count(value: Any) -> bool:

@@ -7,8 +7,10 @@ busy time shares with `--timing`; transfers per direction with bytes; the top tr
 bytes, eager and inside functions, with their lines); then ops per device; ops that did not run
 where they asked, and why (`PlacementLog.explain()`), by source line; ops that ran on the CPU
 while a GPU was visible, and why; failed ops; with no GPU visible, the GPU readiness of the
-script's ops (`PlacementLog.gpu_readiness()`). The script's exit status is kept, and an
-uncaught exception's traceback is printed as Python would.
+script's ops (`PlacementLog.gpu_readiness()`). The script runs as Python runs it (`tfplace._script`):
+its exit status is kept, an uncaught exception's traceback is printed as Python would, its
+non-daemon threads are waited for, and SIGINT, SIGTERM and SIGHUP stop it with a report of what ran.
+`--json` and `--plot` files are written whole or not at all.
 
     tfplace trace --logical_cpus=2 --json=trace.json train.py --epochs=1
 
@@ -24,13 +26,10 @@ Example:
 from __future__ import annotations
 
 import json
-import os
-import runpy
-import sys
-import traceback
 from collections import Counter
 from typing import Any, NamedTuple, Optional, Sequence
 
+from tfplace import _script
 from tfplace.placement import _display, _explain, _groups
 from tfplace.placement._capture import capture_placement
 from tfplace.placement._explain import Explanation, Readiness
@@ -40,50 +39,17 @@ from tfplace.placement._records import ARGUMENT_OPS
 __all__ = ["run_script", "Findings", "findings", "report", "to_json", "write_json", "plot"]
 
 
-def _exit_status(code: Any) -> int:
-    """The exit status Python gives `sys.exit(code)`."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
-    return 1
-
-
-def _print_traceback(error: BaseException, script: str) -> None:
-    """The traceback from the script's own frames on, as `python script.py` prints it."""
-    tb = error.__traceback__
-    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != script:
-        tb = tb.tb_next
-    traceback.print_exception(type(error), error, tb or error.__traceback__)
-
-
 def run_script(path: str, args: Sequence[str], *, timing: bool = False) -> tuple[PlacementLog, int]:
-    """Runs `path` as `__main__` with `sys.argv = [path, *args]` under a capture with sources
-    (and TensorFlow's profiler, with `timing`).
+    """Runs `path` as `__main__` with `sys.argv = [path, *args]` (`_script.run_main`) under a capture with
+    sources and all threads (and TensorFlow's profiler, with `timing`); the capture closes after the
+    script's non-daemon threads ended, so their ops are in the log.
 
     Returns:
-      The placement log and the script's exit status (1 after an uncaught
-      exception, whose traceback is printed; 130 after Ctrl-C).
+      The placement log and the script's exit status (1 after an uncaught exception, whose traceback
+      is printed; 128 + the signal's number after an interrupt).
     """
-    script = os.path.abspath(path)
-    saved_argv, saved_path = sys.argv[:], sys.path[:]
-    sys.argv = [path, *args]
-    sys.path.insert(0, os.path.dirname(script))
-    status = 0
-    try:
-        with capture_placement(sources=True, all_threads=True, timing=timing) as log:
-            try:
-                runpy.run_path(path, run_name="__main__")
-            except SystemExit as done:
-                status = _exit_status(done.code)
-            except BaseException as error:  # the script's own failure: report it as Python would
-                _print_traceback(error, script)
-                status = 130 if isinstance(error, KeyboardInterrupt) else 1
-    finally:
-        sys.argv, sys.path[:] = saved_argv, saved_path
-        sys.stdout.flush()
-        sys.stderr.flush()
+    with capture_placement(sources=True, all_threads=True, timing=timing) as log:
+        status = _script.run_main(path, args)
     return log, status
 
 
@@ -230,9 +196,12 @@ def to_json(log: PlacementLog, found: Findings, *, script: str, args: Sequence[s
 
 
 def write_json(path: str, data: dict[str, Any]) -> None:
-    """Writes `to_json()`'s data to `path`."""
-    with open(path, "w", encoding="utf-8") as out:
-        json.dump(data, out, indent=1)
+    """Writes `to_json()`'s data to `path`, whole or not at all (`_script.write_whole`)."""
+    def write(temporary: str) -> None:
+        with open(temporary, "w", encoding="utf-8") as out:
+            json.dump(data, out, indent=1)
+
+    _script.write_whole(path, write)
 
 
 # What the plot draws as one band each, after the user's compute ops: label and colour.
@@ -256,7 +225,7 @@ def _colours(count: int) -> list[Any]:
 def plot(log: PlacementLog, path: str, *, top: int = 10, title: Optional[str] = None) -> None:
     """Draws where the work and bytes went into `path` (its extension picks the format): per device,
     op executions (or, with timing, busy time) as bars stacked by op type; beside it, bytes moved
-    per direction.
+    per direction. The file is written whole or not at all.
 
     The user's `top` compute op types have a colour each, the rest of the user's compute is one grey
     "other"; TensorFlow's and Keras' own ops, the input pipeline and plumbing are a grey band each.
@@ -330,5 +299,7 @@ def plot(log: PlacementLog, path: str, *, top: int = 10, title: Optional[str] = 
     if not directions:
         moved.set_yticks([])
     figure.tight_layout()
-    figure.savefig(path, bbox_inches="tight", dpi=120)
-    plt.close(figure)
+    try:
+        _script.write_whole(path, lambda temporary: figure.savefig(temporary, bbox_inches="tight", dpi=120))
+    finally:
+        plt.close(figure)

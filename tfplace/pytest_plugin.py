@@ -10,7 +10,9 @@ turns it off. It gives
 * the fixture `placement_snapshot`: `placement_snapshot.assert_match(log)`
   compares a log's op counts per device with `__placement__/<module>/<test>.json`
   beside the test (one file per test item), written or refreshed with
-  `--tfplace-update-snapshots`;
+  `--tfplace-update-snapshots`; after a run that covered a test module entirely, the
+  snapshot files of that module that no test wrote or read are listed in the summary, and
+  `--tfplace-update-snapshots` removes them;
 * the marker `transfer_guard(level="disallow")`: the test fails at its first
   implicit cross-device copy, and when it asked for a device that does not exist;
 * a report header line listing the devices, when TensorFlow is loaded.
@@ -81,6 +83,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", REQUIRES_GPU)
     config.addinivalue_line("markers", TRANSFER_GUARD)
     config.stash[_WRITTEN] = {}
+    config.stash[_USE] = _SnapshotUse()
     count = _logical_cpus(config)
     if count is not None:
         import tfplace
@@ -165,11 +168,12 @@ def placement_log(request: pytest.FixtureRequest) -> "PlacementLog":
 class PlacementSnapshot:
     """Compares a placement log with the snapshot kept for one test item."""
 
-    def __init__(self, path: Path, update: bool, written: dict[str, None], test: str) -> None:
+    def __init__(self, path: Path, update: bool, written: dict[str, None], test: str, use: "_SnapshotUse") -> None:
         self.path = path
         self.update = update
         self._written = written
         self._test = test
+        self._use = use
         self._used = False
 
     def assert_match(self, log: "PlacementLog") -> None:
@@ -184,6 +188,7 @@ class PlacementSnapshot:
             raise AssertionError(f"placement_snapshot.assert_match() was called again in {self._test}: a test item "
                                  f"has one snapshot ({self.path}); compare one log, at the end of the test")
         self._used = True
+        self._use.used.add(str(self.path))
         if not log.complete:
             raise AssertionError(f"an incomplete placement log cannot be compared with a snapshot: "
                                  f"{log.incomplete_reason}")
@@ -208,36 +213,138 @@ class PlacementSnapshot:
 _WRITTEN = pytest.StashKey[dict]()  # the snapshot files written, in order (a dict: each counted once)
 
 
+class _SnapshotUse:
+    """What a run did with snapshot files, to find those no test wrote or read.
+
+    A test module counts when the run covered it entirely: collected whole (no node id such as
+    `test_m.py::test_a` narrowed the run) and none of its tests deselected (`-k`, `-m`,
+    `--deselect`, `--lf`). Then a `.json` file of its snapshot folder (`__placement__/<module>/`)
+    is unused unless a test read or wrote it, or it belongs to a test that failed or was skipped
+    (which may have stopped before its `assert_match`). A run that stopped early (`-x`, Ctrl-C),
+    only collected (`--co`), or lost a pytest-xdist worker says nothing. Snapshot folders of test
+    modules that no longer exist are never touched.
+    """
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()  # read or written by assert_match
+        self.kept: set[str] = set()  # of tests that failed or were skipped
+        self.collected: set[str] = set()  # test files with selected tests
+        self.narrowed: set[str] = set()  # test files with deselected tests
+        self.whole = True  # False: node ids narrowed the run, or a pytest-xdist worker was lost
+        self.unused: list[Path] = []
+        self.removed = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"used": sorted(self.used), "kept": sorted(self.kept), "collected": sorted(self.collected),
+                "narrowed": sorted(self.narrowed), "whole": self.whole}
+
+    def merge(self, data: dict[str, Any]) -> None:
+        for name in ("used", "kept", "collected", "narrowed"):
+            getattr(self, name).update(data.get(name, ()))
+        self.whole = self.whole and data.get("whole", False)
+
+    def find_unused(self) -> list[Path]:
+        """The snapshot files of the test modules the run covered entirely that no test wrote or read."""
+        from tfplace import _snapshots  # pure Python: TensorFlow stays out of runs that do not use it
+
+        found: list[Path] = []
+        for module in sorted(self.collected - self.narrowed):
+            folder = _snapshots.folder_for(Path(module))
+            if folder.is_dir():
+                found += [path for path in sorted(folder.glob("*.json"))
+                          if str(path) not in self.used and str(path) not in self.kept]
+        return found
+
+
+_USE = pytest.StashKey[_SnapshotUse]()
+
+
+def _snapshot_path(node: pytest.Item) -> Path:
+    """The snapshot file of a test item (its classes, and its name with the parameter id)."""
+    from tfplace import _snapshots
+
+    names = [parent.name for parent in node.listchain() if isinstance(parent, pytest.Class)] + [node.name]
+    return _snapshots.path_for(Path(str(node.path)), names)
+
+
 @pytest.fixture
 def placement_snapshot(request: pytest.FixtureRequest) -> PlacementSnapshot:
     """`placement_snapshot.assert_match(log)`: the log's placement against the test item's snapshot file."""
-    from tfplace import _snapshots
-
     node = request.node
-    names = [parent.name for parent in node.listchain() if isinstance(parent, pytest.Class)] + [node.name]
-    return PlacementSnapshot(_snapshots.path_for(Path(str(node.path)), names),
-                             request.config.getoption("tfplace_update_snapshots"),
-                             request.config.stash[_WRITTEN], node.nodeid)
+    return PlacementSnapshot(_snapshot_path(node), request.config.getoption("tfplace_update_snapshots"),
+                             request.config.stash[_WRITTEN], node.nodeid, request.config.stash[_USE])
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    workeroutput = getattr(session.config, "workeroutput", None)
+def pytest_deselected(items: Sequence[pytest.Item]) -> None:
+    for item in items:
+        item.config.stash[_USE].narrowed.add(str(item.path))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    use = session.config.stash[_USE]
+    use.collected.update(str(item.path) for item in session.items)
+    use.whole = use.whole and not any("::" in arg for arg in session.config.args)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Generator[None, Any, Any]:
+    report = yield
+    if (report.failed or report.skipped) and "placement_snapshot" in getattr(item, "fixturenames", ()):
+        item.config.stash[_USE].kept.add(str(_snapshot_path(item)))
+    return report
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    use = config.stash[_USE]
+    workeroutput = getattr(config, "workeroutput", None)
     if workeroutput is not None:  # a pytest-xdist worker: its controller prints the summary
-        written: dict = session.config.stash[_WRITTEN]
+        written: dict = config.stash[_WRITTEN]
         workeroutput["tfplace_written"] = list(written)
+        workeroutput["tfplace_use"] = use.to_json()
+        return
+    stopped = session.shouldfail or session.shouldstop or exitstatus not in (pytest.ExitCode.OK,
+                                                                             pytest.ExitCode.TESTS_FAILED)
+    if not use.whole or stopped or config.option.collectonly or config.option.setuponly or config.option.setupplan:
+        return
+    use.unused = use.find_unused()
+    if use.unused and config.getoption("tfplace_update_snapshots"):
+        for path in use.unused:
+            path.unlink(missing_ok=True)
+        for folder in {path.parent for path in use.unused}:
+            for empty in (folder, folder.parent):
+                if empty.is_dir() and not any(empty.iterdir()):
+                    empty.rmdir()
+        use.removed = True
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
-    """pytest-xdist, in the controller: adds the snapshots a worker wrote to the summary."""
+    """pytest-xdist, in the controller: adds what a worker wrote and read to the summary."""
     written = node.config.stash[_WRITTEN]
-    written.update(dict.fromkeys(getattr(node, "workeroutput", {}).get("tfplace_written", [])))
+    output = getattr(node, "workeroutput", {})
+    written.update(dict.fromkeys(output.get("tfplace_written", [])))
+    use = node.config.stash[_USE]
+    if error is not None or "tfplace_use" not in output:  # a lost worker: what it ran is unknown
+        use.whole = False
+    else:
+        use.merge(output["tfplace_use"])
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     written = config.stash.get(_WRITTEN, {})
     if written:
         terminalreporter.write_line(f"tfplace: wrote {len(written)} placement snapshot(s)")
+    use = config.stash.get(_USE, None)
+    if use is not None and use.unused:
+        files = ", ".join(str(path.relative_to(config.rootpath)) if path.is_relative_to(config.rootpath) else str(path)
+                          for path in use.unused)
+        if use.removed:
+            terminalreporter.write_line(f"tfplace: removed {len(use.unused)} unused placement snapshot(s): {files}")
+        else:
+            terminalreporter.write_line(
+                f"tfplace: {len(use.unused)} placement snapshot(s) unused: no test of this run wrote or read them: "
+                f"{files}; run pytest with --tfplace-update-snapshots to remove them")
 
 
 class _AskedDevices:

@@ -59,7 +59,8 @@ _watchers = 0
 _line_watchers = 0  # watchers that want every node's line
 _original: Any = None
 _lines: dict[str, dict[str, "Note"]] = {}  # function name -> node name -> its note
-_by_nodes: dict[tuple[str, ...], str] = {}  # a function's node names (arguments left out) -> its name
+_by_nodes: dict[tuple[str, ...], list[str]] = {}  # a function's node names (arguments left out) -> the
+# names of the functions traced with them, oldest first (`tf.function(lambda x: x * 2.0)` twice: two)
 
 
 # TensorFlow's modules that make ops on behalf of the code calling them (`tf.identity` and the like).
@@ -119,7 +120,9 @@ def _remember(name: str, graph: Any) -> None:
         _lines[name] = notes
         if len(_by_nodes) >= _LIMIT:
             del _by_nodes[next(iter(_by_nodes))]
-        _by_nodes[tuple(sorted(op.name for op in operations if op.type != "Placeholder"))] = name
+        same = _by_nodes.setdefault(tuple(sorted(op.name for op in operations if op.type != "Placeholder")), [])
+        same.append(name)
+        del same[:-_LIMIT]
 
 
 def _from_func_graph(name: Any, graph: Any, *args: Any, **kwargs: Any) -> Any:
@@ -166,9 +169,12 @@ def lines(function: str) -> dict[str, str]:
     return {name: note.line for name, note in notes(function).items() if note.line}
 
 
-def notes_of_graph(node_names: Sequence[str]) -> Mapping[str, Note]:
-    """`notes()` of the watched function whose nodes (arguments and results left out) are `node_names`."""
-    name = _by_nodes.get(tuple(sorted(node_names)))
+def notes_of_graph(node_names: Sequence[str], called: str = "") -> Mapping[str, Note]:
+    """`notes()` of the watched function whose nodes (arguments and results left out) are `node_names`:
+    the function `called` (the function call that placed the graph) when it has those nodes, else the
+    one traced last with them."""
+    names = _by_nodes.get(tuple(sorted(node_names)), [])
+    name = called if called in names else names[-1] if names else ""
     return _lines.get(name, {}) if name else {}
 
 

@@ -203,8 +203,8 @@ def without_sources(records: Sequence[PlacementRecord]) -> Sequence[PlacementRec
     return [r._replace(source="") if r.source else r for r in records]
 
 
-def _function_records(function_graphs: Any) -> tuple[list[PlacementRecord], list[PlacementRecord],
-                                                     list[CopyRecord], Counter]:
+def _function_records(function_graphs: Any, called: str = "") -> tuple[
+        list[PlacementRecord], list[PlacementRecord], list[CopyRecord], Counter]:
     """The "place"/"removed" records of one placed function, those of the tf.data functions it
     instantiates, its implicit transfers (`tfplace.placement._transfers`) and how many of its nodes run per call,
     by (device, op): removed nodes, arguments and results left out."""
@@ -215,7 +215,7 @@ def _function_records(function_graphs: Any) -> tuple[list[PlacementRecord], list
     records = placed_records(nodes, [n for n in placed if n.device])
     devices = len(function_graphs.partition_graphs)
     if _function_sources.watched():
-        top = _function_sources.notes_of_graph([n.name for n in graph.node if n.op not in ARGUMENT_OPS])
+        top = _function_sources.notes_of_graph([n.name for n in graph.node if n.op not in ARGUMENT_OPS], called)
         notes = _function_sources.node_notes(nodes, top)  # one per record, empty where unknown
         records = [_noted(record, note) for record, note in zip(records, notes)]
     else:
@@ -465,8 +465,9 @@ class Placed(NamedTuple):
     runs: tuple[tuple[tuple[str, str, str], int], ...] = ()
 
 
-def collect() -> Placed:
-    """Hands the functions placed since the last call to every open log, and returns them."""
+def collect(called: str = "") -> Placed:
+    """Hands the functions placed since the last call to every open log, and returns them; `called`: the
+    function whose call is collecting (its lines go to a graph that other functions' nodes share names with)."""
     with _lock:
         if not _collecting:
             return Placed()
@@ -482,7 +483,7 @@ def collect() -> Placed:
         transfers: list[CopyRecord] = []
         runs: Counter = Counter()
         for function_graphs in functions:
-            own, datasets, moved, ran = _function_records(function_graphs)
+            own, datasets, moved, ran = _function_records(function_graphs, called)
             every += own
             transfers += moved
             runs.update(ran)

@@ -29,7 +29,9 @@ Threads: the threads TensorFlow starts for the block inherit the callback
 all-reduce, the threads that run `tf.py_function`); a listener whose
 `all_threads` is True also gets the ops of every Python thread started while
 it listens. When the last listener of the process leaves, every patch and
-callback is removed: nothing stays behind.
+callback is removed: nothing stays behind. An interrupt (`KeyboardInterrupt`)
+that leaves the block with tfplace's frames at the end of its traceback (it
+landed in the op callback) has them cut: its traceback ends at the user's line.
 
 Example:
     >>> import tensorflow as tf
@@ -65,7 +67,7 @@ from tfplace._devices import canonical_name, parse_device, requested_name
 from tfplace._tensorflow import dtype_enum
 from tfplace.placement import _calls, _datasets, _graphs, _kernels, _origins, _transfers
 from tfplace.placement._records import CopyRecord, PlacementRecord
-from tfplace.placement._sources import started_by_framework, user_line
+from tfplace.placement._sources import end_at_user, started_by_framework, user_line
 
 __all__ = ["Listener", "listening", "EXPLICIT_COPIES"]
 
@@ -185,14 +187,16 @@ class _Hook:
 
     def __init__(self) -> None:
         self.listeners: list[Listener] = []
-        self.calls: tuple[Callable, ...] = ()
-        self.outputs: tuple[Callable, ...] = ()  # the listeners that count the tensors ops return
+        self.calls: tuple[tuple[Callable, bool], ...] = ()  # each listener's on_op, and whether it keeps sources
+        self.outputs: tuple[tuple[Callable, bool], ...] = ()  # the listeners that count the tensors ops return
         self.sources = False
         self.thread_data = _tensorflow.thread_data()  # per thread inside
+        self.lists: list[list[Callable]] = []  # the callback lists holding this hook: its thread's, inheriting threads'
 
     def update(self) -> None:
-        self.calls = tuple(listener.on_op for listener in self.listeners)
-        self.outputs = tuple(listener.on_outputs for listener in self.listeners if getattr(listener, "memory", False))
+        self.calls = tuple((listener.on_op, listener.sources) for listener in self.listeners)
+        self.outputs = tuple((listener.on_outputs, listener.sources) for listener in self.listeners
+                             if getattr(listener, "memory", False))
         self.sources = any(listener.sources for listener in self.listeners)
 
     def records(self, key: tuple, records: Sequence[PlacementRecord]) -> None:
@@ -245,7 +249,7 @@ class _Hook:
                 placed = True
                 ran = _graphs.Placed(1, later[1])
             else:
-                found = _graphs.collect()
+                found = _graphs.collect(op)
                 placed = found.functions > 0
                 ran = _calls.after(op, full, inputs, found)
                 copies = ran.transfers
@@ -261,6 +265,7 @@ class _Hook:
             if pipeline is not None:
                 later = ("dataset", op), _graphs.iterator_records(pipeline, full)
                 unseen = pipeline.unseen
+        plain = record
         if self.sources or copies:
             source = user_line()
             if kind == _FUNCTION:
@@ -270,10 +275,10 @@ class _Hook:
             if self.sources:
                 sourced = (record, source)
                 record = _sourced.get(sourced) or _sourced.setdefault(sourced, record._replace(source=source))
-        for call in self.calls:
-            call(record, copies)
-        for call in self.outputs:
-            call(record, outputs)
+        for call, sources in self.calls:  # a listener that did not ask for sources gets none
+            call(record if sources else plain, copies)
+        for call, sources in self.outputs:
+            call(record if sources else plain, outputs)
         if kind == _FUNCTION:
             for listener in tuple(self.listeners):
                 listener.on_function(record, placed, ran)
@@ -433,16 +438,22 @@ def _hooks_in_this_thread(hooks: Sequence[_Hook]) -> Iterator[None]:
     parent's (which holds the parent's hooks): only the list they were added
     to loses them.
     """
-    added = [h for h in hooks if h not in _tensorflow.op_callbacks()]
-    for hook in added:
-        _add_callback(hook)
-    callbacks = _tensorflow.op_callbacks()
+    with _lock:
+        added = [h for h in hooks if h not in _tensorflow.op_callbacks() and h in _hooks]
+        for hook in added:
+            _add_callback(hook)
+        callbacks = _tensorflow.op_callbacks()
+        for hook in added:
+            hook.lists.append(callbacks)
     try:
         yield
     finally:
-        for hook in added:
-            if hook in callbacks:
-                callbacks.remove(hook)
+        with _lock:
+            for hook in added:
+                if hook in callbacks:
+                    callbacks.remove(hook)
+                if any(held is callbacks for held in hook.lists):
+                    hook.lists.remove(callbacks)
 
 
 def _inheriting(run: Callable[[], None], hooks: list[_Hook]) -> Callable[[], None]:
@@ -474,6 +485,7 @@ def _register(hook: _Hook) -> None:
     global _requested
     with _lock:
         _add_callback(hook)
+        hook.lists.append(_tensorflow.op_callbacks())
         _hooks.append(hook)
         if len(_hooks) == 1:
             _requested = threading.local()  # scopes set while nothing listened were not mirrored
@@ -482,10 +494,19 @@ def _register(hook: _Hook) -> None:
 
 
 def _unregister(hook: _Hook) -> None:
-    """Removes this thread's callback; the patches and the callback path go with the last one."""
+    """Removes the hook from its thread and from the threads that inherited it (whichever thread
+    closes the block: a generator holding a capture may be finished elsewhere); the patches and the
+    callback path go with the last hook."""
     with _lock:
         _hooks.remove(hook)
-        _tensorflow.remove_op_callback(hook)
+        for callbacks in hook.lists:
+            if hook not in callbacks:
+                continue
+            if callbacks is _tensorflow.op_callbacks():
+                _tensorflow.remove_op_callback(hook)
+            else:
+                callbacks.remove(hook)
+        hook.lists.clear()
         if not _hooks:
             for patch, _ in _PATCHES:
                 patch.remove()
@@ -496,16 +517,20 @@ def _unregister(hook: _Hook) -> None:
 def listening(listener: Listener) -> Iterator[None]:
     """Calls `listener` for every eager op of this thread (and the threads it starts, see above) in the block."""
     hook: Optional[_Hook] = getattr(_local, "hook", None)
-    if hook is None:
+    if hook is None or hook not in _hooks:  # none yet, or one a block closed in another thread removed
         hook = _local.hook = _Hook()
         _register(hook)
     hook.listeners.append(listener)
     hook.update()
     try:
         yield
+    except KeyboardInterrupt as error:  # it may have landed in the op callback: its traceback ends at the user's line
+        end_at_user(error)
+        raise
     finally:
         hook.listeners.remove(listener)
         hook.update()
         if not hook.listeners:
             _unregister(hook)
-            _local.hook = None
+            if getattr(_local, "hook", None) is hook:
+                _local.hook = None

@@ -11,10 +11,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from types import CodeType
-from typing import Any, Sequence
+from types import CodeType, TracebackType
+from typing import Any, Optional, Sequence
 
-__all__ = ["user_line", "user_stacklevel", "stack_user_line", "shown_path", "started_by_framework"]
+__all__ = ["user_line", "user_stacklevel", "stack_user_line", "shown_path", "started_by_framework", "end_at_user"]
 
 
 def _package_dir(name: str) -> str:
@@ -26,6 +26,7 @@ def _package_dir(name: str) -> str:
 
 _INTERNAL = tuple(d for d in map(_package_dir, ("tensorflow", "keras", "tf_keras", "tfplace", "optree")) if d) + tuple(
     os.path.join(os.path.dirname(os.__file__), name) for name in ("threading.py", "contextlib.py"))
+_TFPLACE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
 _FRAMEWORKS = tuple(d for d in map(_package_dir, ("tensorflow", "keras", "tf_keras")) if d)
 _STDLIB = os.path.join(os.path.dirname(os.__file__), "")
 _where: dict[CodeType, str] = {}  # code object -> shown path, "" for internal code
@@ -128,3 +129,29 @@ def started_by_framework(depth: int = 2) -> bool:
             return filename.startswith(_FRAMEWORKS)
         frame = frame.f_back  # type: ignore[assignment]
     return False
+
+
+def _is_users(filename: str) -> bool:
+    """Whether a frame of `filename` is the user's own code: not TensorFlow's, Keras', tfplace's nor
+    Python's standard library (frozen modules included)."""
+    return bool(_shown_file(filename)) and not filename.startswith("<frozen ") and not (
+        filename.startswith(_STDLIB) and "site-packages" not in filename)
+
+
+def end_at_user(error: BaseException) -> None:
+    """Ends `error`'s traceback at the user's line when the frames after the user's last one (those of
+    TensorFlow, Keras, Python's library and tfplace) hold one of tfplace's: an interrupt (SIGINT,
+    SIGTERM) that landed in tfplace's op hook or signal handler reads as one that stopped the user's
+    line. A traceback without a user frame, or whose end holds no tfplace frame, is left as it is."""
+    last_user: Optional[TracebackType] = None
+    tfplace_after = False
+    tb = error.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if _is_users(filename):
+            last_user, tfplace_after = tb, False
+        elif filename.startswith(_TFPLACE):
+            tfplace_after = True
+        tb = tb.tb_next
+    if last_user is not None and tfplace_after:
+        last_user.tb_next = None

@@ -1,0 +1,88 @@
+"""Captures side by side: a capture's op callback belongs to the threads it was given and goes with the block;
+each capture keeps its own sources, and each function its own lines."""
+
+from conftest import line_of
+
+
+CODE = """
+        import threading, tensorflow as tf, tfplace
+        from tfplace.placement import _hooks
+        x = tf.ones(2)
+        seen = {}
+
+        # a capture held by a generator that a worker thread finishes
+        def held():
+            with tfplace.capture_placement() as log:
+                yield log
+        opened = held()
+        first = next(opened)
+        x * 2.0
+        def finish():
+            try:
+                next(opened, None)
+                seen["finish"] = "closed"
+            except BaseException as error:
+                seen["finish"] = f"{type(error).__name__}: {error}"
+        worker = threading.Thread(target=finish)
+        worker.start()
+        worker.join()
+        seen["callbacks after"] = len(_hooks._thread_hooks())
+        with tfplace.capture_placement() as later:   # this thread works on
+            x * 3.0
+        seen["later"] = [r.op for r in later.records]
+        seen["first"] = [r.op for r in first.records]
+
+        # an outer capture without sources, an inner one with
+        with tfplace.capture_placement() as outer:
+            with tfplace.capture_placement(sources=True) as inner:
+                x + 1.0   # inner line
+        seen["outer sources"] = sorted({r.source for r in outer.records})
+        seen["inner sources"] = sorted({r.source for r in inner.records})
+
+        # a thread started in an all_threads capture, living on after the block
+        block_done, checked = threading.Event(), threading.Event()
+        def long_lived():
+            x * 4.0
+            block_done.wait()
+            seen["thread callbacks after"] = len(_hooks._thread_hooks())
+            x * 5.0
+            checked.set()
+        with tfplace.capture_placement(all_threads=True) as threaded:
+            thread = threading.Thread(target=long_lived)
+            thread.start()
+            while not threaded.records:
+                pass
+        block_done.set()
+        checked.wait()
+        thread.join()
+        seen["threaded"] = [r.op for r in threaded.records]
+        report(seen)
+"""
+
+
+def test_captures_leave_no_callback_behind_and_keep_their_own_sources(python):
+    out = python(CODE)
+    assert out["finish"] == "closed"
+    assert out["callbacks after"] == 0
+    assert out["later"] == ["Mul"] and out["first"] == ["Mul"]
+    assert out["outer sources"] == [""]
+    assert out["inner sources"] == [line_of(CODE, "# inner line")], out["inner sources"]
+    assert out["thread callbacks after"] == 0
+    assert out["threaded"] == ["Mul"]
+
+
+SAME_NAMES = """
+    import tensorflow as tf, tfplace
+    x = tf.ones(2)
+    with tfplace.capture_placement(sources=True) as log:
+        f = tf.function(lambda v: v * 2.0).get_concrete_function(tf.TensorSpec([2]))  # f's line
+        g = tf.function(lambda v: v * 3.0).get_concrete_function(tf.TensorSpec([2]))  # g's line
+        f(x)
+        g(x)
+        f(x)
+    report([r.source for r in log.records if r.op == "Mul" and r.kind == "place"])
+"""
+
+
+def test_functions_with_the_same_node_names_traced_before_either_runs_keep_their_own_lines(python):
+    assert python(SAME_NAMES) == [line_of(SAME_NAMES, "# f's line"), line_of(SAME_NAMES, "# g's line")]
