@@ -136,7 +136,7 @@ def _option(setting: Setting):
     return parse
 
 
-TRACE_USAGE = ("tfplace trace [tfplace flags] [--json=FILE] [--plot=FILE.png] [--timing] [--top=N] script.py [--] "
+TRACE_USAGE = ("tfplace trace [tfplace flags] [--json=FILE] [--plot=FILE.png] [--timing] [--memory] [--top=N] script.py [--] "
                "[args ...]")
 BOOLEANS = tuple(setting.name for setting in SETTINGS if setting.kind is BOOLEAN)
 
@@ -184,6 +184,8 @@ def _add_trace(commands: Any) -> argparse.ArgumentParser:
                                                           "the extension picks the format: .png, .svg, .pdf, ...")
     parser.add_argument("--timing", action="store_true",
                         help="run the script under TensorFlow's profiler: busy time per device and op, time shares")
+    parser.add_argument("--memory", action="store_true",
+                        help="count the tensors and variables the script makes per device: peak, live, top lines")
     parser.add_argument("--top", metavar="N", type=int, default=10, help="rows per report section (default 10)")
     parser.add_argument("script", help="the Python script to run")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
@@ -286,7 +288,7 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
     out = _script.Output()  # standard output now: the report reaches it whatever the script does to sys.stdout
     started = os.getpid()
     with _script.stopping_signals():
-        log, status = _trace.run_script(args.script, script_args, timing=args.timing)
+        log, status = _trace.run_script(args.script, script_args, timing=args.timing, memory=args.memory)
         if os.getpid() != started:  # a child the script forked, ending with sys.exit(): its parent reports
             return status
         try:

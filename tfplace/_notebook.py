@@ -11,7 +11,7 @@ Usage, in IPython or Jupyter:
 
     %load_ext tfplace
 
-    %%placement [--sources] [--timing] [--transfer-guard=LEVEL] [--device-guard=DEVICE]
+    %%placement [--sources] [--timing] [--memory] [--transfer-guard=LEVEL] [--device-guard=DEVICE]
     with tf.device("CPU:1"):
         c = tf.matmul(a, b)
     c
@@ -23,6 +23,9 @@ Options:
 * `--sources`: each record carries the line of the cell that ran it (`In[3]:2`).
 * `--timing`: the cell runs under TensorFlow's profiler; the display leads with each
   device's busy time and share.
+* `--memory`: the tensors and variables the cell makes are counted per device
+  (`capture_placement(memory=True)`): the display shows each device's peak and live bytes and
+  the lines holding most, and an out-of-memory error gets a note listing the largest live tensors.
 * `--transfer-guard=LEVEL`: `tfplace.transfer_guard(LEVEL)` around the cell, LEVEL one of
   disallow (the default of a bare `--transfer-guard`), log, allow. Under disallow the cell
   fails at its first implicit copy with `ImplicitCopyError` naming the cell's line.
@@ -52,7 +55,7 @@ if TYPE_CHECKING:
 
 __all__ = ["load_ipython_extension", "USAGE", "parse_options", "LOG_NAME"]
 
-USAGE = "%%placement [--sources] [--timing] [--transfer-guard=LEVEL] [--device-guard=DEVICE]"
+USAGE = "%%placement [--sources] [--timing] [--memory] [--transfer-guard=LEVEL] [--device-guard=DEVICE]"
 LOG_NAME = "_placement"  # where the last cell's log is kept in the user's namespace
 _LEVELS = ("disallow", "log", "allow")  # tfplace.placement._guards.LEVELS, without importing TensorFlow
 _LOCATION = re.compile(r"(?P<file>[^\s:'\"(),]+):(?P<line>\d+)")
@@ -71,6 +74,7 @@ def _parser() -> _Parser:
     parser = _Parser(prog="%%placement", add_help=False, allow_abbrev=False)
     parser.add_argument("--sources", action="store_true")
     parser.add_argument("--timing", action="store_true")
+    parser.add_argument("--memory", action="store_true")
     parser.add_argument("--transfer-guard", nargs="?", const="disallow", default=None, metavar="LEVEL")
     parser.add_argument("--device-guard", default=None, metavar="DEVICE")
     return parser
@@ -208,7 +212,8 @@ def run(shell: Any, line: str, cell: str) -> None:
 
     error: Optional[BaseException] = None
     with contextlib.ExitStack() as stack:
-        log = stack.enter_context(_capture.capture_placement(sources=options.sources, timing=options.timing))
+        log = stack.enter_context(_capture.capture_placement(sources=options.sources, timing=options.timing,
+                                                             memory=options.memory))
         try:
             if options.transfer_guard is not None:
                 stack.enter_context(_guards.transfer_guard(options.transfer_guard))
@@ -220,6 +225,10 @@ def run(shell: Any, line: str, cell: str) -> None:
             _execute(shell, codes)
         except BaseException as err:  # shown after the log; KeyboardInterrupt too  # pylint: disable=broad-except
             error = err
+    if error is not None and options.memory:
+        note = log.memory_note(error)  # an out-of-memory error: what the device held, with the cell's lines
+        if note:
+            error.add_note(_cell_names(shell, note))
     log = _cell_log(shell, log)
     shell.user_ns[LOG_NAME] = log
     _show(log)

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple, Optional, Sequence
 from tfplace import _script
 from tfplace.placement import _display, _explain, _groups
 from tfplace.placement._capture import capture_placement
+from tfplace.placement._memory import NOT_COUNTED
 from tfplace.placement._explain import Explanation, Readiness
 from tfplace.placement._log import PlacementLog
 from tfplace.placement._records import ARGUMENT_OPS
@@ -39,16 +40,18 @@ from tfplace.placement._records import ARGUMENT_OPS
 __all__ = ["run_script", "Findings", "findings", "report", "to_json", "write_json", "plot"]
 
 
-def run_script(path: str, args: Sequence[str], *, timing: bool = False) -> tuple[PlacementLog, int]:
+def run_script(path: str, args: Sequence[str], *, timing: bool = False,
+               memory: bool = False) -> tuple[PlacementLog, int]:
     """Runs `path` as `__main__` with `sys.argv = [path, *args]` (`_script.run_main`) under a capture with
-    sources and all threads (and TensorFlow's profiler, with `timing`); the capture closes after the
+    sources and all threads (and TensorFlow's profiler, with `timing`; counting tensors per device,
+    with `memory`); the capture closes after the
     script's non-daemon threads ended, so their ops are in the log.
 
     Returns:
       The placement log and the script's exit status (1 after an uncaught exception, whose traceback
       is printed; 128 + the signal's number after an interrupt).
     """
-    with capture_placement(sources=True, all_threads=True, timing=timing) as log:
+    with capture_placement(sources=True, all_threads=True, timing=timing, memory=memory) as log:
         status = _script.run_main(path, args)
     return log, status
 
@@ -180,6 +183,11 @@ def report(log: PlacementLog, found: Findings, *, top: int = 10) -> str:
             lines.append(f"  ({sum(host.values())} input-pipeline op(s), {len(host)} type(s) such as "
                          f"{', '.join(op for op, _ in host.most_common(3))}, run on the host by design on every "
                          "machine: not listed)")
+    counted = log.memory()
+    if counted.note != NOT_COUNTED:
+        lines.append("memory per device (peak and live at the end of the tensors and variables the script made; "
+                     "the lines holding most):")
+        lines += counted.lines()
     if not log.complete:
         lines.append(f"incomplete log: {log.incomplete_reason}")
     return "\n".join(line for line in lines if line)

@@ -150,8 +150,9 @@ def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool 
             try:
                 yield log
             except _tensorflow.OutOfMemory as error:
-                if census is not None:
-                    error.add_note(census.oom_note(error))
+                note = log.memory_note(error)
+                if note:
+                    error.add_note(note)
                 raise
     finally:
         if census is not None:

@@ -30,12 +30,14 @@ from typing import TYPE_CHECKING, Optional, Protocol, Sequence
 
 from tfplace._devices import parse_device
 from tfplace.placement import _explain, _groups
+from tfplace.placement._memory import NOT_COUNTED
 from tfplace.placement._origins import is_plumbing
 from tfplace.placement._records import CopyRecord, PlacementRecord
 
 if TYPE_CHECKING:
     from tfplace.placement._cost import Cost, Transfer
     from tfplace.placement._explain import Explanation
+    from tfplace.placement._memory import Memory
 
 __all__ = ["Log", "html", "text", "cost_lines", "size", "short_device", "MAX_ROWS"]
 
@@ -58,6 +60,8 @@ class Log(Protocol):
     def cost(self) -> "Cost": ...
 
     def transfers(self) -> list["Transfer"]: ...
+
+    def memory(self) -> "Memory": ...
 
 
 MAX_ROWS = 30  # rows per table; the rest is counted in one line
@@ -181,6 +185,25 @@ def _cost_html(log: Log) -> list[str]:
             *([f'<div style="{_MUTED}">{_e(note)}</div>'] if note else [])]
 
 
+def _memory_html(log: Log) -> list[str]:
+    """Memory per device, when the log counted it: peak and live bytes, the lines holding most, and
+    TensorFlow's allocator figures where it keeps them."""
+    counted = log.memory()
+    if counted.note == NOT_COUNTED:
+        return []
+    rows = []
+    for device, m in counted.devices.items():
+        allocator = (f"{size(m.allocator_current_bytes)} / {size(m.allocator_peak_bytes)}"
+                     if m.allocator_peak_bytes is not None else "–")
+        lines = ", ".join(f"{source or '(unknown line)'} {size(held)}" for source, held in m.top)
+        rows.append(_row([_e(short_device(device)), _e(size(m.peak_bytes)), _e(size(m.live_bytes)), _e(allocator),
+                          _e(lines)], (False, True, True, True, False)))
+    return [f'<div style="{_TITLE}">Memory per device</div>',
+            _table(["device", "peak", "live at the end", "TensorFlow's allocator (now / peak)", "lines holding most"],
+                   rows, (False, True, True, True, False)),
+            f'<div style="{_MUTED}">{_e(counted.note)}</div>']
+
+
 def _failed_table(failed: Sequence[PlacementRecord]) -> str:
     groups = Counter((r.source, r.op, r.name, r.device, r.requested) for r in failed)
     rows = [_row([_e(line or "–"), _e(op) + (f' <span style="{_MUTED}">{_e(name)}</span>' if name else ""),
@@ -249,6 +272,7 @@ def html(log: Log, explanations: Sequence["Explanation"]) -> str:
     if not log.complete:
         parts.append(f'<div style="{_WARN}"><b>Incomplete log</b>: {_e(log.incomplete_reason)}</div>')
     parts += _cost_html(log)
+    parts += _memory_html(log)
     if records:
         parts.append(_ops_table(records))
     else:
@@ -291,6 +315,10 @@ def text(log: Log, explanations: Sequence["Explanation"]) -> str:
     if causes:
         lines.append("  placed by TensorFlow's and Keras' own code (nothing to change in yours):")
         lines += [f"    {cause}" for cause in causes[:MAX_ROWS]]
+    counted = log.memory()
+    if counted.note != NOT_COUNTED:
+        lines.append("  memory per device:")
+        lines += [f"  {line}" for line in counted.lines()]
     return "\n".join(lines)
 
 

@@ -125,6 +125,15 @@ class PlacementLog:
             return _memory.Memory({})
         return self._census.figures()
 
+    def memory_note(self, error: BaseException) -> str:
+        """The note an out-of-memory error (`ResourceExhaustedError`) raised in a `memory=True` block gets:
+        the largest live tensors on its device, with their lines ("" for other errors or without memory)."""
+        from tfplace import _tensorflow
+
+        if self._census is None or not isinstance(error, _tensorflow.OutOfMemory):
+            return ""
+        return self._census.oom_note(error)
+
     def assert_memory_below(self, device: str, limit: Union[int, float, str]) -> None:
         """Raises AssertionError, with the lines holding most bytes, unless the block's peak on `device`
         (any accepted spelling) stayed below `limit` (bytes, or a string such as "2 GiB", "512 MiB").

@@ -1,0 +1,134 @@
+"""Memory per device: `capture_placement(memory=True)`, `log.memory()`, `live_tensors()`, the
+out-of-memory note, `assert_memory_below` and `tfplace trace --memory`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import line_of
+
+TWO_DEVICES = """
+    import tensorflow as tf, tfplace
+    tfplace.configure(logical_cpus=2)
+    with tfplace.capture_placement(memory=True, sources=True) as log:
+        with tf.device("CPU:1"):
+            third = tf.zeros((500, 500))       # the third, freed
+        del third
+        with tf.device("CPU:0"):
+            a = tf.zeros((1000, 1000))         # 4 MB on CPU:0
+        with tf.device("CPU:1"):
+            b = tf.zeros((2000, 1000))         # 8 MB on CPU:1
+    found = log.memory()
+    try:
+        log.assert_memory_below("CPU:1", "1 MiB")
+        failed = ""
+    except AssertionError as error:
+        failed = str(error)
+    log.assert_memory_below("CPU:0", "5 MB")
+    report({"devices": {d: [m.peak_bytes, m.live_bytes, [list(t) for t in m.top]] for d, m in found.devices.items()},
+            "tracked": found.tracked, "failed": failed, "json": log.to_json()["memory"]["devices"]})
+"""
+
+
+def test_peak_and_live_bytes_per_device_with_their_lines(python):
+    out = python(TWO_DEVICES)
+    third, a, b = (line_of(TWO_DEVICES, marker) for marker in ("# the third", "# 4 MB", "# 8 MB"))
+    assert out["devices"]["/device:CPU:0"] == [4_000_000, 4_000_000, [[a, 4_000_000]]]
+    assert out["devices"]["/device:CPU:1"] == [8_000_000, 8_000_000, [[b, 8_000_000], [third, 1_000_000]]]
+    assert out["tracked"] == 3
+    assert out["failed"].startswith("expected the block's memory on /device:CPU:1 to stay below 1.0 MiB (1048576 "
+                                    "bytes), but it peaked at 7.6 MiB (8000000 bytes; 7.6 MiB still live at the end)")
+    assert f"       7.6 MiB  {b}\n     976.6 KiB  {third}" in out["failed"]
+    assert [d["device"] for d in out["json"]] == ["/device:CPU:0", "/device:CPU:1"]
+
+
+def test_mirrored_variables_are_counted_on_each_replica(python):
+    out = python("""
+        import tensorflow as tf, keras, tfplace
+        tfplace.configure(logical_cpus=2)
+        strategy = tf.distribute.MirroredStrategy(["CPU:0", "CPU:1"])
+        with tfplace.capture_placement(memory=True) as log:
+            with strategy.scope():
+                model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16)])
+        with tfplace.capture_placement(memory=True) as kept:
+            with tf.device("CPU:1"):
+                only_here = tf.ones((10, 10))
+        report({d: m.live_bytes for d, m in log.memory().devices.items()}
+               | {"kept": kept.memory().devices["/device:CPU:1"].live_bytes})
+    """)
+    weights = (8 * 16 + 16) * 4
+    assert out["/device:CPU:0"] == out["/device:CPU:1"] == weights
+    assert out["kept"] == 400
+
+
+def test_out_of_memory_error_names_the_largest_live_tensor_and_its_line(python):
+    code = """
+        import tensorflow as tf, tfplace
+        try:
+            with tfplace.capture_placement(memory=True, sources=True):
+                kept = tf.ones((1000, 1000))   # the largest
+                small = tf.ones((10,))
+                tf.zeros((2**40,))
+        except tf.errors.ResourceExhaustedError as error:
+            report(error.__notes__)
+    """
+    [note] = python(code)
+    lines = note.splitlines()
+    assert lines[0].startswith("tfplace (memory=True): the largest tensors of the block alive on /device:CPU:0 when it "
+                               "ran out of memory")
+    assert lines[1].split() == ["3.8", "MiB", "float32[1000,1000]", "tensor,", "made", "at",
+                                line_of(code, "# the largest")]
+
+
+def test_live_tensors_lists_a_tensor_where_its_memory_is_until_it_is_freed(python):
+    code = """
+        import tensorflow as tf, tfplace
+        tfplace.configure(logical_cpus=2)
+        with tfplace.capture_placement(memory=True, sources=True):
+            with tf.device("CPU:1"):
+                x = tf.zeros((123, 45))   # made here
+        before = [(t.kind, t.device, t.bytes, t.source) for t in tfplace.live_tensors("CPU:1") if t.shape == (123, 45)]
+        del x
+        after = [t for t in tfplace.live_tensors("CPU:1") if t.shape == (123, 45)]
+        report([before, len(after)])
+    """
+    before, after = python(code)
+    assert before == [["tensor", "/device:CPU:1", 123 * 45 * 4, line_of(code, "# made here")]] and after == 0
+
+
+def test_sizes_and_logs_without_memory():
+    from tfplace import PlacementLog
+    from tfplace.placement._memory import parse_size
+
+    assert [parse_size(v, "limit") for v in (0, 1024, "2 GiB", "512MiB", "1.5 GB", "100 kB", "7")] == [
+        0, 1024, 2 * 2**30, 512 * 2**20, 1_500_000_000, 100_000, 7]
+    for bad in ("two GiB", "5 parsecs", -1, True):
+        with pytest.raises(ValueError, match=r"limit received .*: allowed are a number of bytes >= 0 or a string"):
+            parse_size(bad, "limit")
+    log = PlacementLog()
+    assert log.memory().devices == {} and "capture_placement(memory=True)" in log.memory().note
+    with pytest.raises(ValueError, match=r"memory was not counted: capture with capture_placement\(memory=True\)"):
+        log.assert_memory_below("CPU:0", "1 GiB")
+
+
+def test_trace_memory_prints_peak_and_live_per_device(tmp_path):
+    (tmp_path / "grow.py").write_text(textwrap.dedent("""
+        import tensorflow as tf
+        big = tf.zeros((512, 512))
+        parts = [tf.ones((64, 64)) for _ in range(3)]
+    """), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "tfplace", "trace", "--memory", "--json=t.json", "grow.py"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    start = lines.index("memory per device (peak and live at the end of the tensors and variables the script made; "
+                        "the lines holding most):")
+    assert lines[start + 1] == "  /device:CPU:0: peak 1.0 MiB, live at the end 0 B"  # the script's globals are gone
+    assert lines[start + 2:start + 4] == ["      grow.py:3  1.0 MiB", "      grow.py:4  48.0 KiB"]
+    memory = json.loads((tmp_path / "t.json").read_text())["memory"]
+    assert memory["devices"][0]["peak_bytes"] == 512 * 512 * 4 + 3 * 64 * 64 * 4
