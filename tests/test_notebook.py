@@ -143,8 +143,10 @@ CELLS = {
     "repr": "_placement",
     "timing": ('%%placement --timing\nfor device in ("CPU:0", "CPU:1"):\n    with tf.device(device):\n'
                "        for _ in range(20):\n            t = tf.matmul(tf.ones((64, 64)), tf.ones((64, 64)))"),
+    "memory": '%%placement --memory --sources\nwith tf.device("CPU:1"):\n    held = tf.zeros((256, 256))',
+    "oom": "%%placement --memory --sources\nkept = tf.ones((512, 512))\ntf.zeros((2**40,))",
 }
-FAILING = ("copy", "bad_level", "bad_option", "bad_device", "device_guard")
+FAILING = ("copy", "bad_level", "bad_option", "bad_device", "device_guard", "oom")
 # The README's example cell and what it says the magic shows.
 README_CELL, README_SHOWN = re.search(r"## Notebooks\n.*?```\n(%%placement.*?)```\n.*?```\n(PlacementLog: .*?)\n```",
                                       (ROOT / "README.md").read_text(encoding="utf-8"), re.S).groups()
@@ -253,7 +255,8 @@ def test_a_bad_option_is_one_usage_line_and_the_cell_does_not_run(magic, name, s
     line, = stream(cell, "stderr").splitlines()
     assert line.startswith(f"UsageError: %%placement received {CELLS[name].splitlines()[0][len('%%placement '):]!r}: ")
     assert said in line
-    assert "allowed: %%placement [--sources] [--timing] [--transfer-guard=LEVEL] [--device-guard=DEVICE]" in line
+    assert ("allowed: %%placement [--sources] [--timing] [--memory] [--transfer-guard=LEVEL] [--device-guard=DEVICE]"
+            in line)
 
 
 def test_device_guard_fails_the_cell_naming_its_line(magic):
@@ -468,3 +471,14 @@ def test_d2l_multi_gpu_notebook_shows_time_and_transfers_per_device(kernel_dir):
     moved = ast.literal_eval(outputs(cell_with(cells, "_placement.transfers()[:5]"), "execute_result")[0]
                              .data["text/plain"])
     assert moved and all(count > 0 for _, _, _, count, _ in moved)
+
+
+def test_memory_option_shows_each_devices_peak_and_the_cells_lines(magic):
+    page, text = shown(magic["memory"])
+    cell = f"In[{magic['memory'].execution_count}]"
+    assert "Memory per device" in page and f"{cell}:3 256.0 KiB" in page
+    assert "  memory per device:" in text and "    /device:CPU:1: peak 256.0 KiB, live at the end 256.0 KiB" in text
+    [error] = outputs(magic["oom"], "error")
+    assert error.ename == "ResourceExhaustedError"
+    oom = f"In[{magic['oom'].execution_count}]"
+    assert any(f"float32[512,512] tensor, made at {oom}:2" in line for line in error.traceback)

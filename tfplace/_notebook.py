@@ -178,9 +178,9 @@ def _cell_log(shell: Any, log: "PlacementLog") -> "PlacementLog":
     """`log` with the sources of its records and copies named as IPython names cells."""
     records = [r._replace(source=_cell_names(shell, r.source)) if r.source else r for r in log.records]
     copies = [c._replace(source=_cell_names(shell, c.source)) if c.source else c for c in log.copies]
-    if records == log.records and copies == log.copies:
+    if records == log.records and copies == log.copies and not log.memory().devices:
         return log
-    return log.replaced(records, copies)
+    return log.replaced(records, copies, rename=lambda source: _cell_names(shell, source))
 
 
 def _show(log: "PlacementLog") -> None:

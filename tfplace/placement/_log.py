@@ -17,7 +17,7 @@ import json
 import threading
 import warnings
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from tfplace._devices import parse_device
 from tfplace.placement import _groups, _kernels
@@ -79,6 +79,7 @@ class PlacementLog:
         self._timing: Any = None  # the profile of the block (`timing=True`)
         self._timing_missing = ""
         self._census: Any = None  # the tensors the block made (`memory=True`)
+        self._rename: Optional[Callable[[str], str]] = None  # how memory figures name their lines
 
     def add(self, records: Sequence[PlacementRecord] = (), copies: Sequence[CopyRecord] = ()) -> None:
         """Appends events (the capture's writer; each extend is atomic, so threads may add at once)."""
@@ -123,7 +124,13 @@ class PlacementLog:
 
         if self._census is None:
             return _memory.Memory({})
-        return self._census.figures()
+        found = self._census.figures()
+        if self._rename is None:
+            return found
+        rename = self._rename
+        return found._replace(devices={device: m._replace(top=tuple((rename(source) if source else "", size)
+                                                                   for source, size in m.top))
+                                       for device, m in found.devices.items()})
 
     def memory_note(self, error: BaseException) -> str:
         """The note an out-of-memory error (`ResourceExhaustedError`) raised in a `memory=True` block gets:
@@ -159,12 +166,14 @@ class PlacementLog:
             f"{_memory.size_text(figures.live_bytes)} still live at the end). The lines holding most:\n{rows}\n"
             f"  ({found.note})")
 
-    def replaced(self, records: Iterable[PlacementRecord], copies: Iterable[CopyRecord]) -> "PlacementLog":
+    def replaced(self, records: Iterable[PlacementRecord], copies: Iterable[CopyRecord],
+                 rename: Optional[Callable[[str], str]] = None) -> "PlacementLog":
         """A log with other records and copies (renamed sources, say) and this one's executions,
-        timing and completeness (without warning again)."""
+        timing, memory and completeness (without warning again); `rename` renames the sources of
+        its memory figures as the records' were."""
         log = PlacementLog(records, copies)
         log._runs, log._timing, log._timing_missing = Counter(self._runs), self._timing, self._timing_missing
-        log._census = self._census
+        log._census, log._rename = self._census, rename or self._rename
         log._reasons = list(self._reasons)
         return log
 
