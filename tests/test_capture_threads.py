@@ -86,3 +86,51 @@ SAME_NAMES = """
 
 def test_functions_with_the_same_node_names_traced_before_either_runs_keep_their_own_lines(python):
     assert python(SAME_NAMES) == [line_of(SAME_NAMES, "# f's line"), line_of(SAME_NAMES, "# g's line")]
+
+
+def test_captures_in_threads_keep_their_own_functions_under_concurrent_first_calls(python):
+    out = python("""
+        import threading, tensorflow as tf, tfplace
+        x = tf.ones((8, 8))
+
+        def run_once(one_at_a_time):
+            barrier, first = threading.Barrier(4), threading.Lock()
+            found = {}
+
+            def work(index):
+                op = [tf.matmul, tf.add, tf.multiply, tf.subtract][index]
+                f = tf.function(lambda a: op(a, a))   # its own function, traced and placed in the block
+                with tfplace.capture_placement() as log:
+                    barrier.wait()
+                    if one_at_a_time:
+                        with first:
+                            f(x)
+                    else:
+                        f(x)
+                    f(x)
+                found[index] = (sorted({r.op for r in log.records if r.kind in ("place", "removed") and not r.op.startswith("_")
+                                        and r.op != "Identity"}), log.complete, log.incomplete_reason)
+
+            threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            own = ["MatMul", "AddV2", "Mul", "Sub"]
+            return [(found[i][0] if set(found[i][0]) <= {own[i]} else ["another thread's"] + found[i][0],
+                     *found[i][1:]) for i in range(4)]
+
+        together = [entry for _ in range(10) for entry in run_once(False)]
+        apart = [entry for _ in range(10) for entry in run_once(True)]
+        report({"together": sorted({(tuple(ops), complete, reason.split(":")[0]) for ops, complete, reason in together}),
+                "apart": sorted({(tuple(ops), complete) for ops, complete, _ in apart})})
+    """)
+    own = {("MatMul",), ("AddV2",), ("Mul",), ("Sub",)}
+    # first calls one thread at a time, later calls at once: each log complete, with its own node only
+    assert {tuple(ops) for ops, complete in out["apart"]} == own and all(complete for _, complete in out["apart"])
+    # first calls at the same instant: TensorFlow's collection may merge the threads' graphs; a log that may miss
+    # its function's nodes says so, never that the function was placed before the block, and no log holds
+    # another thread's function
+    for ops, complete, reason in out["together"]:
+        assert not ops or tuple(ops) in own  # its own node, or none
+        assert complete or reason.startswith("TensorFlow placed functions of several threads at the same time")

@@ -32,7 +32,7 @@ from tfplace.placement import _origins
 from tfplace.placement._lowering import PlacerNode
 from tfplace.placement._sources import stack_user_line
 
-__all__ = ["Note", "watching", "watched", "lines", "notes", "notes_of_graph", "node_notes"]
+__all__ = ["Note", "watching", "watched", "lines", "notes", "notes_of_graph", "functions_with_nodes", "node_notes"]
 
 _LIMIT = 4096  # functions remembered (oldest forgotten first)
 _IDENTITIES = frozenset({"Identity", "IdentityN"})
@@ -176,6 +176,11 @@ def notes_of_graph(node_names: Sequence[str], called: str = "") -> Mapping[str, 
     names = _by_nodes.get(tuple(sorted(node_names)), [])
     name = called if called in names else names[-1] if names else ""
     return _lines.get(name, {}) if name else {}
+
+
+def functions_with_nodes(node_names: Sequence[str]) -> list[str]:
+    """The watched functions whose nodes (arguments and results left out) are `node_names`, oldest first."""
+    return list(_by_nodes.get(tuple(sorted(node_names)), ()))
 
 
 def node_notes(nodes: Sequence[PlacerNode], top: Mapping[str, Note]) -> list[Note]:

@@ -62,7 +62,17 @@ __all__ = ["attach", "detach", "collect", "Placed", "start", "without_sources", 
 _lock = threading.RLock()
 # The open captures' logs (and the guards, which read what `collect()` returns), in every thread,
 # and whether they keep sources.
-_logs: list[tuple[object, bool]] = []
+_logs: list[tuple[object, bool, int]] = []  # (log or guard, sources, the thread that opened it)
+# Graphs a call in another thread placed, collected before that thread's own callback asked: (the
+# functions traced with their nodes, the graphs), oldest first, until that call collects them.
+_pending: list[tuple[frozenset, Any]] = []
+_PENDING_LIMIT = 64
+# Functions whose graphs TensorFlow's collection merged with another thread's (placed at the same time).
+_merged: set[str] = set()
+_MERGED = ("TensorFlow placed functions of several threads at the same time, and its graph collection merged their "
+           "graphs into one, with nodes of several functions under the same names: the nodes of {} cannot be told "
+           "apart, so this log lacks them. Call each tf.function once before starting the threads (or one thread at "
+           "a time) to record them")
 _collecting = False
 waiting = False  # a capture is open but the runtime had not started: the op callback starts collection
 
@@ -84,19 +94,21 @@ def attach(log: object, *, sources: bool = False) -> None:
     lines of the nodes traced while a sources capture was open, when `sources`); any other object
     (a guard) keeps collection on until it is detached."""
     with _lock:
-        _logs.append((log, sources))
+        _logs.append((log, sources, threading.get_ident()))
         start()
 
 
 def detach(log: object) -> None:
-    """Collects what is pending, then stops feeding `log` (and collecting, after the last log).
-    Transfers of functions placed since the last function call ran at least once: each log gets them once."""
+    """Collects what this thread's calls placed and no callback collected yet (functions placed since the
+    last function call: their records, and their transfers, which ran at least once) for the logs this
+    thread opened, then stops feeding `log` (and collecting, after the last log)."""
     global _collecting, waiting
     with _lock:
-        pending = collect().transfers
-        for other, _ in _logs if pending else ():
-            if isinstance(other, PlacementLog):
-                other.add(copies=pending)
+        pending = collect()
+        here = threading.get_ident()
+        for other, sources, thread in _logs if pending.functions else ():
+            if isinstance(other, PlacementLog) and thread == here:
+                other.add(pending.instantiated if sources else without_sources(pending.instantiated), pending.transfers)
         _logs[:] = [entry for entry in _logs if entry[0] is not log]
         waiting = waiting and bool(_logs)
         if not _logs and _collecting:
@@ -457,22 +469,51 @@ class Placed(NamedTuple):
         (one call's worth; `function` and `call` empty).
       runs: ((device, op, category), count) of the nodes one call runs (each node once: a loop
         body's nodes run at least that often).
+      instantiated: what a capture records: `records` with those of the tf.data functions they
+        instantiate (with source lines; a capture without sources drops them).
+      unseen: why the call's own placement cannot be recorded ("" when it can): its graph was
+        merged with another thread's by TensorFlow's collection.
     """
 
     functions: int = 0
     records: tuple[PlacementRecord, ...] = ()
     transfers: tuple[CopyRecord, ...] = ()
     runs: tuple[tuple[tuple[str, str, str], int], ...] = ()
+    instantiated: tuple[PlacementRecord, ...] = ()
+    unseen: str = ""
 
 
-def collect(called: str = "") -> Placed:
-    """Hands the functions placed since the last call to every open log, and returns them; `called`: the
-    function whose call is collecting (its lines go to a graph that other functions' nodes share names with)."""
+def _ours(called: str, elsewhere: frozenset) -> list[Any]:
+    """The graphs TensorFlow placed since the last collection that belong to the call of `called`: a graph
+    whose nodes are those of a function another thread is calling now (`elsewhere`), and not `called`'s,
+    waits for that thread's collection; graphs that waited for `called` come back."""
+    fresh = [f for f in _tensorflow.export_run_metadata().function_graphs
+             if f.pre_optimization_graph.node and not _is_eager_op_wrapper(f.pre_optimization_graph)]
+    mine = [graphs for owners, graphs in _pending if called in owners]
+    _pending[:] = [(owners, graphs) for owners, graphs in _pending if called not in owners]
+    for graphs in fresh:
+        names = [n.name for n in graphs.pre_optimization_graph.node]
+        if len(set(names)) < len(names):  # several threads' functions merged into one graph
+            _merged.update({called, *elsewhere} - {""})
+            continue
+        owners = frozenset(_function_sources.functions_with_nodes(
+            [n.name for n in graphs.pre_optimization_graph.node if n.op not in ARGUMENT_OPS]))
+        if called not in owners and owners & elsewhere:
+            _pending.append((owners, graphs))
+        else:
+            mine.append(graphs)
+    del _pending[:-_PENDING_LIMIT]  # a call that never collects (a thread without a capture) leaves them
+    return mine
+
+
+def collect(called: str = "", elsewhere: frozenset = frozenset()) -> Placed:
+    """The functions TensorFlow placed for the call of `called` since the last collection; `elsewhere`:
+    the functions other threads are calling now, whose graphs wait for those threads' collections.
+    The caller hands the records to its captures (`Placed.instantiated`)."""
     with _lock:
         if not _collecting:
             return Placed()
-        metadata = _tensorflow.export_run_metadata()
-        functions = [f for f in metadata.function_graphs if not _is_eager_op_wrapper(f.pre_optimization_graph)]
+        functions = _ours(called, elsewhere)
         if functions and _tensorflow.tensorboard_tracing():
             warnings.warn(
                 "tfplace: a placement capture and tf.summary.trace_on(graph=True) both read TensorFlow's "
@@ -480,16 +521,15 @@ def collect(called: str = "") -> Placed:
                 "functions placed while the capture was open. Trace for TensorBoard "
                 "outside the capture.", RuntimeWarning, stacklevel=user_stacklevel())
         every: list[PlacementRecord] = []
+        instantiated: list[PlacementRecord] = []
         transfers: list[CopyRecord] = []
         runs: Counter = Counter()
         for function_graphs in functions:
             own, datasets, moved, ran = _function_records(function_graphs, called)
             every += own
+            instantiated += own + datasets
             transfers += moved
             runs.update(ran)
-            records = own + datasets
-            plain = without_sources(records)
-            for log, sources in _logs:
-                if isinstance(log, PlacementLog):
-                    log.add(records if sources else plain)
-        return Placed(len(functions), tuple(every), tuple(transfers), tuple(runs.items()))
+        unseen = _MERGED.format(called) if called in _merged else ""
+        _merged.discard(called)
+        return Placed(len(functions), tuple(every), tuple(transfers), tuple(runs.items()), tuple(instantiated), unseen)

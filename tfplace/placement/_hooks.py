@@ -17,11 +17,17 @@ calls, for every eager op of the block:
   what that call ran (`_graphs.Placed`: its nodes' records and transfers, as
   collected when TensorFlow placed it, in this capture or an earlier one; a
   function call's `copies` in `on_op` are its transfers, `kind="function"`);
-* `listener.on_records(key, records)` for the functions an op runs that graph
-  collection does not report: an XLA function's "compiled" nodes, the `tf.data`
-  functions an iterator instantiates, and a "failed" record when an eager op
-  raises (`key` names the event, so that a listener can keep it once); with
-  `key = ("unseen", reason)` and no records when an iterator runs functions
+* `listener.on_records(key, records)` for the functions an op runs: with
+  `key = ("placed", function)` the nodes TensorFlow placed for this thread's call
+  of it (and the `tf.data` functions they instantiate), as graph collection
+  reports them (a graph another thread's call placed goes to that thread's
+  listeners); for what graph collection does not report: an XLA function's
+  "compiled" nodes, the `tf.data` functions an iterator instantiates, and a
+  "failed" record when an eager op raises (`key` names the event, so that a
+  listener can keep it once); with
+  `key = ("unseen", reason)` and no records when a function call's graph
+  cannot be told apart (TensorFlow's collection merged it with another
+  thread's), or when an iterator runs functions
   that no hook can count (`reason` says which).
 
 Threads: the threads TensorFlow starts for the block inherit the callback
@@ -81,6 +87,9 @@ _local = threading.local()
 _requested = threading.local()  # `name`: the thread's tf.device scope, mirrored while hooks listen
 _lock = threading.Lock()
 _hooks: list["_Hook"] = []  # one per listening thread (threads inheriting one are not counted)
+# The eager function call each thread is running (outermost), while hooks listen: the graphs TensorFlow
+# places for it wait for that thread's own collection (`_graphs.collect`).
+_in_flight: dict[int, str] = {}
 _THREAD_START = _tensorflow.Patch(threading.Thread, "start")
 
 
@@ -234,7 +243,7 @@ class _Hook:
             noted = (record, origin, by)
             record = _noted.get(noted) or _noted.setdefault(noted, record._replace(origin=origin, requested_by=by))
         placed = False
-        ran = _graphs.Placed()
+        ran = found = _graphs.Placed()
         copies: Sequence[CopyRecord] = ()
         later: Optional[tuple[tuple, Sequence[PlacementRecord]]] = None
         unseen = ""
@@ -249,8 +258,11 @@ class _Hook:
                 placed = True
                 ran = _graphs.Placed(1, later[1])
             else:
-                found = _graphs.collect(op)
-                placed = found.functions > 0
+                me = threading.get_ident()
+                found = _graphs.collect(op, frozenset(name for thread, name in tuple(_in_flight.items())
+                                                      if thread != me))
+                placed = found.functions > 0 or bool(found.unseen)
+                unseen = found.unseen
                 ran = _calls.after(op, full, inputs, found)
                 copies = ran.transfers
                 for tensor in inputs if placed else ():
@@ -258,7 +270,7 @@ class _Hook:
                         pipeline = _datasets.pipeline_of(tensor)
                         if pipeline is not None:
                             later = ("dataset", op), _graphs.iterator_records(pipeline, full)
-                            unseen = pipeline.unseen
+                            unseen = unseen or pipeline.unseen
         elif kind == _ITERATOR and inputs:
             own = tuple(_function_name(attrs[i + 1]) for i in range(0, len(attrs), 2) if attrs[i] == "f")
             pipeline = _datasets.pipeline_of(inputs[0], own, iterator=inputs[1] if len(inputs) > 1 else None)
@@ -280,6 +292,8 @@ class _Hook:
         for call, sources in self.outputs:
             call(record if sources else plain, outputs)
         if kind == _FUNCTION:
+            if found.instantiated:
+                self.records(("placed", op), found.instantiated)
             for listener in tuple(self.listeners):
                 listener.on_function(record, placed, ran)
         if later is not None:
@@ -388,12 +402,21 @@ def _status_to_exception(status: Any) -> Any:
 
 
 def _execute(op_name: Any, num_outputs: int, inputs: Any, attrs: Any, ctx: Any, name: Any = None) -> Any:
-    """`execute.execute` while hooks listen: the slow path, whose errors TensorFlow's C++ code raises."""
+    """`execute.execute` while hooks listen: the slow path, whose errors TensorFlow's C++ code raises,
+    and every function call, in flight (`_in_flight`) until its callback has collected its graphs."""
+    function = op_name.decode() if isinstance(op_name, bytes) else op_name
+    thread = threading.get_ident()
+    calling = function.startswith("__") and thread not in _in_flight
+    if calling:
+        _in_flight[thread] = function
     try:
         return _tensorflow.execute_with_callbacks(op_name, num_outputs, inputs, attrs, ctx, name)
     except tf.errors.OpError as error:
         _record_failure(error, _dtypes(_type_values(op_name, attrs)))
         raise
+    finally:
+        if calling:
+            del _in_flight[thread]
 
 
 def _set_device(ctx: Any, device_name: Any, device_spec: Any) -> None:
