@@ -10,8 +10,10 @@ its log is incomplete).
 
 Example:
     >>> from tfplace.placement import _calls, _graphs
-    >>> _calls.after("__inference_never_called_1", "/job:localhost/replica:0/task:0/device:CPU:0", [], _graphs.Placed())
-    Placed(functions=0, records=(), transfers=(), runs=())
+    >>> ran = _calls.after("__inference_never_called_1", "/job:localhost/replica:0/task:0/device:CPU:0", [],
+    ...                    _graphs.Placed())
+    >>> ran.functions, ran.records, ran.transfers
+    (0, (), ())
 """
 
 from __future__ import annotations
