@@ -27,6 +27,7 @@ SUITES = [
     ("device helpers", "bench_devices", "run()"),
     ("placement records, guards and trace", "bench_capture", "run(ops={ops})"),
     ("transfers and timing", "bench_transfers", "run()"),
+    ("memory per device", "bench_memory", "run()"),
     ("replication", "bench_replication", "run()"),
     ("startup: the pytest plugin and the command line", "bench_startup", "run()"),
     ("conformance: captures against TensorFlow's own placement log", "conformance.py", "run()"),

@@ -3,7 +3,7 @@
 A `Census` (one per `capture_placement(memory=True)`) counts every tensor the block's eager ops
 and function calls return and every variable it creates, on the device holding its memory
 (`backing_device`; a variable's own device), with its bytes and the user's line that made it,
-and drops it when Python frees it (`weakref.finalize`). Per device it keeps the live bytes, their
+and drops it when Python frees it (a weak reference's callback). Per device it keeps the live bytes, their
 peak, and per line the most bytes that line held at once. Allocations inside functions (their
 intermediate tensors) never reach Python: on a GPU, TensorFlow's allocator figures
 (`tf.config.experimental.get_memory_info`, reset at the block's start) are kept beside tfplace's;
@@ -24,6 +24,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import math
 import re
 import threading
 import weakref
@@ -101,18 +103,30 @@ class _Entry(NamedTuple):
     device: str
     size: int
     source: str
-    what: str  # "float32[1000,1000] tensor", "float32[4,3] variable"
+    kind: str  # "tensor" or "variable"
+    dtype: str
+    dims: str  # "1000,1000"; "?" for an unknown dimension or rank
+
+    @property
+    def what(self) -> str:
+        """How a note names it: "float32[1000,1000] tensor"."""
+        return f"{self.dtype}[{self.dims}] {self.kind}"
 
 
-def _describe(dtype: Any, shape: Any, kind: str) -> str:
-    dims = ",".join("?" if d is None else str(d) for d in shape.as_list()) if shape.rank is not None else "?"
-    return f"{dtype.name}[{dims}] {kind}"
+class _Ref(weakref.ref):
+    """A weak reference to a counted object that knows the object's id (its key while it lives)."""
+
+    __slots__ = ("key",)
 
 
-def _size(dtype: Any, shape: Any) -> int:
-    count = shape.num_elements()
+@functools.lru_cache(maxsize=4096)
+def _sized(dtype: Any, shape: Optional[tuple]) -> tuple[int, str, str]:
+    """(bytes, dtype name, dimensions text) of a value of `dtype` and dimensions `shape` (None: unknown
+    rank); cached, shapes repeat."""
     each = _tensorflow.dtype_size(dtype.name)
-    return count * each if count is not None and each else 0
+    known = shape is not None and None not in shape
+    dims = ",".join("?" if d is None else str(d) for d in shape) if shape is not None else "?"
+    return (math.prod(shape) * each if known and each else 0), dtype.name, dims
 
 
 # Lines of the tensors a memory capture saw made, by id, while they live (for `live_tensors()`).
@@ -125,6 +139,7 @@ class Census:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._entries: dict[int, _Entry] = {}
+        self._refs: dict[int, _Ref] = {}
         self._live: Counter = Counter()
         self._peak: Counter = Counter()
         self._line_live: Counter = Counter()
@@ -139,37 +154,40 @@ class Census:
     def add_outputs(self, source: str, outputs: Iterable[Any]) -> None:
         """Counts the tensors an eager op or a function call returned (`source`: the user's line, or "")."""
         for tensor in outputs:
-            dtype = tensor.dtype
-            size = _size(dtype, tensor.shape)
+            size, dtype, dims = _sized(tensor.dtype, _tensorflow.shape_tuple(tensor))
             if size:
-                self._add(tensor, canonical_name(tensor.backing_device), size, source,
-                          _describe(dtype, tensor.shape, "tensor"))
+                self._add(tensor, _Entry(canonical_name(tensor.backing_device), size, source, "tensor", dtype, dims))
 
     def add_variable(self, variable: Any, source: str) -> None:
         """Counts a variable the block created (each replica's, for a distributed one)."""
         for part in getattr(variable, "values", None) or (variable,):
-            size = _size(part.dtype, part.shape)
+            size, dtype, dims = _sized(part.dtype, _tensorflow.shape_tuple(part))
             if size:
-                self._add(part, canonical_name(part.device), size, source, _describe(part.dtype, part.shape, "variable"))
+                self._add(part, _Entry(canonical_name(part.device), size, source, "variable", dtype, dims))
 
-    def _add(self, obj: Any, device: str, size: int, source: str, what: str) -> None:
+    def _add(self, obj: Any, entry: _Entry) -> None:
         key = id(obj)
         with self._lock:
             if key in self._entries or self._final is not None:
                 return  # the same object returned again (an identity), or the block is over
-            self._entries[key] = _Entry(device, size, source, what)
+            self._entries[key] = entry
+            # A weak reference, kept while the object lives, whose callback drops the entry when it is freed.
+            ref = self._refs[key] = _Ref(obj, self._freed)
+            ref.key = key
             self._tracked += 1
+            device, size = entry.device, entry.size
             self._live[device] += size
             self._peak[device] = max(self._peak[device], self._live[device])
-            line = (device, source)
+            line = (device, entry.source)
             self._line_live[line] += size
             self._line_peak[line] = max(self._line_peak[line], self._line_live[line])
-            if source:
-                _made[key] = source
-        weakref.finalize(obj, self._freed, key)
+            if entry.source:
+                _made[key] = entry.source
 
-    def _freed(self, key: int) -> None:
+    def _freed(self, ref: "_Ref") -> None:
         with self._lock:
+            key = ref.key
+            self._refs.pop(key, None)
             _made.pop(key, None)
             entry = self._entries.pop(key, None)
             if entry is None or self._final is not None:
@@ -251,8 +269,9 @@ def live_tensors(device: Union[str, Any, None] = None) -> list[LiveTensor]:
         where = canonical_name(obj.backing_device if kind == "tensor" else obj.device)
         if wanted is not None and where != wanted:
             continue
-        shape = tuple(obj.shape.as_list()) if obj.shape.rank is not None else ()
-        found.append(LiveTensor(kind, where, _size(obj.dtype, obj.shape), obj.dtype.name, shape, _made.get(id(obj), "")))
+        shape = _tensorflow.shape_tuple(obj)
+        size, dtype, _ = _sized(obj.dtype, shape)
+        found.append(LiveTensor(kind, where, size, dtype, shape or (), _made.get(id(obj), "")))
     return sorted(found, key=lambda t: (-t.bytes, t.device))
 
 
