@@ -17,6 +17,17 @@ RESULT = "TFPLACE-RESULT:"
 pytest_plugins = ["pytester"]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `xdist` run pytest-xdist workers: skipped, saying so, where it is not installed."""
+    try:
+        import xdist  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    except ImportError:
+        skip = pytest.mark.skip(reason="needs pytest-xdist (pip install -e '.[test]')")
+        for item in items:
+            if item.get_closest_marker("xdist"):
+                item.add_marker(skip)
+
+
 # x on CPU:0 and y on CPU:1 of two logical CPUs; tests append code indented by 4 spaces.
 TWO_CPUS_XY = """
     import tensorflow as tf, tfplace

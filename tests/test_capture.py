@@ -10,6 +10,8 @@ import pytest
 
 from conftest import ROOT, TWO_CPUS_XY, line_of, run_python
 
+pytestmark = pytest.mark.placement  # reads where ops ran: CI runs it again with oneDNN off
+
 GUIDE_LINE = "Executing op MatMul in device /job:localhost/replica:0/task:0/device:CPU:0"
 
 

@@ -1,7 +1,11 @@
 """Captures side by side: a capture's op callback belongs to the threads it was given and goes with the block;
 each capture keeps its own sources, and each function its own lines."""
 
+import pytest
+
 from conftest import line_of
+
+pytestmark = pytest.mark.placement  # reads where ops ran: CI runs it again with oneDNN off
 
 
 CODE = """

@@ -8,6 +8,8 @@ import pytest
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.placement  # reads where ops ran: CI runs it again with oneDNN off
+
 
 def run(tmp_path, *args):
     report = tmp_path / "report.json"

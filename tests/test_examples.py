@@ -9,6 +9,8 @@ from conftest import ROOT
 from tfplace import PlacementLog
 from tfplace.placement._parsing import parse_placement
 
+pytestmark = pytest.mark.placement  # reads where ops ran: CI runs it again with oneDNN off
+
 
 def run_guide(*args: str) -> str:
     done = subprocess.run([sys.executable, str(ROOT / "examples" / "gpu_guide.py"), *args],

@@ -10,6 +10,8 @@ import pytest
 
 from conftest import PRELUDE, ROOT, result_of, run_python
 
+pytestmark = pytest.mark.placement  # reads where ops ran: CI runs it again with oneDNN off
+
 TWO_CPUS = """
         import tensorflow as tf, tfplace
         tfplace.configure(logical_cpus=2)

@@ -1,6 +1,10 @@
 """transfer_guard() and device_guard(): stop at an implicit copy or a misplaced op, naming the line."""
 
+import pytest
+
 from conftest import TWO_CPUS_XY as SETUP, line_of
+
+pytestmark = pytest.mark.placement  # reads where ops ran: CI runs it again with oneDNN off
 
 DISALLOW = SETUP + """
     try:

@@ -69,7 +69,7 @@ INTERNALS = [
      "scripts/gpu_kernel_table.py: the CUDA build's kernels"),
 ]
 # Attributes of objects rather than of modules, checked on real objects by the tests below.
-OBJECT_INTERNALS = ["_variant_tensor_attr", "_init_func", "_next_func", "_finalize_func"]
+OBJECT_INTERNALS = ["_variant_tensor_attr", "_init_func", "_next_func", "_finalize_func", "_shape_tuple"]
 STATE_MODULE = ROOT / "tfplace" / "_tensorflow.py"
 
 

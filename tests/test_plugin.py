@@ -5,6 +5,7 @@ import pytest
 pytestmark = pytest.mark.filterwarnings("ignore")
 
 
+@pytest.mark.placement
 def test_failing_placement_assertion_shows_where_matmul_ran(pytester):
     pytester.makepyfile(test_gpu="""
         import tensorflow as tf

@@ -29,6 +29,8 @@ TEST_FILE = """
 """
 
 
+@pytest.mark.xdist
+@pytest.mark.placement
 def test_snapshot_missing_written_matching_and_moved(pytester):
     pytester.makeini("[pytest]\ntfplace_logical_cpus = 2\n")
     pytester.makepyfile(test_model=TEST_FILE.format(where="CPU:1"))
@@ -233,6 +235,7 @@ def test_differences_name_each_change():
     assert _snapshots.placement(log) == {"/device:CPU:0": {"__inference_f": 1}}
 
 
+@pytest.mark.xdist
 def test_snapshots_no_test_wrote_or_read_are_listed_after_a_whole_run_and_removed_on_update(pytester):
     pytester.makepyfile(test_m="""
         import pytest, tensorflow as tf
@@ -254,20 +257,20 @@ def test_snapshots_no_test_wrote_or_read_are_listed_after_a_whole_run_and_remove
     listed = ("tfplace: 2 placement snapshot(s) unused: no test of this run wrote or read them: "
               "__placement__/test_m/test_b.json, __placement__/test_m/test_renamed.json; "
               "run pytest with --tfplace-update-snapshots to remove them")
-    whole = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "0")
+    whole = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     whole.assert_outcomes(passed=2, skipped=1)
     whole.stdout.fnmatch_lines([listed])
     on_workers = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2")  # pytest-xdist
     on_workers.stdout.fnmatch_lines([listed])
     for narrowed in (["-k", "test_a or test_skipped"], ["test_m.py::test_a", "test_m.py::test_b"]):
-        part = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "0", *narrowed)
+        part = pytester.runpytest_subprocess("-p", "no:cacheprovider", *narrowed)
         assert part.ret == 0 and "unused" not in part.stdout.str(), part.stdout.str()
     assert len(list(folder.iterdir())) == 4
-    removed = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "0", "--tfplace-update-snapshots")
+    removed = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--tfplace-update-snapshots")
     removed.stdout.fnmatch_lines(["tfplace: wrote 1 placement snapshot(s)",
                                   "tfplace: removed 2 unused placement snapshot(s): __placement__/test_m/test_b.json, "
                                   "__placement__/test_m/test_renamed.json"])
     assert sorted(p.name for p in folder.iterdir()) == ["test_a.json", "test_skipped.json"]
-    again = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "0")
+    again = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     again.assert_outcomes(passed=2, skipped=1)
     assert "unused" not in again.stdout.str()

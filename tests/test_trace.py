@@ -31,6 +31,7 @@ def trace(*args, cwd, env=None):
                           timeout=300, cwd=cwd, env=env)
 
 
+@pytest.mark.placement
 def test_trace_keeps_argv_and_exit_status_and_names_the_copy(tmp_path):
     (tmp_path / "script.py").write_text(SCRIPT)
     done = trace("--logical_cpus=2", "--json=out.json", "script.py", "a", "--b", cwd=tmp_path)

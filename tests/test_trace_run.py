@@ -12,6 +12,8 @@ import pytest
 
 from tfplace import _script
 
+pytestmark = pytest.mark.placement  # reads where ops ran: CI runs it again with oneDNN off
+
 LOOP = """\
 import pathlib, tensorflow as tf
 x = tf.ones((2, 2))
