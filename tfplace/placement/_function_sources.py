@@ -84,8 +84,7 @@ def _notes(operations: Any, lines: Mapping[str, str]) -> dict[str, Note]:
     notes: dict[str, Note] = {}
     for op in operations:
         stack = op.traceback  # None for an op made without a Python stack
-        frames = _origins.frames_of(stack) if stack is not None else []
-        made[op.name] = _origins.of_frames(frames)
+        made[op.name] = _origins.of_frames(_origins.frames_of(stack)) if stack is not None else ""
         scopes = _tensorflow.device_scopes(op) if op.device else []
         by = _origins.requester(*scopes[-1]) if scopes else ""
         notes[op.name] = Note(lines.get(op.name, ""), _origins.of_op(op.type, made[op.name]), by)

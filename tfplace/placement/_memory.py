@@ -29,7 +29,6 @@ import math
 import re
 import threading
 import weakref
-from collections import Counter
 from typing import Any, Iterable, NamedTuple, Optional, Union
 
 from tfplace import _tensorflow
@@ -113,12 +112,6 @@ class _Entry(NamedTuple):
         return f"{self.dtype}[{self.dims}] {self.kind}"
 
 
-class _Ref(weakref.ref):
-    """A weak reference to a counted object that knows the object's id (its key while it lives)."""
-
-    __slots__ = ("key",)
-
-
 @functools.lru_cache(maxsize=4096)
 def _sized(dtype: Any, shape: Optional[tuple]) -> tuple[int, str, str]:
     """(bytes, dtype name, dimensions text) of a value of `dtype` and dimensions `shape` (None: unknown
@@ -138,12 +131,11 @@ class Census:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._entries: dict[int, _Entry] = {}
-        self._refs: dict[int, _Ref] = {}
-        self._live: Counter = Counter()
-        self._peak: Counter = Counter()
-        self._line_live: Counter = Counter()
-        self._line_peak: Counter = Counter()
+        self._entries: dict[int, tuple[_Entry, weakref.ref]] = {}  # id of a counted object alive -> its entry
+        self._live: dict[str, int] = {}
+        self._peak: dict[str, int] = {}
+        self._line_live: dict[tuple[str, str], int] = {}
+        self._line_peak: dict[tuple[str, str], int] = {}
         self._tracked = 0
         self._final: Optional[Memory] = None
         self._gpus = [d for d in _tensorflow.logical_device_names() if parse_device(d).device_type == "GPU"] \
@@ -167,44 +159,43 @@ class Census:
 
     def _add(self, obj: Any, entry: _Entry) -> None:
         key = id(obj)
+        device, size, source = entry.device, entry.size, entry.source
+        line = (device, source)
         with self._lock:
             if key in self._entries or self._final is not None:
                 return  # the same object returned again (an identity), or the block is over
-            self._entries[key] = entry
             # A weak reference, kept while the object lives, whose callback drops the entry when it is freed.
-            ref = self._refs[key] = _Ref(obj, self._freed)
-            ref.key = key
+            self._entries[key] = (entry, weakref.ref(obj, functools.partial(self._freed, key)))
             self._tracked += 1
-            device, size = entry.device, entry.size
-            self._live[device] += size
-            self._peak[device] = max(self._peak[device], self._live[device])
-            line = (device, entry.source)
-            self._line_live[line] += size
-            self._line_peak[line] = max(self._line_peak[line], self._line_live[line])
-            if entry.source:
-                _made[key] = entry.source
+            live = self._live[device] = self._live.get(device, 0) + size
+            if live > self._peak.get(device, 0):
+                self._peak[device] = live
+            live = self._line_live[line] = self._line_live.get(line, 0) + size
+            if live > self._line_peak.get(line, 0):
+                self._line_peak[line] = live
+            if source:
+                _made[key] = source
 
-    def _freed(self, ref: "_Ref") -> None:
+    def _freed(self, key: int, _: weakref.ref) -> None:
         with self._lock:
-            key = ref.key
-            self._refs.pop(key, None)
             _made.pop(key, None)
-            entry = self._entries.pop(key, None)
-            if entry is None or self._final is not None:
+            found = self._entries.pop(key, None)
+            if found is None or self._final is not None:
                 return
+            entry = found[0]
             self._live[entry.device] -= entry.size
             self._line_live[(entry.device, entry.source)] -= entry.size
 
     def largest(self, device: str, count: int = _TOP) -> list[_Entry]:
         """The largest counted tensors and variables alive now on `device`."""
         with self._lock:
-            found = [entry for entry in self._entries.values() if entry.device == device]
+            found = [entry for entry, _ in self._entries.values() if entry.device == device]
         return sorted(found, key=lambda entry: -entry.size)[:count]
 
     def oom_note(self, error: BaseException) -> str:
         """What an out-of-memory error's device held: the largest live tensors with their lines."""
         match = re.search(r" on (/job:\S+?/device:[A-Za-z_]+:\d+)", str(error))
-        device = canonical_name(match[1]) if match else next(iter(self._live.most_common(1)), ("",))[0]
+        device = canonical_name(match[1]) if match else max(self._live, key=self._live.__getitem__, default="")
         largest = self.largest(device)
         if not largest:
             return f"tfplace (memory=True): no tensor of the block was alive on {device or 'that device'}"

@@ -37,7 +37,7 @@ import functools
 import os
 import sys
 from types import CodeType, FrameType
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from tfplace.placement._sources import shown_path
 
@@ -197,6 +197,9 @@ def entering(frame: Optional[FrameType]) -> Optional[tuple[str, int]]:
     return None
 
 
-def frames_of(stack: Any) -> list[tuple[str, int]]:
-    """A graph op's saved stack (`Operation.traceback`, outermost first) as (filename, lineno), innermost first."""
-    return [(frame.filename, frame.lineno) for frame in reversed(list(stack))]
+def frames_of(stack: Any) -> Iterator[tuple[str, int]]:
+    """A graph op's saved stack (`Operation.traceback`, outermost first) as (filename, lineno), innermost
+    first, read one frame at a time (Keras stacks are a hundred frames deep; the deciding one is near)."""
+    for index in range(len(stack) - 1, -1, -1):
+        frame = stack[index]
+        yield frame.filename, frame.lineno
