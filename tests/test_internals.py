@@ -13,6 +13,8 @@ import pytest
 
 from conftest import ROOT
 
+from tfplace import _tensorflow
+
 # (module, attribute path, what it is for); "()" in a path calls what comes before it.
 INTERNALS = [
     ("tensorflow.python.framework.op_callbacks", "add_op_callback", "eager ops: the op callback"),
@@ -131,6 +133,7 @@ def test_every_internal_used_is_listed_and_only_the_state_module_uses_any():
         node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
     private = {name for name in private if name.startswith("_") and not name.startswith("__") and name.isidentifier()}
     known = {part.rstrip("()") for _, n, _ in INTERNALS for part in n.split(".")} | set(OBJECT_INTERNALS)
+    known |= _tensorflow._READ_WHOLE  # dataset class names, checked by the test below
     assert private <= known, f"private names in tfplace/_tensorflow.py not listed: {sorted(private - known)}"
     for path in sorted((ROOT / "tfplace").rglob("*.py")):
         if path == STATE_MODULE:
@@ -199,3 +202,24 @@ def test_generator_datasets_keep_their_functions_where_tfplace_looks(python):
         report([_tensorflow.is_generator_dataset(d) for d in made])
     """)
     assert out == [True]
+
+
+def test_the_datasets_read_whole_are_named_as_tensorflow_names_them():
+    """`reads_inputs_to_end` knows datasets by class name: each name is one a transformation makes."""
+    import tensorflow as tf
+
+    d = tf.data.Dataset.range(8)
+    whole = [d.map(abs), d.map(abs, num_parallel_calls=2), d.batch(2), d.batch(2, num_parallel_calls=2),
+             d.padded_batch(2), d.prefetch(1), d.shuffle(4), d.cache(), d.with_options(tf.data.Options()),
+             d.filter(lambda x: True), d.batch(2).unbatch(), d.repeat(2), d.shard(2, 0), d.skip(1),
+             d.concatenate(d), d.flat_map(tf.data.Dataset.from_tensors), d.interleave(tf.data.Dataset.from_tensors),
+             d.interleave(tf.data.Dataset.from_tensors, num_parallel_calls=2), d.scan(0, lambda s, x: (s, x)),
+             d.window(2), d.batch(4).rebatch(2), d.ignore_errors(), d.unique(),
+             d.apply(tf.data.experimental.assert_cardinality(8)),
+             d.group_by_window(lambda x: x % 2, lambda k, w: w.batch(2), 2)]
+    assert [type(ds).__name__ for ds in whole if not _tensorflow.reads_inputs_to_end(ds)] == []
+    early = [d.take(2), d.take_while(lambda x: x < 3), tf.data.Dataset.zip((d, d)),
+             tf.data.Dataset.sample_from_datasets([d, d]), d]
+    assert [type(ds).__name__ for ds in early if _tensorflow.reads_inputs_to_end(ds)] == []
+    # Every name is one of these, or the auto-shard dataset (INTERNALS checks that its class is there).
+    assert _tensorflow._READ_WHOLE - {type(ds).__name__ for ds in whole} == {"_AutoShardDataset"}

@@ -56,7 +56,7 @@ __all__ = [
     "ProfilerBusy", "ProfilerError", "profiler_start", "profiler_stop", "read_xspaces",
     # tf.data
     "variant_tensor_of", "dataset_functions", "dataset_inputs", "is_map_dataset", "is_generator_dataset",
-    "is_cache_dataset", "rewrites_input_graph", "is_parallel_interleave",
+    "is_cache_dataset", "reads_inputs_to_end", "rewrites_input_graph", "is_parallel_interleave",
 ]
 
 
@@ -392,6 +392,23 @@ def is_map_dataset(dataset: tf.data.Dataset) -> bool:
 def is_cache_dataset(dataset: tf.data.Dataset) -> bool:
     """True for the dataset `cache()` makes (in memory or in a file)."""
     return type(dataset).__name__ == "CacheDataset"
+
+
+# Datasets that read their input(s) to the end when they are read to the end (what a `cache()`
+# below them needs to fill); `take`, `take_while`, `zip` and `sample_from_datasets` may stop early.
+_READ_WHOLE = frozenset({
+    "_MapDataset", "_ParallelMapDataset", "_BatchDataset", "_ParallelBatchDataset", "_PaddedBatchDataset",
+    "_PrefetchDataset", "_ShuffleDataset", "CacheDataset", "_OptionsDataset", "_FilterDataset", "_UnbatchDataset",
+    "_RepeatDataset", "_ShardDataset", "_SkipDataset", "_ConcatenateDataset", "_FlatMapDataset",
+    "_InterleaveDataset", "_ParallelInterleaveDataset", "_ScanDataset", "_WindowDataset", "_RebatchDataset",
+    "_AutoShardDataset", "_IgnoreErrorsDataset", "_UniqueDataset", "_AssertCardinalityDataset",
+    "_GroupByWindowDataset"})
+
+
+def reads_inputs_to_end(dataset: tf.data.Dataset) -> bool:
+    """True for a dataset that, read to its end, has read its inputs to theirs (`map`, `batch`,
+    `prefetch`, ...); False for `take`, `zip` and any dataset not known to."""
+    return type(dataset).__name__ in _READ_WHOLE
 
 
 def is_parallel_interleave(dataset: tf.data.Dataset) -> bool:

@@ -6,9 +6,14 @@ the Python dataset that made it knows its functions (`map`, `filter`,
 generators) and its input datasets. `pipeline_of(variant)` finds that dataset
 on the caller's stack (where `iter(dataset)` keeps it), else among the
 objects referring to the tensor, and lists the names of its functions and
-those of its inputs, and whether tf.data's graph rewrites will run over it. A `cache()` that an
-iterator read to the end serves later iterators from memory: the functions upstream of it are not
-instantiated again (`exhausted()` learns it from the iterator's end-of-data error).
+those of its inputs, and whether tf.data's graph rewrites will run over it. A `cache()` fills when
+the iterator writing it reads its input to the end, or reads as many elements as its input holds
+(TensorFlow's `MemoryWriterIterator` completes it then); filled, it serves later iterators from
+memory and the functions upstream of it are not instantiated again. `exhausted()` learns the first
+from an iterator's end-of-data error; `read()` counts the elements an iterator delivered, and once
+they are as many as its dataset holds (a `DatasetCardinality` op of the block said so:
+`cardinality()`; Keras asks before `fit`), the iterator read everything. Either fills only the
+caches that every dataset between them and the iterator reads to the end (not under `take`, `zip`).
 
 Example:
     >>> import tensorflow as tf
@@ -25,7 +30,7 @@ import gc
 import sys
 import weakref
 from types import FrameType
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import tensorflow as tf
 from tensorflow.core.framework import types_pb2
@@ -33,7 +38,7 @@ from tensorflow.core.framework import types_pb2
 from tfplace import _tensorflow
 from tfplace.placement import _graphs
 
-__all__ = ["pipeline_of", "exhausted"]
+__all__ = ["pipeline_of", "exhausted", "read", "read_in_call", "reading", "cardinality", "READS"]
 
 _STACK_DEPTH = 12
 
@@ -86,11 +91,32 @@ def _functions(dataset: Any) -> list[tuple[str, tuple[str, ...]]]:
     return [(f.name.decode() if isinstance(f.name, bytes) else f.name, _captures(f)) for f in functions]
 
 
+# Ops that deliver one element of the iterator that is their first input.
+READS = frozenset({"IteratorGetNext", "IteratorGetNextSync", "IteratorGetNextAsOptional"})
+# Ops that make a function's nodes run a number of times that its graph does not say.
+_CONTROL_FLOW = frozenset({"Enter", "NextIteration", "Switch", "Merge", "While", "StatelessWhile", "If",
+                           "StatelessIf", "Case", "StatelessCase"})
+
+
+class _Reading:
+    """An iterator made over a pipeline with caches: its resource handle (weakly), the caches it fills
+    when it reads everything (weakly), how many elements its dataset holds (None: unknown), and how
+    many it delivered."""
+
+    __slots__ = ("iterator", "caches", "size", "delivered")
+
+    def __init__(self, iterator: Any, caches: list[Any], size: Optional[int]) -> None:
+        self.iterator = weakref.ref(iterator)
+        self.caches = tuple(weakref.ref(cache) for cache in caches)
+        self.size = size
+        self.delivered = 0
+
+
 # Caches an iterator read to the end: filled, they serve every later iterator, which then
 # instantiates nothing upstream of them (TensorFlow runs the upstream functions only while filling).
 _filled: "weakref.WeakSet[Any]" = weakref.WeakSet()
-# Iterators made over pipelines with a cache: id(iterator handle) -> (the handle, its caches), weakly.
-_iterators: dict[int, tuple[Any, tuple[Any, ...]]] = {}
+_iterators: dict[int, _Reading] = {}  # id(iterator handle) -> what it reads
+_cardinalities: dict[int, tuple[Any, int]] = {}  # id(dataset variant) -> (the variant, weakly; its elements)
 _LIMIT = 1024
 
 
@@ -104,8 +130,49 @@ _PARALLEL_INTERLEAVE = (
 def exhausted(iterator: Any) -> None:
     """The iterator whose resource handle is `iterator` reached the end of its data: its caches are filled."""
     entry = _iterators.pop(id(iterator), None) if iterator is not None else None
-    if entry is not None and entry[0]() is iterator:
-        _filled.update(cache for cache in (ref() for ref in entry[1]) if cache is not None)
+    if entry is not None and entry.iterator() is iterator:
+        _filled.update(cache for cache in (ref() for ref in entry.caches) if cache is not None)
+
+
+def reading() -> bool:
+    """True while an iterator over a pipeline with caches may still fill them (`read()` has work)."""
+    return bool(_iterators)
+
+
+def read(inputs: Sequence[Any], count: int) -> None:
+    """The iterator among `inputs` (an op's or a function call's) delivered `count` more elements;
+    once it delivered as many as its dataset holds, it read everything: its caches are filled."""
+    found = [tensor for tensor in inputs if id(tensor) in _iterators]
+    if len(found) != 1 or not count:
+        return  # no iterator with caches, or several: which one delivered is unknown
+    entry = _iterators[id(found[0])]
+    if entry.iterator() is not found[0] or entry.size is None:
+        return
+    entry.delivered += count
+    if entry.delivered >= entry.size:
+        exhausted(found[0])
+
+
+def read_in_call(inputs: Sequence[Any], records: Sequence[Any]) -> None:
+    """A function call with `inputs` ran the nodes `records`: each read op among them delivered one
+    element of the iterator it takes, unless control flow runs them a number of times its graph
+    does not say."""
+    ops = [record.op for record in records]
+    if not any(op in _CONTROL_FLOW for op in ops):
+        read(inputs, sum(op in READS for op in ops))
+
+
+def cardinality(variant: Any, elements: Any) -> None:
+    """A `DatasetCardinality` op said the dataset whose variant tensor is `variant` holds `elements`
+    elements (negative: infinite or unknown)."""
+    if len(_cardinalities) >= _LIMIT:
+        del _cardinalities[next(iter(_cardinalities))]
+    _cardinalities[id(variant)] = (weakref.ref(variant), int(elements))
+
+
+def _size(variant: Any) -> Optional[int]:
+    entry = _cardinalities.get(id(variant))
+    return entry[1] if entry is not None and entry[0]() is variant and entry[1] >= 0 else None
 
 
 def pipeline_of(variant: Any, own: tuple[str, ...] = (), iterator: Any = None) -> Optional[_graphs.Pipeline]:
@@ -120,11 +187,11 @@ def pipeline_of(variant: Any, own: tuple[str, ...] = (), iterator: Any = None) -
     caches: list[Any] = []
     more: dict[str, int] = {}  # function -> rewrites of its graph by datasets made over it
     unseen = ""
-    todo: list[tuple[Any, int]] = [(dataset, 0)]
+    todo: list[tuple[Any, int, bool]] = [(dataset, 0, True)]  # (dataset, rewrites above it, read whole)
     seen: set[int] = set()
     generator = False
     while todo:
-        current, above = todo.pop()
+        current, above, whole = todo.pop()
         if id(current) in seen:
             continue
         seen.add(id(current))
@@ -140,14 +207,16 @@ def pipeline_of(variant: Any, own: tuple[str, ...] = (), iterator: Any = None) -
             maps += [name for name, kinds in functions if not kinds]
         generator = generator or _tensorflow.is_generator_dataset(current)  # tf.data's rewrites skip these
         if _tensorflow.is_cache_dataset(current):
-            caches.append(current)
+            if whole:
+                caches.append(current)
             if current in _filled:
                 continue  # served from the cache: nothing upstream is instantiated
-        todo += [(child, above) for child in _tensorflow.dataset_inputs(current)]
+        whole = whole and _tensorflow.reads_inputs_to_end(current)
+        todo += [(child, above, whole) for child in _tensorflow.dataset_inputs(current)]
     if iterator is not None and caches:
         if len(_iterators) >= _LIMIT:
             del _iterators[next(iter(_iterators))]
-        _iterators[id(iterator)] = (weakref.ref(iterator), tuple(weakref.ref(cache) for cache in caches))
+        _iterators[id(iterator)] = _Reading(iterator, caches, _size(variant))
     options = dataset.options().experimental_optimization
     allowed = options.apply_default_optimizations is not False or any(
         getattr(options, name, None) is True for name in _graphs.OPTIMIZATIONS)

@@ -176,6 +176,7 @@ _noted: dict[tuple[PlacementRecord, str, str], PlacementRecord] = {}  # one per 
 # What an eager op is, for the op callback: an op whose inputs may be copied, a function call,
 # an op making an iterator (it instantiates tf.data functions), or an op that copies explicitly.
 _OP, _FUNCTION, _ITERATOR, _EXPLICIT = range(4)
+_DATASET_OPS = _datasets.READS | {"DatasetCardinality"}
 
 
 def _describe(op_type: Any, full: str, requested: Optional[str], types: tuple) -> tuple[str, int, PlacementRecord]:
@@ -252,6 +253,11 @@ class _Hook:
                 if tensor.backing_device != full:
                     copies = _copies(op, inputs, full, record.device)
                     break
+            if op in _DATASET_OPS:  # what fills a cache() (tfplace.placement._datasets)
+                if op == "DatasetCardinality":
+                    _datasets.cardinality(inputs[0], outputs[0])
+                elif _datasets.reading():
+                    _datasets.read(inputs[:1], 1)
         elif kind == _FUNCTION:
             if _graphs.is_xla(op):
                 later = ("compiled", op, record.device), _graphs.compiled_records(op, full)
@@ -265,6 +271,8 @@ class _Hook:
                 unseen = found.unseen
                 ran = _calls.after(op, full, inputs, found)
                 copies = ran.transfers
+                if _datasets.reading():
+                    _datasets.read_in_call(inputs, ran.records)
                 for tensor in inputs if placed else ():
                     if dtype_enum(tensor) == _VARIANT:  # pylint: disable=protected-access
                         pipeline = _datasets.pipeline_of(tensor)
