@@ -72,6 +72,8 @@ INTERNALS = [
 ]
 # Attributes of objects rather than of modules, checked on real objects by the tests below.
 OBJECT_INTERNALS = ["_variant_tensor_attr", "_init_func", "_next_func", "_finalize_func", "_shape_tuple"]
+# Python's own private names `_tensorflow.py` uses (frames), and the tag it sets on an error it recorded.
+PYTHON_INTERNALS = ["_getframe", "_tfplace_recorded"]
 STATE_MODULE = ROOT / "tfplace" / "_tensorflow.py"
 
 
@@ -113,7 +115,9 @@ def _chains(tree, aliases):
             found.add(path_of(node))
         elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Patch":
             owner, name = node.args
-            found.add((path_of(owner)[0], f"{path_of(owner)[1]}.{name.value}".lstrip(".")))
+            chain = path_of(owner)  # None for Python's own objects (threading.Thread)
+            if chain:
+                found.add((chain[0], f"{chain[1]}.{name.value}".lstrip(".")))
     return {chain for chain in found if chain}
 
 
@@ -133,6 +137,7 @@ def test_every_internal_used_is_listed_and_only_the_state_module_uses_any():
         node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
     private = {name for name in private if name.startswith("_") and not name.startswith("__") and name.isidentifier()}
     known = {part.rstrip("()") for _, n, _ in INTERNALS for part in n.split(".")} | set(OBJECT_INTERNALS)
+    known |= set(PYTHON_INTERNALS)
     known |= _tensorflow._READ_WHOLE  # dataset class names, checked by the test below
     assert private <= known, f"private names in tfplace/_tensorflow.py not listed: {sorted(private - known)}"
     for path in sorted((ROOT / "tfplace").rglob("*.py")):
@@ -223,3 +228,50 @@ def test_the_datasets_read_whole_are_named_as_tensorflow_names_them():
     assert [type(ds).__name__ for ds in early if _tensorflow.reads_inputs_to_end(ds)] == []
     # Every name is one of these, or the auto-shard dataset (INTERNALS checks that its class is there).
     assert _tensorflow._READ_WHOLE - {type(ds).__name__ for ds in whole} == {"_AutoShardDataset"}
+
+
+# What only `_tensorflow.py` may do: read frames' locals, walk the garbage collector, patch attributes.
+_REACHING = {"f_locals": "reads a frame's locals", "__dict__": "reads an object's attribute dictionary",
+             "get_referrers": "walks the garbage collector", "get_objects": "walks the garbage collector"}
+_NAMED_TUPLE_API = {"_replace", "_asdict", "_fields", "_make"}
+
+
+def _own_private_names():
+    """Private attribute names tfplace's own classes define (`self._x = ...`, methods, class attributes)."""
+    own = set()
+    for path in (ROOT / "tfplace").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self" \
+                    and isinstance(node.ctx, ast.Store):
+                own.add(node.attr)
+            elif isinstance(node, ast.ClassDef):
+                own |= {item.name for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))}
+                own |= {target.id for item in node.body if isinstance(item, (ast.Assign, ast.AnnAssign))
+                        for target in (item.targets if isinstance(item, ast.Assign) else [item.target])
+                        if isinstance(target, ast.Name)}
+    return {name for name in own if name.startswith("_")}
+
+
+def test_only_the_state_module_reaches_into_frames_objects_and_the_garbage_collector():
+    own = _own_private_names() | _NAMED_TUPLE_API
+    found = []
+    for path in sorted((ROOT / "tfplace").rglob("*.py")):
+        if path == STATE_MODULE:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        modules = {alias.asname or alias.name.split(".")[0] for node in ast.walk(tree)
+                   if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+        for node in ast.walk(tree):
+            where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.Attribute) and node.attr in _REACHING:
+                found.append(f"{where} {_REACHING[node.attr]} (.{node.attr})")
+            elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__") \
+                    and node.attr not in own and not (isinstance(node.value, ast.Name) and node.value.id in modules):
+                found.append(f"{where} reads another library's private attribute .{node.attr}")
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "Patch":
+                found.append(f"{where} patches an attribute (Patch belongs in _tensorflow.py)")
+            elif isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                    name in ("gc", "ctypes") for name in ([a.name for a in node.names] if isinstance(node, ast.Import)
+                                                          else [node.module or ""])):
+                found.append(f"{where} imports gc or ctypes")
+    assert not found, "TensorFlow and Python internals outside tfplace/_tensorflow.py:\n" + "\n".join(found)

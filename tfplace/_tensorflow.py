@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import functools
 import gc
+import sys
+import threading
 from typing import Any, Callable, Iterable, Mapping, Optional, Protocol
 
 import tensorflow as tf
@@ -57,6 +59,8 @@ __all__ = [
     # tf.data
     "variant_tensor_of", "dataset_functions", "dataset_inputs", "is_map_dataset", "is_generator_dataset",
     "is_cache_dataset", "reads_inputs_to_end", "rewrites_input_graph", "is_parallel_interleave",
+    # Python's own machinery, where tfplace reaches into TensorFlow's frames, threads and objects
+    "THREAD_START", "start_thread", "scope_step", "recorded", "mark_recorded", "failed_op_dtypes", "failed_op_argument", "dataset_of_variant",
 ]
 
 
@@ -272,6 +276,87 @@ SET_DEVICE = Patch(_context.Context, "_set_device")
 PY_FUNCTION_CALL = Patch(_script_ops.FuncRegistry, "__call__")
 # Every traced graph that becomes a function (tf.function, gradients, control flow bodies, tf.data).
 FROM_FUNC_GRAPH = Patch(_atomic_function, "from_func_graph")
+# Every Python thread started while a capture listens (a process-wide patch): TensorFlow's own
+# threads inherit the capture's callback, and with `all_threads` every thread does.
+THREAD_START = Patch(threading.Thread, "start")
+
+
+def start_thread(thread: threading.Thread, around: Optional[Callable[[Callable[[], None]], Callable[[], None]]]) -> None:
+    """Starts `thread` (through the original `Thread.start`), its `run` wrapped by `around` when given."""
+    if around is not None:
+        thread.run = around(thread.run)  # type: ignore[method-assign]
+    THREAD_START.original(thread)
+
+
+def scope_step(depth: int) -> tuple[str, Any]:
+    """What the `Context._set_device` call `depth` frames out (0: the caller's) does: "enter" from a
+    device scope's `__enter__`, "exit" from its `__exit__`, else ""; and the frame outside that call."""
+    frame = sys._getframe(depth + 1)  # pylint: disable=protected-access
+    return {"__enter__": "enter", "__exit__": "exit"}.get(frame.f_code.co_name, ""), frame.f_back
+
+
+# Failed eager ops ------------------------------------------------------------------------------
+# An eager op that raises passes through several of TensorFlow's frames; what it was called with is
+# read from the arguments of its generated Python function (`gen_math_ops.mat_mul(a, b, ...)`).
+
+_RECORDED = "_tfplace_recorded"  # set on an error once a failed record was made for it
+
+
+def recorded(error: BaseException) -> bool:
+    """True when a failed record was already made for `error` (`mark_recorded`)."""
+    return getattr(error, _RECORDED, False)
+
+
+def mark_recorded(error: BaseException) -> None:
+    """Notes on `error` that its failed record is made (errors without attributes are left alone)."""
+    try:
+        setattr(error, _RECORDED, True)
+    except AttributeError:
+        pass
+
+
+def _frames_above(depth: int, count: int = 6) -> Iterable[Any]:
+    """`count` frames from `depth` out (0: the caller's)."""
+    frame = sys._getframe(depth + 1)  # pylint: disable=protected-access
+    for _ in range(count):
+        if frame is None:
+            return
+        yield frame
+        frame = frame.f_back
+
+
+def failed_op_dtypes(op: str, depth: int) -> tuple[tuple[str, str], ...]:
+    """The type attributes of a failed eager op `op`, from the first of a few frames from `depth` out
+    (0: the caller's) that holds all its inputs (its generated Python function)."""
+    op_definition = _op_def_registry.get(op)
+    names = [a.name for a in op_definition.input_arg] if op_definition is not None else []
+    for frame in _frames_above(depth + 1) if names else ():
+        values = frame.f_locals
+        if all(name in values for name in names):
+            found: dict[str, str] = {}
+            for arg in op_definition.input_arg:
+                value = values[arg.name]
+                items = value if isinstance(value, (list, tuple)) else [value]
+                kinds = [item.dtype.name for item in items if hasattr(getattr(item, "dtype", None), "name")]
+                if arg.type_attr and kinds:
+                    found.setdefault(arg.type_attr, kinds[0])
+                elif arg.type_list_attr and len(kinds) == len(items):
+                    found.setdefault(arg.type_list_attr, ",".join(kinds))
+            for attr in op_definition.attr:  # type attributes given as arguments (Cast's DstT, Shape's out_type)
+                value = values.get(attr.name)
+                if attr.type == "type" and attr.name not in found and hasattr(value, "name"):
+                    found[attr.name] = value.name
+            return tuple(sorted(found.items()))
+    return ()
+
+
+def failed_op_argument(name: str, depth: int) -> Any:
+    """The argument `name` of a failed eager op, from its generated Python function's frame (one of
+    a few from `depth` out, 0: the caller's), None when not found."""
+    for frame in _frames_above(depth + 1):
+        if name in frame.f_locals:
+            return frame.f_locals[name]
+    return None
 
 
 # Graph collection ------------------------------------------------------------------------------
@@ -364,6 +449,31 @@ _MAP_DATASETS = frozenset({"_MapDataset", "_ParallelMapDataset"})  # the Python 
 def variant_tensor_of(dataset_dict: Mapping[str, Any]) -> Any:
     """The variant tensor a dataset's attribute dictionary holds (None when it has none yet)."""
     return dataset_dict.get("_variant_tensor_attr")
+
+
+_STACK_DEPTH = 12
+
+
+def dataset_of_variant(variant: Any, depth: int) -> Optional[tf.data.Dataset]:
+    """The Python dataset whose variant tensor is `variant`: one in the locals of the frames from
+    `depth` out (0: the caller's; where `iter(dataset)` keeps it), else one of the objects referring
+    to the tensor (Python's garbage collector); None when none holds it."""
+    frame = sys._getframe(depth + 1)  # pylint: disable=protected-access
+    for _ in range(_STACK_DEPTH):
+        if frame is None:
+            break
+        for value in frame.f_locals.values():
+            if isinstance(value, tf.data.Dataset) and variant_tensor_of(value.__dict__) is variant:
+                return value
+        frame = frame.f_back
+    for referrer in gc.get_referrers(variant):
+        if isinstance(referrer, tf.data.Dataset):
+            return referrer
+        if isinstance(referrer, dict) and variant_tensor_of(referrer) is variant:
+            for owner in gc.get_referrers(referrer):
+                if isinstance(owner, tf.data.Dataset) and owner.__dict__ is referrer:
+                    return owner
+    return None
 
 
 def dataset_functions(dataset: tf.data.Dataset) -> list[Any]:

@@ -26,45 +26,15 @@ Example:
 
 from __future__ import annotations
 
-import gc
-import sys
 import weakref
-from types import FrameType
 from typing import Any, Optional, Sequence
 
-import tensorflow as tf
 from tensorflow.core.framework import types_pb2
 
 from tfplace import _tensorflow
 from tfplace.placement import _graphs
 
 __all__ = ["pipeline_of", "exhausted", "read", "read_in_call", "reading", "cardinality", "READS"]
-
-_STACK_DEPTH = 12
-
-
-def _on_stack(variant: Any) -> Optional[Any]:
-    frame: Optional[FrameType] = sys._getframe(2)
-    for _ in range(_STACK_DEPTH):
-        if frame is None:
-            return None
-        for value in frame.f_locals.values():
-            if isinstance(value, tf.data.Dataset) and _tensorflow.variant_tensor_of(value.__dict__) is variant:
-                return value
-        frame = frame.f_back
-    return None
-
-
-def _referring(variant: Any) -> Optional[Any]:
-    for referrer in gc.get_referrers(variant):
-        if isinstance(referrer, tf.data.Dataset):
-            return referrer
-        if isinstance(referrer, dict) and _tensorflow.variant_tensor_of(referrer) is variant:
-            for owner in gc.get_referrers(referrer):
-                if isinstance(owner, tf.data.Dataset) and owner.__dict__ is referrer:
-                    return owner
-    return None
-
 
 _HOST_MEMORY = frozenset({types_pb2.DT_INT32, types_pb2.DT_STRING})
 
@@ -179,7 +149,7 @@ def pipeline_of(variant: Any, own: tuple[str, ...] = (), iterator: Any = None) -
     """The tf.data functions an iterator over the dataset whose variant tensor is `variant`
     instantiates (None if no Python dataset holds it); `own`: the iterator op's own functions;
     `iterator`: the new iterator's resource handle (its caches fill when it reaches the end)."""
-    dataset = _on_stack(variant) or _referring(variant)
+    dataset = _tensorflow.dataset_of_variant(variant, depth=1)
     if dataset is None:
         return _graphs.Pipeline((), own) if own else None
     found: dict[str, tuple[str, ...]] = {}

@@ -61,7 +61,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-import sys
 import threading
 from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
@@ -90,9 +89,6 @@ _hooks: list["_Hook"] = []  # one per listening thread (threads inheriting one a
 # The eager function call each thread is running (outermost), while hooks listen: the graphs TensorFlow
 # places for it wait for that thread's own collection (`_graphs.collect`).
 _in_flight: dict[int, str] = {}
-_THREAD_START = _tensorflow.Patch(threading.Thread, "start")
-
-
 class Listener(Protocol):
     """What `listening()` calls."""
 
@@ -330,68 +326,25 @@ _FAILED_OP = re.compile(r"\[Op:([^\]\s]+)\]")
 _FAILED_DEVICE = re.compile(r"__wrapped__\w*?_device_(/job:[^/}]+/replica:\d+/task:\d+/device:[A-Za-z_]+:\d+)")
 
 
-def _failed_dtypes(op: str, frame: Any) -> tuple[tuple[str, str], ...]:
-    """The type attributes of a failed eager op, read from the arguments of its generated Python
-    function (`gen_math_ops.mat_mul(a, b, ...)`), the first frame above `frame` holding all its inputs."""
-    op_def = _tensorflow.op_def(op)
-    names = [a.name for a in op_def.input_arg] if op_def is not None else []
-    for _ in range(6):
-        if frame is None or not names:
-            return ()
-        values = frame.f_locals
-        if all(name in values for name in names):
-            found: dict[str, str] = {}
-            for arg in op_def.input_arg:  # type: ignore[union-attr]
-                value = values[arg.name]
-                items = value if isinstance(value, (list, tuple)) else [value]
-                kinds = [item.dtype.name for item in items if hasattr(getattr(item, "dtype", None), "name")]
-                if arg.type_attr and kinds:
-                    found.setdefault(arg.type_attr, kinds[0])
-                elif arg.type_list_attr and len(kinds) == len(items):
-                    found.setdefault(arg.type_list_attr, ",".join(kinds))
-            for attr in op_def.attr:  # type attributes given as arguments (Cast's DstT, Shape's out_type)
-                value = values.get(attr.name)
-                if attr.type == "type" and attr.name not in found and hasattr(value, "name"):
-                    found[attr.name] = value.name
-            return tuple(sorted(found.items()))
-        frame = frame.f_back
-    return ()
-
-
-def _argument(name: str, frame: Any) -> Any:
-    """The argument `name` of a failed eager op, from its generated Python function's frame (within a
-    few frames above `frame`), None when not found."""
-    for _ in range(6):
-        if frame is None:
-            return None
-        if name in frame.f_locals:
-            return frame.f_locals[name]
-        frame = frame.f_back
-    return None
-
-
 def _record_failure(error: BaseException, dtypes: Optional[tuple[tuple[str, str], ...]] = None) -> None:
     """Gives the listening hooks a "failed" record for an eager op's error (once per error);
     `dtypes` when the caller knows them, else read from the frames that called the op."""
     hooks = _thread_hooks()
-    if not hooks or getattr(error, "_tfplace_recorded", False):
+    if not hooks or _tensorflow.recorded(error):
         return
     message = str(getattr(error, "message", ""))
     op = _FAILED_OP.search(message)
     if op is None:
         return
-    try:
-        error._tfplace_recorded = True  # type: ignore[attr-defined]
-    except AttributeError:
-        pass
+    _tensorflow.mark_recorded(error)
     device = _FAILED_DEVICE.search(message)
     requested = _tensorflow.device_name()
     where = device[1] if device else requested or _HOST
     name = op[1] if op[1].startswith("__") else _kernels.op_type(op[1])
     if dtypes is None:
-        dtypes = _failed_dtypes(name, sys._getframe(2))
+        dtypes = _tensorflow.failed_op_dtypes(name, 2)
     if name == "IteratorGetNext" and isinstance(error, tf.errors.OutOfRangeError):
-        _datasets.exhausted(_argument("iterator", sys._getframe(2)))
+        _datasets.exhausted(_tensorflow.failed_op_argument("iterator", 2))
     requested = requested_name(requested)
     record = PlacementRecord(name, "", canonical_name(where), "failed",
                              source=user_line() if any(h.sources for h in hooks) else "",
@@ -436,29 +389,30 @@ def _set_device(ctx: Any, device_name: Any, device_spec: Any) -> None:
     scopes = getattr(_requested, "scopes", None)
     if scopes is None:
         scopes = _requested.scopes = []
-    caller = sys._getframe(1)
-    if caller.f_code.co_name == "__exit__":  # leaving a scope: the enclosing one asks again
+    step, outside = _tensorflow.scope_step(1)
+    if step == "exit":  # leaving a scope: the enclosing one asks again
         if scopes:
             scopes.pop()
         _requested.by = scopes[-1] if scopes else ""
         return
     by = ""
     if device_name:
-        entered = _origins.entering(caller.f_back)
+        entered = _origins.entering(outside)
         if entered is not None:
             by = _origins.requester(*entered)
             if not tf.executing_eagerly():
                 _tensorflow.locate_device_scope(*entered)
-    if caller.f_code.co_name == "__enter__":
+    if step == "enter":
         scopes.append(by)
     _requested.by = by
 
 
 def _start(thread: threading.Thread) -> None:
+    """`threading.Thread.start` while hooks listen: a thread TensorFlow starts for the block (or any
+    thread, for a listener with `all_threads`) runs with this thread's hooks."""
     hooks = _thread_hooks()
-    if hooks and (started_by_framework(2) or any(l.all_threads for h in hooks for l in h.listeners)):
-        thread.run = _inheriting(thread.run, hooks)  # type: ignore[method-assign]
-    _THREAD_START.original(thread)
+    inherits = hooks and (started_by_framework(2) or any(l.all_threads for h in hooks for l in h.listeners))
+    _tensorflow.start_thread(thread, functools.partial(_inheriting, hooks=hooks) if inherits else None)
 
 
 @contextlib.contextmanager
@@ -503,7 +457,7 @@ def _py_function_call(registry: Any, token: Any, device: Any, args: Any) -> Any:
 
 _PATCHES = ((_tensorflow.STATUS_TO_EXCEPTION, _status_to_exception),
             (_tensorflow.SET_DEVICE, _set_device),
-            (_THREAD_START, _start),
+            (_tensorflow.THREAD_START, _start),
             (_tensorflow.PY_FUNCTION_CALL, _py_function_call))
 
 
