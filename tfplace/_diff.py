@@ -27,7 +27,7 @@ from collections import Counter
 from typing import Any, Mapping, NamedTuple, Optional
 
 from tfplace.placement._groups import category
-from tfplace.placement._records import PlacementRecord
+from tfplace.placement._records import Kind, Origin, PlacementRecord, is_function_call
 
 __all__ = ["Moved", "Diff", "DiffError", "read", "diff", "render", "to_json"]
 
@@ -106,7 +106,7 @@ def _compute(data: Mapping[str, Any]) -> dict[tuple[str, str, str], Counter]:
     found: dict[tuple[str, str, str], Counter] = {}
     for item in data.get("records", []):
         record = _record(item)
-        if category(record) != "compute" or record.op.startswith("__") or record.kind == "failed":
+        if category(record) != "compute" or is_function_call(record.op) or record.kind == Kind.FAILED:
             continue
         found.setdefault((record.source, record.op, record.name), Counter())[record.device] += int(item.get("count", 1))
     return found
@@ -143,7 +143,7 @@ def _explained(data: Mapping[str, Any]) -> set[tuple[str, str, str]]:
     found = set()
     for entry in data.get("explanations") or []:
         record = entry.get("record", {})
-        if record.get("origin", "user") != "user":
+        if record.get("origin", Origin.USER) != Origin.USER:
             continue
         where = record.get("source") or (f"node {record.get('name')}" if record.get("name") else "")
         found.add((where, str(record.get("op")), str(entry.get("reason"))))

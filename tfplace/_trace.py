@@ -35,7 +35,7 @@ from tfplace.placement._capture import capture_placement
 from tfplace.placement._memory import NOT_COUNTED
 from tfplace.placement._explain import Explanation, Readiness
 from tfplace.placement._log import PlacementLog
-from tfplace.placement._records import ARGUMENT_OPS
+from tfplace.placement._records import ARGUMENT_OPS, Kind, is_function_call
 
 __all__ = ["run_script", "Findings", "findings", "report", "to_json", "write_json", "plot"]
 
@@ -56,8 +56,9 @@ def run_script(path: str, args: Sequence[str], *, timing: bool = False,
     return log, status
 
 
-def _is_op(op: str) -> bool:
-    return op not in ARGUMENT_OPS and not op.startswith("__")
+def _is_op_type(op: str) -> bool:
+    """An op type, not a function's argument or result node nor an eager call of a function."""
+    return op not in ARGUMENT_OPS and not is_function_call(op)
 
 
 def _rows(counter: Counter, top: int) -> tuple[list, int]:
@@ -135,7 +136,7 @@ def report(log: PlacementLog, found: Findings, *, top: int = 10) -> str:
     failed ops; and, with no GPU visible, the user's ops that would still run on the CPU on a GPU
     machine."""
     explanations, readiness = found.explanations, found.readiness
-    records = [r for r in log.records if _is_op(r.op)]
+    records = [r for r in log.records if _is_op_type(r.op)]
     lines = [f"== tfplace trace: {len(records)} op placement(s), {len(log.copies)} implicit transfer(s)",
              *_display.cost_lines(log, top=top),
              "ops per device (your compute first, by " + ("time" if log.cost().timed else "executions")
@@ -163,7 +164,7 @@ def report(log: PlacementLog, found: Findings, *, top: int = 10) -> str:
         for key, n in shown:
             lines.append(f"  {key[0]}  {key[1]} x{n}: {key[4]}: {messages[key]}")
         lines.append("  (none of yours)" if not on_cpu else f"  ... and {more} more" if more else "")
-    failed = Counter((_where(r.source), r.op, r.device) for r in log.records if r.kind == "failed")
+    failed = Counter((_where(r.source), r.op, r.device) for r in log.records if r.kind == Kind.FAILED)
     if failed:
         lines.append("failed ops:")
         shown, more = _rows(failed, top)

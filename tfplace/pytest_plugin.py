@@ -364,7 +364,7 @@ class _AskedDevices:
     def on_function(self, record: "PlacementRecord", placed: bool, call: Any) -> None:
         """A function call asks for its device in its `on_op`."""
 
-    def on_records(self, key: tuple, records: "Sequence[PlacementRecord]") -> None:
+    def on_records(self, key: Any, records: "Sequence[PlacementRecord]") -> None:
         """Function nodes: placed by TensorFlow's placer, where the eager call asked."""
 
 

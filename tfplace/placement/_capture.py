@@ -29,7 +29,7 @@ from typing import Any, Iterator, Optional, Sequence
 from tfplace import _tensorflow
 from tfplace.placement import _function_sources, _graphs, _hooks
 from tfplace.placement._log import PlacementLog
-from tfplace.placement._records import PlacementRecord
+from tfplace.placement._records import Kind, PlacementRecord, is_function_call
 from tfplace.placement._sources import user_line, user_stacklevel
 
 __all__ = ["capture_placement", "capture_into"]
@@ -70,11 +70,11 @@ class _Recorder:
         self.census.add_variable(variable, user_line() if self.sources else "")
         return variable
 
-    def on_records(self, key: tuple, records: Sequence[PlacementRecord]) -> None:
-        if key[0] == "unseen":
-            self.log.mark_incomplete(key[1], stacklevel=user_stacklevel())
+    def on_records(self, key: _hooks.EventKey, records: Sequence[PlacementRecord]) -> None:
+        if key.event == _hooks.Event.UNSEEN:
+            self.log.mark_incomplete(key.about, stacklevel=user_stacklevel())
             return
-        if key[0] == "compiled":  # once per function and device; tf.data functions are placed per iterator
+        if key.event == _hooks.Event.COMPILED:  # once per function and device; tf.data functions are placed per iterator
             if key in self.keys:
                 return
             self.keys.add(key)
@@ -171,6 +171,6 @@ def _timed(log: PlacementLog, session: Any) -> None:
         log.set_timing(None, f"times: {session.missing or 'the profiler recorded nothing'}")
         return
     records = log.records
-    devices = {r.name: r.device for r in records if r.name and r.kind in ("place", "compiled")}
-    eager = [(r.op, r.device) for r in records if r.kind == "execute" and not r.op.startswith("__")]
+    devices = {r.name: r.device for r in records if r.name and r.kind in (Kind.PLACE, Kind.COMPILED)}
+    eager = [(r.op, r.device) for r in records if r.kind == Kind.EXECUTE and not is_function_call(r.op)]
     log.set_timing(_profile.read_xspace(space, devices, eager))

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Iterable, Mapping, NamedTuple, Optional, Sequence
 
-from tfplace.placement._records import ARGUMENT_OPS, CopyRecord, PlacementRecord
+from tfplace.placement._records import ARGUMENT_OPS, CopyRecord, Kind, PlacementRecord, is_function_call
 
 __all__ = ["Transfer", "DeviceCost", "OpCost", "DirectionCost", "Cost", "transfers", "cost"]
 
@@ -156,8 +156,8 @@ def cost(records: Sequence[PlacementRecord], copies: Sequence[CopyRecord], runs:
     executions: Counter = Counter()
     for (device, op, _), n in runs.items():
         executions[(device, op)] += n
-    executions.update((r.device, r.op) for r in records if r.kind == "execute" and r.op not in ARGUMENT_OPS
-                      and not r.op.startswith("__"))
+    executions.update((r.device, r.op) for r in records if r.kind == Kind.EXECUTE and r.op not in ARGUMENT_OPS
+                      and not is_function_call(r.op))
     directions: dict[tuple[str, str], list[CopyRecord]] = {}
     for copy in copies:
         directions.setdefault((copy.from_device, copy.to_device), []).append(copy)

@@ -32,7 +32,7 @@ from tfplace._devices import parse_device
 from tfplace.placement import _explain, _groups
 from tfplace.placement._memory import NOT_COUNTED
 from tfplace.placement._origins import is_plumbing
-from tfplace.placement._records import CopyRecord, PlacementRecord
+from tfplace.placement._records import CopyRecord, Kind, PlacementRecord
 
 if TYPE_CHECKING:
     from tfplace.placement._cost import Cost, Transfer
@@ -257,7 +257,7 @@ def html(log: Log, explanations: Sequence["Explanation"]) -> str:
     """
     records = log.records
     yours = [e for e in explanations if _explain.user_can_act(e.record)]
-    failed = [r for r in records if r.kind == "failed"]
+    failed = [r for r in records if r.kind == Kind.FAILED]
     devices = {r.device for r in records if r.device and not is_plumbing(r)}
     state = (f'<span style="{_OK}">complete</span>' if log.complete
              else f'<span style="{_BAD}">INCOMPLETE</span>')
@@ -296,7 +296,7 @@ def text(log: Log, explanations: Sequence["Explanation"]) -> str:
     """The log as text: `str(log)` (where the time and bytes went, with the top transfers, then its
     table), then failed ops and explanations."""
     lines = [str(log)]
-    failed = Counter((r.source, r.op, r.device, r.requested) for r in log.records if r.kind == "failed")
+    failed = Counter((r.source, r.op, r.device, r.requested) for r in log.records if r.kind == Kind.FAILED)
     if failed:
         lines.append("  failed ops:")
         lines += [f"    {op} on {device or '(unknown)'}" + (f" (asked for {asked})" if asked else "")

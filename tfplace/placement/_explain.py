@@ -37,7 +37,7 @@ from tfplace._devices import parse_device
 from tfplace.placement import _kernels
 from tfplace.placement._kernel_table import KernelTable
 from tfplace.placement._origins import is_input_op, is_plumbing
-from tfplace.placement._records import PlacementRecord
+from tfplace.placement._records import Kind, Origin, PlacementRecord
 
 __all__ = ["Explanation", "Readiness", "REASONS", "needs_explaining", "explain_record", "explain", "causes",
            "user_can_act", "is_machinery", "who", "gpu_readiness", "on_host_by_design"]
@@ -93,13 +93,14 @@ def _type(device: str) -> str:
     return parse_device(device).device_type if device else ""
 
 
-def _is_op(record: PlacementRecord) -> bool:
+def _placed_work(record: PlacementRecord) -> bool:
+    """A record on a known device that is not plumbing."""
     return bool(record.device) and not is_plumbing(record)
 
 
 def needs_explaining(record: PlacementRecord, gpus_visible: bool) -> bool:
     """True if `record` ran elsewhere than it asked, or asked for nothing and ran on a CPU while a GPU was visible."""
-    if not _is_op(record):
+    if not _placed_work(record):
         return False
     if record.requested:
         return record.requested != record.device
@@ -137,7 +138,7 @@ def explain_record(record: PlacementRecord, *, devices: Sequence[str], table: Ke
 def user_can_act(record: PlacementRecord) -> bool:
     """True when the user's code made the op and, where a device was asked for, the user's code
     asked: only then does an explanation advise a change (never to code the user did not write)."""
-    return record.origin == "user" and not is_machinery(record.requested_by)
+    return record.origin.users and not is_machinery(record.requested_by)
 
 
 def is_machinery(requested_by: str) -> bool:
@@ -150,7 +151,7 @@ def who(record: PlacementRecord) -> str:
     TensorFlow's or Keras' code by the record's origin."""
     if is_machinery(record.requested_by):
         return record.requested_by
-    return {"input": "the input pipeline (tf.data)", "framework": "TensorFlow's and Keras' own code"}.get(
+    return {Origin.INPUT: "the input pipeline (tf.data)", Origin.FRAMEWORK: "TensorFlow's and Keras' own code"}.get(
         record.origin, "your code")
 
 
@@ -175,7 +176,7 @@ def _why(record: PlacementRecord, *, devices: Sequence[str], table: KernelTable,
              else f"asked for no device while {target} was visible")
     what, device = _what(record), record.device
     target_type = _type(target)
-    if record.kind == "compiled":
+    if record.kind == Kind.COMPILED:
         return ("xla", f"{what} was compiled by XLA with its function, which XLA places whole on the device of the "
                        f"call ({device}) and ignores tf.device('{record.requested}') inside it",
                 "put the tf.device scope around the call of the jit_compile=True function, or drop jit_compile "
@@ -190,7 +191,7 @@ def _why(record: PlacementRecord, *, devices: Sequence[str], table: KernelTable,
         return ("colocated", f"{what} {asked} but reads the resource in its input '{resources[0]}' (a variable or "
                              f"another TensorFlow resource), which lives on {device}, and TensorFlow runs an op "
                              "where its resources live", f"create the resource under {scope} to run it there")
-    if target_type and target_type != _type(device) and _kernels.is_op(record.op):
+    if target_type and target_type != _type(device) and _kernels.is_registered_op(record.op):
         if not table.supports(record.op, target_type, record.dtypes):
             allowed = table.supported_dtypes(record.op, target_type)
             if not table.kernels(record.op, target_type):
@@ -270,7 +271,7 @@ def gpu_readiness(records: Iterable[PlacementRecord], table: KernelTable) -> lis
     for record in records:
         if not _readiness_candidate(record):
             continue
-        key = (record.origin != "user", record.op, record.dtypes)
+        key = (not record.origin.users, record.op, record.dtypes)
         counts[key] += 1
         if record.source:
             lines.setdefault(key, Counter())[record.source] += 1
@@ -292,13 +293,13 @@ def gpu_readiness(records: Iterable[PlacementRecord], table: KernelTable) -> lis
 
 
 def _readiness_candidate(record: PlacementRecord) -> bool:
-    return (_is_op(record) and record.kind not in ("compiled", "failed") and _kernels.is_op(record.op)
-            and record.origin != "input" and not is_input_op(record.op))
+    return (_placed_work(record) and record.kind not in (Kind.COMPILED, Kind.FAILED) and _kernels.is_registered_op(record.op)
+            and record.origin != Origin.INPUT and not is_input_op(record.op))
 
 
 def on_host_by_design(records: Iterable[PlacementRecord]) -> Counter:
     """The input pipeline's ops (tf.data datasets, iterators and the nodes of their functions), op
     type -> records: they run on the host on every machine by design, so readiness leaves them out."""
     return Counter(record.op for record in records
-                   if _is_op(record) and record.kind != "compiled" and _kernels.is_op(record.op)
-                   and (record.origin == "input" or is_input_op(record.op)))
+                   if _placed_work(record) and record.kind != Kind.COMPILED and _kernels.is_registered_op(record.op)
+                   and (record.origin == Origin.INPUT or is_input_op(record.op)))

@@ -53,7 +53,7 @@ from tfplace import _tensorflow
 from tfplace._devices import canonical_name, requested_name
 from tfplace.placement import _function_sources, _groups, _origins, _kernels, _lowering, _transfers
 from tfplace.placement._log import PlacementLog
-from tfplace.placement._records import ARGUMENT_OPS, CopyRecord, PlacementRecord
+from tfplace.placement._records import ARGUMENT_OPS, CopyRecord, Kind, Origin, PlacementRecord
 from tfplace.placement._sources import user_stacklevel
 
 __all__ = ["attach", "detach", "collect", "Placed", "start", "without_sources", "is_xla", "compiled_records",
@@ -179,11 +179,11 @@ def placed_records(nodes: list[_lowering.PlacerNode], placed: Iterable[Any]) -> 
         hit = after.get(node.name)
         requested = requested_name(node.requested)
         if hit is not None:
-            records.append(PlacementRecord(node.op, node.name, canonical_name(hit.device), "place",
+            records.append(PlacementRecord(node.op, node.name, canonical_name(hit.device), Kind.PLACE,
                                            requested=requested, dtypes=node.dtypes))
             continue
         device = devices.get(node.name) or (after[absorbed[node.name]].device if node.name in absorbed else "")
-        kind = "place" if device else "removed"
+        kind = Kind.PLACE if device else Kind.REMOVED
         records.append(PlacementRecord(node.op, node.name, canonical_name(device) if device else "", kind,
                                        requested=requested, dtypes=node.dtypes))
     return records
@@ -236,7 +236,7 @@ def _function_records(function_graphs: Any, called: str = "") -> tuple[
         function_graphs.partition_graphs, {n.name: n for n in nodes}, {r.name: r.source for r in records if r.source},
         graph=function_graphs.post_optimization_graph, devices={r.name: r.device for r in records}) \
         if devices > 1 else []
-    runs = Counter((r.device, r.op, _groups.category(r)) for r in records if r.kind == "place" and r.op not in ARGUMENT_OPS)
+    runs = Counter((r.device, r.op, _groups.category(r)) for r in records if r.kind == Kind.PLACE and r.op not in ARGUMENT_OPS)
     pipeline, device = _graph_datasets(graph, placed)
     datasets = dataset_records(pipeline, device, graph.library) if pipeline is not None else []
     return records, datasets, transfers, runs
@@ -412,9 +412,9 @@ def dataset_records(pipeline: Pipeline, device: str,
         for node, note in zip(nodes, notes):
             requested = requested_name(node.requested)
             where = arg_devices.get(node.name, "") if node.op == "_Arg" else ""
-            records.append(PlacementRecord(node.op, node.name, where or requested or device, "place", note.line,
+            records.append(PlacementRecord(node.op, node.name, where or requested or device, Kind.PLACE, note.line,
                                            requested=requested, dtypes=node.dtypes,
-                                           requested_by=note.requested_by if requested else "", origin="input"))
+                                           requested_by=note.requested_by if requested else "", origin=Origin.INPUT))
     return records
 
 
@@ -452,7 +452,7 @@ def compiled_records(function: str, device: str) -> tuple[PlacementRecord, ...]:
     graph = _lowering.function_graph_def(definition, function_pb2.FunctionDefLibrary())
     device = canonical_name(device)
     notes = _function_sources.notes(function)
-    return tuple(_noted(PlacementRecord(_kernels.op_type(n.op), n.name, device, "compiled",
+    return tuple(_noted(PlacementRecord(_kernels.op_type(n.op), n.name, device, Kind.COMPILED,
                                         requested=requested_name(n.device), dtypes=_kernels.node_dtypes(n.attr)),
                         notes.get(n.name, _function_sources.Note()))
                  for n in graph.node)

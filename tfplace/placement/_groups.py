@@ -22,7 +22,7 @@ from collections import Counter
 from typing import Any, Iterable, Mapping, NamedTuple, Optional
 
 from tfplace.placement._origins import is_plumbing
-from tfplace.placement._records import PlacementRecord
+from tfplace.placement._records import Kind, Origin, PlacementRecord, is_function_call
 
 __all__ = ["CATEGORIES", "OTHER_TITLES", "category", "DeviceGroups", "per_device", "other_line", "op_categories"]
 
@@ -36,7 +36,7 @@ def category(record: PlacementRecord) -> str:
     """"plumbing", "input", "framework" or "compute" (the user's own ops)."""
     if is_plumbing(record):
         return "plumbing"
-    if record.origin in ("input", "framework"):
+    if not Origin(record.origin).users:
         return record.origin
     return "compute"
 
@@ -73,11 +73,11 @@ def per_device(records: Iterable[PlacementRecord], runs: Mapping[tuple[str, str,
     events: dict[str, dict[str, Counter]] = {}
     executions: Counter = Counter()
     for record in records:
-        if record.op.startswith("__"):  # a function call: its nodes are its work
+        if is_function_call(record.op):  # its nodes are its work
             continue
         kind = category(record)
         events.setdefault(record.device, {name: Counter() for name in CATEGORIES})[kind][record.op] += 1
-        if record.kind == "execute":
+        if record.kind == Kind.EXECUTE:
             executions[(record.device, record.op, kind)] += 1
     executions.update(runs)
     found = []

@@ -34,7 +34,7 @@ from tfplace._devices import Device, resolve
 from tfplace._errors import ConfigurationError, ImplicitCopyError, PlacementError
 from tfplace.placement import _explain, _function_sources, _graphs, _hooks, _kernel_table
 from tfplace.placement._origins import ORIGINS, is_plumbing
-from tfplace.placement._records import CopyRecord, PlacementRecord
+from tfplace.placement._records import CopyRecord, Kind, PlacementRecord
 from tfplace.placement._sources import user_line
 
 __all__ = ["transfer_guard", "device_guard", "LEVELS"]
@@ -63,7 +63,7 @@ class _TransferGuard:
     def __init__(self) -> None:
         self.levels: list[str] = []
 
-    def on_records(self, key: tuple, records: Sequence[PlacementRecord]) -> None:
+    def on_records(self, key: _hooks.EventKey, records: Sequence[PlacementRecord]) -> None:
         """Function nodes are placed by TensorFlow's placer, not guarded here."""
 
     def on_function(self, record: PlacementRecord, placed: bool, call: _graphs.Placed) -> None:
@@ -138,7 +138,7 @@ class _DeviceGuard:
         self.allow_ops = allow_ops
         self.origins = origins
 
-    def on_records(self, key: tuple, records: Sequence[PlacementRecord]) -> None:
+    def on_records(self, key: _hooks.EventKey, records: Sequence[PlacementRecord]) -> None:
         """Function nodes are placed by TensorFlow's placer, not guarded here."""
 
     def on_function(self, record: PlacementRecord, placed: bool, call: _graphs.Placed) -> None:
@@ -163,7 +163,7 @@ class _DeviceGuard:
             asked += f", asked by {record.requested_by}"
         allowed = ", ".join(sorted(self.allow_ops)) or "none"
         what = f"{record.op} ({node})" if node else record.op
-        if record.origin != "user":
+        if not record.origin.users:
             what += f" (origin {record.origin!r})"
         watched = ", ".join(repr(origin) for origin in ORIGINS if origin in self.origins)
         plural = "s" if len(self.origins) > 1 else ""
@@ -238,7 +238,7 @@ def device_guard(device: Union[str, Device, Any], *, allow_ops: Sequence[str] = 
 
 
 # Function nodes that ran (a "removed" node never did).
-_RAN = frozenset({"place", "compiled"})
+_RAN = frozenset({Kind.PLACE, Kind.COMPILED})
 # Ops that read only their input's shape: TensorFlow's placer puts them beside their input (its
 # "metadata" ops), wherever the computation runs; they move no data.
 _METADATA = frozenset({"Shape", "ShapeN", "Size", "Rank"})

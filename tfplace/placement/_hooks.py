@@ -17,18 +17,16 @@ calls, for every eager op of the block:
   what that call ran (`_graphs.Placed`: its nodes' records and transfers, as
   collected when TensorFlow placed it, in this capture or an earlier one; a
   function call's `copies` in `on_op` are its transfers, `kind="function"`);
-* `listener.on_records(key, records)` for the functions an op runs: with
-  `key = ("placed", function)` the nodes TensorFlow placed for this thread's call
-  of it (and the `tf.data` functions they instantiate), as graph collection
-  reports them (a graph another thread's call placed goes to that thread's
-  listeners); for what graph collection does not report: an XLA function's
-  "compiled" nodes, the `tf.data` functions an iterator instantiates, and a
-  "failed" record when an eager op raises (`key` names the event, so that a
-  listener can keep it once); with
-  `key = ("unseen", reason)` and no records when a function call's graph
-  cannot be told apart (TensorFlow's collection merged it with another
-  thread's), or when an iterator runs functions
-  that no hook can count (`reason` says which).
+* `listener.on_records(key, records)` for the functions an op runs, `key` an `EventKey` naming
+  the event (so that a listener can keep it once): `Event.PLACED` (`about` the function) with the
+  nodes TensorFlow placed for this thread's call of it (and the `tf.data` functions they
+  instantiate), as graph collection reports them (a graph another thread's call placed goes to
+  that thread's listeners); for what graph collection does not report: `Event.COMPILED` with an
+  XLA function's "compiled" nodes (`device` where it ran), `Event.DATASET` with the `tf.data`
+  functions an iterator instantiates, `Event.FAILED` (`about` the error's id) with a "failed"
+  record when an eager op raises; `Event.UNSEEN` (`about` the reason) and no records when a
+  function call's graph cannot be told apart (TensorFlow's collection merged it with another
+  thread's), or when an iterator runs functions that no hook can count.
 
 Threads: the threads TensorFlow starts for the block inherit the callback
 (`MirroredStrategy`'s replica threads, the thread pool of a collective
@@ -59,10 +57,11 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 import re
 import threading
-from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Optional, Protocol, Sequence
 
 import tensorflow as tf
 from tensorflow.core.framework import types_pb2
@@ -71,7 +70,7 @@ from tfplace import _tensorflow
 from tfplace._devices import canonical_name, parse_device, requested_name
 from tfplace._tensorflow import dtype_enum
 from tfplace.placement import _calls, _datasets, _graphs, _kernels, _origins, _transfers
-from tfplace.placement._records import CopyRecord, PlacementRecord
+from tfplace.placement._records import CopyRecord, Kind, Origin, PlacementRecord, is_function_call
 from tfplace.placement._sources import end_at_user, started_by_framework, user_line
 
 __all__ = ["Listener", "listening", "EXPLICIT_COPIES"]
@@ -101,8 +100,27 @@ class Listener(Protocol):
     def on_function(self, record: PlacementRecord, placed: bool, call: "_graphs.Placed") -> None:
         ...
 
-    def on_records(self, key: tuple, records: Sequence[PlacementRecord]) -> None:
+    def on_records(self, key: EventKey, records: Sequence[PlacementRecord]) -> None:
         ...
+
+
+class Event(str, enum.Enum):
+    """What `on_records` hands a listener (see the module's docstring)."""
+
+    PLACED = "placed"
+    COMPILED = "compiled"
+    DATASET = "dataset"
+    FAILED = "failed"
+    UNSEEN = "unseen"
+
+
+class EventKey(NamedTuple):
+    """Names one `on_records` event: `event`, what it is `about` (a function's name, an error's id,
+    a reason) and, for compiled functions, the `device` they ran on."""
+
+    event: Event
+    about: Any
+    device: str = ""
 
 
 @functools.lru_cache(maxsize=4096)
@@ -178,12 +196,12 @@ _DATASET_OPS = _datasets.READS | {"DatasetCardinality"}
 def _describe(op_type: Any, full: str, requested: Optional[str], types: tuple) -> tuple[str, int, PlacementRecord]:
     """(op type, what it is, its record without source) of an eager op."""
     op = op_type.decode() if isinstance(op_type, bytes) else op_type
-    if op.startswith("__") and _tensorflow.op_def(op) is None:
+    if is_function_call(op) and _tensorflow.op_def(op) is None:
         kind = _FUNCTION
     else:
         op = _kernels.op_type(op)
         kind = _ITERATOR if op in _graphs.ITERATOR_OPS else _EXPLICIT if op in EXPLICIT_COPIES else _OP
-    record = PlacementRecord(op, "", canonical_name(full), "execute", requested=requested_name(requested),
+    record = PlacementRecord(op, "", canonical_name(full), Kind.EXECUTE, requested=requested_name(requested),
                              dtypes=_dtypes(types), origin=_origins.of_op(op, ""))
     return op, kind, record
 
@@ -205,7 +223,7 @@ class _Hook:
                              if getattr(listener, "memory", False))
         self.sources = any(listener.sources for listener in self.listeners)
 
-    def records(self, key: tuple, records: Sequence[PlacementRecord]) -> None:
+    def records(self, key: EventKey, records: Sequence[PlacementRecord]) -> None:
         for listener in tuple(self.listeners):
             listener.on_records(key, records)
 
@@ -234,7 +252,7 @@ class _Hook:
             known = _known.get((op_type, full, requested, types)) or _known.setdefault(
                 (op_type, full, requested, types), _describe(op_type, full, requested, types))
         op, kind, record = known
-        origin = "input" if record.origin == "input" else _origins.live(1) or "user"
+        origin = Origin.INPUT if record.origin == Origin.INPUT else _origins.live(1) or Origin.USER
         by = getattr(_requested, "by", "") if record.requested else ""
         if by or origin != record.origin:
             noted = (record, origin, by)
@@ -242,7 +260,7 @@ class _Hook:
         placed = False
         ran = found = _graphs.Placed()
         copies: Sequence[CopyRecord] = ()
-        later: Optional[tuple[tuple, Sequence[PlacementRecord]]] = None
+        later: Optional[tuple[EventKey, Sequence[PlacementRecord]]] = None
         unseen = ""
         if kind == _OP:
             for tensor in inputs:
@@ -256,7 +274,7 @@ class _Hook:
                     _datasets.read(inputs[:1], 1)
         elif kind == _FUNCTION:
             if _graphs.is_xla(op):
-                later = ("compiled", op, record.device), _graphs.compiled_records(op, full)
+                later = EventKey(Event.COMPILED, op, record.device), _graphs.compiled_records(op, full)
                 placed = True
                 ran = _graphs.Placed(1, later[1])
             else:
@@ -273,13 +291,13 @@ class _Hook:
                     if dtype_enum(tensor) == _VARIANT:  # pylint: disable=protected-access
                         pipeline = _datasets.pipeline_of(tensor)
                         if pipeline is not None:
-                            later = ("dataset", op), _graphs.iterator_records(pipeline, full)
+                            later = EventKey(Event.DATASET, op), _graphs.iterator_records(pipeline, full)
                             unseen = unseen or pipeline.unseen
         elif kind == _ITERATOR and inputs:
             own = tuple(_function_name(attrs[i + 1]) for i in range(0, len(attrs), 2) if attrs[i] == "f")
             pipeline = _datasets.pipeline_of(inputs[0], own, iterator=inputs[1] if len(inputs) > 1 else None)
             if pipeline is not None:
-                later = ("dataset", op), _graphs.iterator_records(pipeline, full)
+                later = EventKey(Event.DATASET, op), _graphs.iterator_records(pipeline, full)
                 unseen = pipeline.unseen
         plain = record
         if self.sources or copies:
@@ -297,13 +315,13 @@ class _Hook:
             call(record if sources else plain, outputs)
         if kind == _FUNCTION:
             if found.instantiated:
-                self.records(("placed", op), found.instantiated)
+                self.records(EventKey(Event.PLACED, op), found.instantiated)
             for listener in tuple(self.listeners):
                 listener.on_function(record, placed, ran)
         if later is not None:
             self.records(*later)
         if unseen:
-            self.records(("unseen", unseen), ())
+            self.records(EventKey(Event.UNSEEN, unseen), ())
         return None
 
 
@@ -340,19 +358,19 @@ def _record_failure(error: BaseException, dtypes: Optional[tuple[tuple[str, str]
     device = _FAILED_DEVICE.search(message)
     requested = _tensorflow.device_name()
     where = device[1] if device else requested or _HOST
-    name = op[1] if op[1].startswith("__") else _kernels.op_type(op[1])
+    name = op[1] if is_function_call(op[1]) else _kernels.op_type(op[1])
     if dtypes is None:
         dtypes = _tensorflow.failed_op_dtypes(name, 2)
     if name == "IteratorGetNext" and isinstance(error, tf.errors.OutOfRangeError):
         _datasets.exhausted(_tensorflow.failed_op_argument("iterator", 2))
     requested = requested_name(requested)
-    record = PlacementRecord(name, "", canonical_name(where), "failed",
+    record = PlacementRecord(name, "", canonical_name(where), Kind.FAILED,
                              source=user_line() if any(h.sources for h in hooks) else "",
                              requested=requested, dtypes=dtypes,
                              requested_by=getattr(_requested, "by", "") if requested else "",
                              origin=_origins.of_op(name, _origins.live(2)))
     for hook in hooks:
-        hook.records(("failed", id(error)), [record])
+        hook.records(EventKey(Event.FAILED, id(error)), [record])
 
 
 def _status_to_exception(status: Any) -> Any:
@@ -367,7 +385,7 @@ def _execute(op_name: Any, num_outputs: int, inputs: Any, attrs: Any, ctx: Any, 
     and every function call, in flight (`_in_flight`) until its callback has collected its graphs."""
     function = op_name.decode() if isinstance(op_name, bytes) else op_name
     thread = threading.get_ident()
-    calling = function.startswith("__") and thread not in _in_flight
+    calling = is_function_call(function) and thread not in _in_flight
     if calling:
         _in_flight[thread] = function
     try:

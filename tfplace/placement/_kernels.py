@@ -29,7 +29,7 @@ import tensorflow as tf
 from tfplace import _tensorflow
 
 __all__ = ["op_type", "dtype_name", "node_dtypes", "is_wrapper_plumbing", "host_memory_inputs",
-           "resource_inputs", "output_dtypes", "is_op"]
+           "resource_inputs", "output_dtypes", "is_registered_op"]
 
 _VARIANT_PREFIXES = ("_MklNative", "_Mkl")
 
@@ -69,7 +69,7 @@ def node_dtypes(attr: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 
 
 @functools.lru_cache(maxsize=4096)
-def is_op(name: str) -> bool:
+def is_registered_op(name: str) -> bool:
     """True if `name` is a registered op type (False for a function's name such as `__inference_f_12`)."""
     return _tensorflow.op_def(name) is not None
 

@@ -23,7 +23,7 @@ from tfplace._devices import parse_device
 from tfplace.placement import _groups, _kernels
 from tfplace.placement._origins import is_input_op
 from tfplace.placement._parsing import parse_placement
-from tfplace.placement._records import ARGUMENT_OPS, CopyRecord, PlacementRecord
+from tfplace.placement._records import ARGUMENT_OPS, CopyRecord, Kind, Origin, PlacementRecord
 
 if TYPE_CHECKING:
     from tfplace.placement._cost import Cost, Transfer
@@ -336,7 +336,7 @@ class PlacementLog:
                             "allowed is str, the text of a saved TensorFlow log; decode bytes first, "
                             "e.g. data.decode('utf-8', 'replace')")
         parsed = parse_placement(text)
-        records = [r._replace(origin="input") if is_input_op(r.op) else r for r in _without_eager_wrappers(parsed.records)]
+        records = [r._replace(origin=Origin.INPUT) if is_input_op(r.op) else r for r in _without_eager_wrappers(parsed.records)]
         return cls(records, parsed.copies)
 
     def _select(self, op: Optional[str] = None, device: Optional[str] = None) -> Iterable[PlacementRecord]:
@@ -370,7 +370,7 @@ class PlacementLog:
         """The eager events as TensorFlow's guide prints them (op types, never kernel variants)."""
         return [
             f"Executing op {r.op} in device {parse_device(r.device).full_name}"
-            for r in self.records if r.kind == "execute"
+            for r in self.records if r.kind == Kind.EXECUTE
         ]
 
     def table(self, op: Optional[str] = None) -> str:
@@ -538,7 +538,7 @@ def _without_eager_wrappers(records: list[PlacementRecord]) -> list[PlacementRec
     kept: list[PlacementRecord] = []
     group_start = 0
     for record in records:
-        if record.kind != "execute":
+        if record.kind != Kind.EXECUTE:
             kept.append(record)
             continue
         del kept[len(kept) - _wrapper_size(kept[group_start:], record.op):]

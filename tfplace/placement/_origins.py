@@ -39,12 +39,13 @@ import sys
 from types import CodeType, FrameType
 from typing import Any, Iterable, Iterator, Optional
 
+from tfplace.placement._records import Kind, Origin
 from tfplace.placement._sources import shown_path
 
 __all__ = ["ORIGINS", "PLUMBING_OPS", "is_plumbing", "is_input_op", "of_op", "of_frames", "frames_of", "live",
            "requester", "entering"]
 
-ORIGINS = ("user", "input", "framework")
+ORIGINS = tuple(Origin)
 
 # Nodes that carry values rather than compute them (with tf.data's FakeSink nodes and removed nodes).
 PLUMBING_OPS = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval", "Identity", "IdentityN", "NoOp", "Const"})
@@ -52,23 +53,23 @@ PLUMBING_OPS = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval", "Ide
 _S = os.sep
 # Path parts, each deciding an origin; the first that matches a frame's file wins.
 _DECIDING = (
-    (f"{_S}keras{_S}src{_S}trainers{_S}data_adapters{_S}", "input"),
-    (f"{_S}tensorflow{_S}python{_S}data{_S}", "input"),
-    (f"{_S}keras{_S}src{_S}layers{_S}", "user"),
-    (f"{_S}keras{_S}src{_S}models{_S}", "user"),
-    (f"{_S}keras{_S}src{_S}losses{_S}", "user"),
-    (f"{_S}keras{_S}src{_S}activations{_S}", "user"),
-    (f"{_S}keras{_S}src{_S}applications{_S}", "user"),
-    (f"{_S}keras{_S}src{_S}optimizers{_S}", "framework"),
-    (f"{_S}keras{_S}src{_S}backend{_S}tensorflow{_S}optimizer.py", "framework"),
-    (f"{_S}keras{_S}src{_S}metrics{_S}", "framework"),
-    (f"{_S}keras{_S}src{_S}callbacks{_S}", "framework"),
-    (f"{_S}keras{_S}src{_S}trainers{_S}", "framework"),
-    (f"{_S}keras{_S}src{_S}backend{_S}tensorflow{_S}trainer.py", "framework"),
-    (f"{_S}keras{_S}src{_S}distribution{_S}", "framework"),
-    (f"{_S}tensorflow{_S}python{_S}distribute{_S}", "framework"),
-    (f"{_S}tensorflow{_S}python{_S}training{_S}", "framework"),
-    (f"{_S}tensorflow{_S}python{_S}checkpoint{_S}", "framework"),
+    (f"{_S}keras{_S}src{_S}trainers{_S}data_adapters{_S}", Origin.INPUT),
+    (f"{_S}tensorflow{_S}python{_S}data{_S}", Origin.INPUT),
+    (f"{_S}keras{_S}src{_S}layers{_S}", Origin.USER),
+    (f"{_S}keras{_S}src{_S}models{_S}", Origin.USER),
+    (f"{_S}keras{_S}src{_S}losses{_S}", Origin.USER),
+    (f"{_S}keras{_S}src{_S}activations{_S}", Origin.USER),
+    (f"{_S}keras{_S}src{_S}applications{_S}", Origin.USER),
+    (f"{_S}keras{_S}src{_S}optimizers{_S}", Origin.FRAMEWORK),
+    (f"{_S}keras{_S}src{_S}backend{_S}tensorflow{_S}optimizer.py", Origin.FRAMEWORK),
+    (f"{_S}keras{_S}src{_S}metrics{_S}", Origin.FRAMEWORK),
+    (f"{_S}keras{_S}src{_S}callbacks{_S}", Origin.FRAMEWORK),
+    (f"{_S}keras{_S}src{_S}trainers{_S}", Origin.FRAMEWORK),
+    (f"{_S}keras{_S}src{_S}backend{_S}tensorflow{_S}trainer.py", Origin.FRAMEWORK),
+    (f"{_S}keras{_S}src{_S}distribution{_S}", Origin.FRAMEWORK),
+    (f"{_S}tensorflow{_S}python{_S}distribute{_S}", Origin.FRAMEWORK),
+    (f"{_S}tensorflow{_S}python{_S}training{_S}", Origin.FRAMEWORK),
+    (f"{_S}tensorflow{_S}python{_S}checkpoint{_S}", Origin.FRAMEWORK),
 )
 _FRAMEWORK_PARTS = (f"{_S}tensorflow{_S}", f"{_S}keras{_S}", f"{_S}tf_keras{_S}", f"{_S}tfplace{_S}", f"{_S}optree{_S}")
 _SCOPE_PLUMBING = (f"{_S}framework{_S}ops.py", f"{_S}eager{_S}context.py", f"{_S}tf_contextlib.py", "contextlib.py")
@@ -99,7 +100,7 @@ def _file_origin(filename: str) -> str:
         else:
             if not (any(part in filename for part in _FRAMEWORK_PARTS) or filename.startswith(_NEUTRAL_STDLIB)
                     or filename.startswith("<frozen")):
-                found = "user"
+                found = Origin.USER
         _by_file[filename] = found
     return found
 
@@ -111,13 +112,13 @@ def is_input_op(op: str) -> bool:
 
 def is_plumbing(record: Any) -> bool:
     """True for a record of plumbing (see the module's docstring): a report counts these in one line."""
-    return record.kind == "removed" or record.op in PLUMBING_OPS or record.name.rpartition("/")[2].startswith("FakeSink")
+    return record.kind == Kind.REMOVED or record.op in PLUMBING_OPS or record.name.rpartition("/")[2].startswith("FakeSink")
 
 
 @functools.lru_cache(maxsize=4096)
 def of_op(op: str, made_by: str) -> str:
     """The origin of an op of type `op` whose making code says `made_by` ("" when it said nothing)."""
-    return "input" if is_input_op(op) else made_by or "user"
+    return Origin.INPUT if is_input_op(op) else made_by or Origin.USER
 
 
 def of_frames(frames: Iterable[tuple[str, int]]) -> str:
@@ -163,7 +164,7 @@ def live(start: int = 1) -> str:
 def requester(filename: str, lineno: int) -> str:
     """Who entered a `tf.device` scope from `filename:lineno`: the user's `"file.py:LINE"`, or the
     machinery's name (a strategy's: the one in scope, where tf.distribute's file does not say)."""
-    if _file_origin(filename) == "user":
+    if _file_origin(filename) == Origin.USER:
         return f"{shown_path(filename)}:{lineno}"
     if f"{_S}distribute{_S}" in filename:
         for part, name in _REQUESTERS:

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 from tfplace._devices import canonical_name
 from tfplace.placement._kernels import op_type
-from tfplace.placement._records import CopyRecord, PlacementRecord
+from tfplace.placement._records import CopyRecord, Kind, PlacementRecord
 
 __all__ = ["Parsed", "parse_placement"]
 
@@ -62,14 +62,14 @@ def _read_body(body: str) -> Any:
     """The record (or copy) of one placement statement without its prefix."""
     match = _EXECUTE_RE.fullmatch(body)
     if match:
-        return PlacementRecord(op_type(match[1]), "", canonical_name(match[2]), "execute", line=body)
+        return PlacementRecord(op_type(match[1]), "", canonical_name(match[2]), Kind.EXECUTE, line=body)
     match = _COPY_RE.fullmatch(body)
     if match:
         return CopyRecord(op_type(match[1]), int(match[2]), canonical_name(match[4]), canonical_name(match[3]), "", body)
     match = _PLACE_RE.fullmatch(body)
     if match is None:
         raise ValueError(f"not a placement statement: {body!r}")
-    return PlacementRecord(op_type(match[2]), match[1], canonical_name(match[3]), "place", line=body)
+    return PlacementRecord(op_type(match[2]), match[1], canonical_name(match[3]), Kind.PLACE, line=body)
 
 
 _MARKERS = ("Executing op ", "): /job:", "before computing ")
@@ -118,7 +118,7 @@ def parse_placement(text: str) -> Parsed:
             if type(record) is CopyRecord:
                 copies.append(record)
                 continue
-            if record.kind == "place":
+            if record.kind == Kind.PLACE:
                 if prefix:
                     logged[record] += 1
                 else:

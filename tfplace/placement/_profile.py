@@ -68,6 +68,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Optional
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name
 from tfplace.placement import _kernels
+from tfplace.placement._records import is_function_call
 
 __all__ = ["Session", "Timing", "read_xspace"]
 
@@ -254,7 +255,7 @@ def _kind(name: str) -> tuple:
     """What an event name of a host plane is: (kind, op type or devices)."""
     if name.startswith(_EAGER):
         op = name[len(_EAGER):]
-        if op.startswith("__") or _tensorflow.op_def(_kernels.op_type(op)) is None:
+        if is_function_call(op) or _tensorflow.op_def(_kernels.op_type(op)) is None:
             return (_SKIP,)  # a function call: its nodes are counted on their own
         return _EAGER_OP, _kernels.op_type(op)
     if name == _KERNEL_RUN:

@@ -9,15 +9,93 @@ Example:
 
 from __future__ import annotations
 
+import enum
 from typing import Any, NamedTuple, Optional
 
-__all__ = ["PlacementRecord", "CopyRecord", "ARGUMENT_OPS"]
+__all__ = ["PlacementRecord", "CopyRecord", "Kind", "Origin", "ARGUMENT_OPS", "is_function_call"]
 
 # Nodes TensorFlow adds to every function for its arguments and results.
 ARGUMENT_OPS = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval"})
 
 
-class PlacementRecord(NamedTuple):
+class _Text(str, enum.Enum):
+    """A member that is its string everywhere: compared, hashed, printed and written to JSON."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+class Kind(_Text):
+    """What a record is: an eager op that ran or raised, or a function's node placed, removed or compiled.
+
+    >>> Kind.PLACE == "place", Kind("execute").eager, Kind.REMOVED.ran
+    (True, True, False)
+    """
+
+    EXECUTE = "execute"    # an eager op ran
+    FAILED = "failed"      # an eager op raised
+    PLACE = "place"        # the placer placed a function's node
+    REMOVED = "removed"    # the placer placed it, the graph optimizer removed it before running
+    COMPILED = "compiled"  # a node of a function XLA compiled, on the device it ran
+
+    @property
+    def eager(self) -> bool:
+        """An eager op's record (it ran or raised)."""
+        return self in (Kind.EXECUTE, Kind.FAILED)
+
+    @property
+    def ran(self) -> bool:
+        """The op ran on the record's device: an eager op that did not raise, a node placed or compiled."""
+        return self in (Kind.EXECUTE, Kind.PLACE, Kind.COMPILED)
+
+
+class Origin(_Text):
+    """Who made an op: the user's code, tf.data's input pipeline, or TensorFlow's and Keras' machinery
+    (see `tfplace.placement._origins`).
+
+    >>> Origin.USER == "user", Origin("framework").users
+    (True, False)
+    """
+
+    USER = "user"
+    INPUT = "input"
+    FRAMEWORK = "framework"
+
+    @property
+    def users(self) -> bool:
+        """The user's code asked for the op: advice about it is advice the user can follow."""
+        return self is Origin.USER
+
+
+def is_function_call(op: str) -> bool:
+    """True for an eager call of a function (its record's op is the function's name, `__inference_f_12`)."""
+    return op.startswith("__")
+
+
+class _RecordFields(NamedTuple):
+    op: str
+    name: str
+    device: str
+    kind: Kind
+    source: str = ""
+    requested: str = ""
+    dtypes: tuple[tuple[str, str], ...] = ()
+    line: str = ""
+    requested_by: str = ""
+    origin: Origin = Origin.USER
+
+
+_KINDS = {kind.value: kind for kind in Kind}
+_ORIGINS = {origin.value: origin for origin in Origin}
+
+
+class PlacementRecord(_RecordFields):
     """One placement event.
 
     Attributes:
@@ -49,16 +127,22 @@ class PlacementRecord(NamedTuple):
         all-reduce, optimizer slots, metrics); see `tfplace.placement._origins`.
     """
 
-    op: str
-    name: str
-    device: str
-    kind: str
-    source: str = ""
-    requested: str = ""
-    dtypes: tuple[tuple[str, str], ...] = ()
-    line: str = ""
-    requested_by: str = ""
-    origin: str = "user"
+
+    __slots__ = ()
+
+    def __new__(cls, op: str, name: str, device: str, kind: str, source: str = "", requested: str = "",
+                dtypes: tuple[tuple[str, str], ...] = (), line: str = "", requested_by: str = "",
+                origin: str = Origin.USER) -> "PlacementRecord":
+        try:
+            kind, origin = _KINDS[kind], _ORIGINS[origin]
+        except KeyError:
+            raise ValueError(f"PlacementRecord received kind={kind!r}, origin={origin!r}: allowed kinds are "
+                             f"{', '.join(_KINDS)}; origins {', '.join(_ORIGINS)}") from None
+        return super().__new__(cls, op, name, device, kind, source, requested, dtypes, line, requested_by, origin)
+
+    @classmethod
+    def _make(cls, iterable: Any) -> "PlacementRecord":  # `_replace` makes its result here: checked too
+        return cls(*iterable)
 
     def to_json(self) -> dict[str, Any]:
         """The record as JSON-ready data (`dtypes` as a list of pairs)."""
