@@ -29,6 +29,7 @@ from typing import Any, Optional, Sequence
 from tfplace._errors import ConfigurationError
 # pure Python: --help and usage errors never import TensorFlow
 from tfplace.config._settings import BOOLEAN, BY_NAME, NAMES, SETTINGS, Setting, Sourced, check_conflicts
+from tfplace.placement._report import ROWS
 
 __all__ = ["main"]
 
@@ -186,7 +187,7 @@ def _add_trace(commands: Any) -> argparse.ArgumentParser:
                         help="run the script under TensorFlow's profiler: busy time per device and op, time shares")
     parser.add_argument("--memory", action="store_true",
                         help="count the tensors and variables the script makes per device: peak, live, top lines")
-    parser.add_argument("--top", metavar="N", type=int, default=10, help="rows per report section (default 10)")
+    parser.add_argument("--top", metavar="N", type=int, default=ROWS, help=f"rows per report section (default {ROWS})")
     parser.add_argument("script", help="the Python script to run")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     return parser
@@ -394,7 +395,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     compare.add_argument("a", metavar="A.json", help="the earlier trace (tfplace trace --json=A.json ...)")
     compare.add_argument("b", metavar="B.json", help="the later trace")
     compare.add_argument("--json", action="store_true", help="print JSON")
-    compare.add_argument("--top", type=int, default=20, help="rows per section (default 20)")
+    compare.add_argument("--top", type=int, default=ROWS, help=f"rows per section (default {ROWS})")
     argv = list(sys.argv[1:] if argv is None else argv)
     passed: list[str] = []
     if argv[:1] == ["trace"] and "--" in argv:

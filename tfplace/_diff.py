@@ -28,6 +28,7 @@ from typing import Any, Mapping, NamedTuple, Optional
 
 from tfplace.placement._groups import category
 from tfplace.placement._records import Kind, Origin, PlacementRecord, is_function_call
+from tfplace.placement._report import ROWS
 
 __all__ = ["Moved", "Diff", "DiffError", "read", "diff", "render", "to_json"]
 
@@ -210,7 +211,7 @@ def _transfer(row: Mapping[str, Any]) -> str:
             f"{_short(str(row.get('to_device')))}, {each}, x{row.get('count')}")
 
 
-def render(found: Diff, name_a: str, name_b: str, *, top: int = 20) -> str:
+def render(found: Diff, name_a: str, name_b: str, *, top: int = ROWS) -> str:
     """The diff as text: the verdict first, then each kind of change (at most `top` rows each)."""
     changes = []
     if found.moved:

@@ -30,12 +30,12 @@ from collections import Counter
 from typing import Any, NamedTuple, Optional, Sequence
 
 from tfplace import _script
-from tfplace.placement import _display, _explain, _groups
+from tfplace.placement import _display, _explain, _groups, _report
 from tfplace.placement._capture import capture_placement
 from tfplace.placement._memory import NOT_COUNTED
 from tfplace.placement._explain import Explanation, Readiness
 from tfplace.placement._log import PlacementLog
-from tfplace.placement._records import ARGUMENT_OPS, Kind, is_function_call
+from tfplace.placement._records import ARGUMENT_OPS, is_function_call
 
 __all__ = ["run_script", "Findings", "findings", "report", "to_json", "write_json", "plot"]
 
@@ -59,24 +59,6 @@ def run_script(path: str, args: Sequence[str], *, timing: bool = False,
 def _is_op_type(op: str) -> bool:
     """An op type, not a function's argument or result node nor an eager call of a function."""
     return op not in ARGUMENT_OPS and not is_function_call(op)
-
-
-def _rows(counter: Counter, top: int) -> tuple[list, int]:
-    rows = counter.most_common()
-    return rows[:top], max(0, len(rows) - top)
-
-
-def _where(source: str) -> str:
-    return source or "an unknown line"
-
-
-def _key(explanation: Explanation, messages: dict[tuple, str]) -> tuple:
-    """(line, op, requested, device, reason) of an explanation; its first message kept in `messages`."""
-    record = explanation.record
-    where = record.source or (f"function node {record.name}" if record.name else "an unknown line")
-    key = (where, record.op, record.requested, record.device, explanation.reason)
-    messages.setdefault(key, explanation.message)
-    return key
 
 
 class Findings(NamedTuple):
@@ -128,7 +110,15 @@ def _device_lines(log: PlacementLog, top: int) -> list[str]:
     return lines or ["  (no ops ran)"]
 
 
-def report(log: PlacementLog, found: Findings, *, top: int = 10) -> str:
+def _explained_lines(explanations: Sequence[Explanation], top: int) -> list[str]:
+    """The user's explanations grouped by line (a node's name where the line is unknown), most first."""
+    groups, more = _report.first(_report.explained(explanations), top)
+    lines = [f"  {g.source or ('function node ' + ', '.join(g.names) if g.names else 'an unknown line')}  "
+             f"{g.op} x{g.count}: {g.reason}: {g.message}" for g in groups]
+    return lines + ([f"  ... and {more} more"] if more else []) if lines else ["  (none of yours)"]
+
+
+def report(log: PlacementLog, found: Findings, *, top: int = _report.ROWS) -> str:
     """The trace report of `log`: where the time and bytes went (with the top transfers and their
     lines); per device, the user's compute ops by executions (plumbing, input pipeline and
     framework one line each); the user's ops not where asked, and why, by source line, then what
@@ -143,32 +133,22 @@ def report(log: PlacementLog, found: Findings, *, top: int = 10) -> str:
              + "; the rest one line each):",
              *_device_lines(log, top)]
     lines.append("not where asked, and why (by source line):")
-    messages: dict[tuple, str] = {}
     yours = [e for e in explanations if _explain.user_can_act(e.record)]
-    asked = Counter(_key(e, messages) for e in yours if e.record.requested)
-    shown, more = _rows(asked, top)
-    for key, n in shown:
-        lines.append(f"  {key[0]}  {key[1]} x{n}: {key[4]}: {messages[key]}")
-    lines.append("  (none of yours)" if not asked else f"  ... and {more} more" if more else "")
+    lines += _explained_lines([e for e in yours if e.record.requested], top)
     machinery = _explain.causes(e for e in explanations if e.record.requested)
     if machinery:
         lines.append("  placed by TensorFlow's and Keras' own code (nothing to change in yours):")
-        lines += [f"    {cause}" for cause in machinery[:top]]
-        lines.append(f"    ... and {len(machinery) - top} more" if len(machinery) > top else "")
+        shown, more = _report.first(machinery, top)
+        lines += [f"    {cause}" for cause in shown] + ([f"    ... and {more} more"] if more else [])
     lines.append("ops on the CPU while a GPU was visible:")
     if not found.gpus_visible:
         lines.append("  (no GPU visible)")
     else:
-        on_cpu = Counter(_key(e, messages) for e in yours if not e.record.requested)
-        shown, more = _rows(on_cpu, top)
-        for key, n in shown:
-            lines.append(f"  {key[0]}  {key[1]} x{n}: {key[4]}: {messages[key]}")
-        lines.append("  (none of yours)" if not on_cpu else f"  ... and {more} more" if more else "")
-    failed = Counter((_where(r.source), r.op, r.device) for r in log.records if r.kind == Kind.FAILED)
+        lines += _explained_lines([e for e in yours if not e.record.requested], top)
+    failed, more = _report.first(_report.failed(log.records), top)
     if failed:
         lines.append("failed ops:")
-        shown, more = _rows(failed, top)
-        lines += [f"  {where}  {op} x{n} on {device}" for (where, op, device), n in shown]
+        lines += [f"  {g.source or 'an unknown line'}  {g.op} x{g.count} on {g.device}" for g in failed]
         lines.append(f"  ... and {more} more" if more else "")
     if readiness is not None:
         lines.append(f"GPU readiness: your ops that would still run on the CPU on a GPU machine "
@@ -231,7 +211,7 @@ def _colours(count: int) -> list[Any]:
     return [palette[i % len(palette)] for i in range(count)]
 
 
-def plot(log: PlacementLog, path: str, *, top: int = 10, title: Optional[str] = None) -> None:
+def plot(log: PlacementLog, path: str, *, top: int = _report.ROWS, title: Optional[str] = None) -> None:
     """Draws where the work and bytes went into `path` (its extension picks the format): per device,
     op executions (or, with timing, busy time) as bars stacked by op type; beside it, bytes moved
     per direction. The file is written whole or not at all.

@@ -5,7 +5,8 @@
   functions TensorFlow places (graph collection, rebuilt as the placer saw them, tf.data functions).
 * `_sources`, `_function_sources`: the user's line behind each op and node.
 * `_kernels`, `_kernel_table`, `_explain`: op definitions and kernels; why an op ran where it did.
-* `_capture`, `_guards`, `_display`: `capture_placement()`, the guards, the notebook view.
+* `_capture`, `_guards`: `capture_placement()`, the guards; `_report`, `_display`: the rows every report
+  shows (grouped once), the text and notebook views.
 
 Every read of TensorFlow's state goes through `tfplace._tensorflow`. Nothing here is imported by
 `import tfplace`; the public names are re-exported there.

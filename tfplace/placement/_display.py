@@ -29,17 +29,18 @@ from collections import Counter
 from typing import TYPE_CHECKING, Optional, Protocol, Sequence
 
 from tfplace._devices import parse_device
-from tfplace.placement import _explain, _groups
+from tfplace.placement import _explain, _groups, _report
+from tfplace.placement._report import ROWS
 from tfplace.placement._memory import NOT_COUNTED
 from tfplace.placement._origins import is_plumbing
-from tfplace.placement._records import CopyRecord, Kind, PlacementRecord
+from tfplace.placement._records import CopyRecord, PlacementRecord
 
 if TYPE_CHECKING:
     from tfplace.placement._cost import Cost, Transfer
     from tfplace.placement._explain import Explanation
     from tfplace.placement._memory import Memory
 
-__all__ = ["Log", "html", "text", "cost_lines", "size", "short_device", "MAX_ROWS"]
+__all__ = ["Log", "html", "text", "cost_lines", "size", "short_device"]
 
 
 class Log(Protocol):
@@ -63,8 +64,6 @@ class Log(Protocol):
 
     def memory(self) -> "Memory": ...
 
-
-MAX_ROWS = 30  # rows per table; the rest is counted in one line
 
 _FONT = "font-family:var(--jp-code-font-family,ui-monospace,SFMono-Regular,Menlo,Consolas,monospace)"
 _BOX = "font-size:13px;line-height:1.4;margin:4px 0;max-width:100%;overflow-x:auto"
@@ -139,12 +138,12 @@ def _ops_table(records: Sequence[PlacementRecord]) -> str:
     columns = sorted(devices, key=_device_key)
     rows = []
     ordered = sorted(counts.items(), key=lambda item: -sum(item[1].values()))
-    for (op, kind), per_device in ordered[:MAX_ROWS]:
+    for (op, kind), per_device in ordered[:ROWS]:
         cells = [_e(op), _e(kind)]
         cells += [str(per_device[d]) if per_device[d] else f'<span style="{_MUTED}">·</span>' for d in columns]
         rows.append(_row(cells, [False, False] + [True] * len(columns)))
     width = 2 + len(columns)
-    rows.append(_more(len(counts) - MAX_ROWS, "op row", width))
+    rows.append(_more(len(counts) - ROWS, "op row", width))
     for name in _groups.CATEGORIES[1:]:
         if name in others:
             rows.append(f'<tr><td colspan="{width}" style="{_CELL};{_MUTED}">+{_e(_groups.other_line(name, others[name]))}'
@@ -159,8 +158,8 @@ def _transfers_table(log: Log) -> str:
                    _e(t.op) + (f' <span style="{_MUTED}">{_e(t.node)} in {_e(t.function)}</span>' if t.node else ""),
                    f"#{t.input_index}", _e(short_device(t.from_device)), _e(short_device(t.to_device)),
                    f"{t.count}{'+' if t.lower_bound else ''}", _e(size(t.bytes)), _e(size(t.total_bytes))],
-                  (False,) * 5 + (True,) * 3) for t in rows[:MAX_ROWS]]
-    shown.append(_more(len(rows) - MAX_ROWS, "transfer row", 8))
+                  (False,) * 5 + (True,) * 3) for t in rows[:ROWS]]
+    shown.append(_more(len(rows) - ROWS, "transfer row", 8))
     return _table(["line", "op (node in function)", "input", "from", "to", "count", "each", "total"], shown,
                   (False,) * 5 + (True,) * 3)
 
@@ -204,43 +203,26 @@ def _memory_html(log: Log) -> list[str]:
             f'<div style="{_MUTED}">{_e(counted.note)}</div>']
 
 
-def _failed_table(failed: Sequence[PlacementRecord]) -> str:
-    groups = Counter((r.source, r.op, r.name, r.device, r.requested) for r in failed)
-    rows = [_row([_e(line or "–"), _e(op) + (f' <span style="{_MUTED}">{_e(name)}</span>' if name else ""),
-                  _e(device or "(unknown)"), _e(asked or "–"), str(n)], _COUNT5)
-            for (line, op, name, device, asked), n in groups.most_common(MAX_ROWS)]
-    rows.append(_more(len(groups) - MAX_ROWS, "failed op row", 5))
+def _failed_table(groups: Sequence[_report.Group]) -> str:
+    shown, hidden = _report.first(groups)
+    rows = [_row([_e(g.source or "–"), _e(g.op) + (f' <span style="{_MUTED}">{_e(", ".join(g.names))}</span>'
+                                                  if g.names else ""),
+                  _e(g.device or "(unknown)"), _e(g.requested or "–"), str(g.count)], _COUNT5) for g in shown]
+    rows.append(_more(hidden, "failed op row", 5))
     return _table(["line", "op", "device", "asked for", "count"], rows, [False] * 4 + [True])
 
 
-def _explanation_groups(explanations: Sequence["Explanation"]) -> list[tuple[tuple, int, str]]:
-    """(line, op, node names, ran on, asked for, reason), count and the first message, most frequent first."""
-    counts: Counter = Counter()
-    messages: dict[tuple, str] = {}
-    names: dict[tuple, list[str]] = {}
-    for found in explanations:
-        r = found.record
-        key = (r.source, r.op, r.device, r.requested, found.reason)
-        counts[key] += 1
-        messages.setdefault(key, found.message)
-        if r.name and r.name not in names.setdefault(key, []):
-            names[key].append(r.name)
-    return [((line, op, ", ".join(names.get(key, [])), device, asked, reason), n, messages[key])
-            for key, n in counts.most_common()
-            for line, op, device, asked, reason in [key]]
-
-
-def _explanations_table(explanations: Sequence["Explanation"]) -> str:
-    groups = _explanation_groups(explanations)
+def _explanations_table(groups: Sequence[_report.Explained]) -> str:
+    shown, hidden = _report.first(groups)
     rows = []
-    for (line, op, names, device, asked, reason), n, message in groups[:MAX_ROWS]:
-        shown = _e(op) + (f' <span style="{_MUTED}">{_e(names)}</span>' if names else "")
-        rows.append(_row([_e(line or "–"), shown, _e(device), _e(asked or "(none)"), f"<b>{_e(reason)}</b>", str(n)],
-                         _COUNT6))
+    for g in shown:
+        op = _e(g.op) + (f' <span style="{_MUTED}">{_e(", ".join(g.names))}</span>' if g.names else "")
+        rows.append(_row([_e(g.source or "–"), op, _e(g.device), _e(g.requested or "(none)"), f"<b>{_e(g.reason)}</b>",
+                          str(g.count)], _COUNT6))
         # A zero-width box as wide as the row: the message wraps to the table's width instead of widening it.
-        rows.append(f'<tr><td colspan="6" style="{_MESSAGE}"><div style="width:0;min-width:100%">{_e(message)}</div>'
+        rows.append(f'<tr><td colspan="6" style="{_MESSAGE}"><div style="width:0;min-width:100%">{_e(g.message)}</div>'
                     "</td></tr>")
-    rows.append(_more(len(groups) - MAX_ROWS, "group", 6))
+    rows.append(_more(hidden, "group", 6))
     return _table(["line", "op", "ran on", "asked for", "reason", "count"], rows, [False] * 5 + [True])
 
 
@@ -257,14 +239,14 @@ def html(log: Log, explanations: Sequence["Explanation"]) -> str:
     """
     records = log.records
     yours = [e for e in explanations if _explain.user_can_act(e.record)]
-    failed = [r for r in records if r.kind == Kind.FAILED]
+    failed = _report.failed(records)
     devices = {r.device for r in records if r.device and not is_plumbing(r)}
     state = (f'<span style="{_OK}">complete</span>' if log.complete
              else f'<span style="{_BAD}">INCOMPLETE</span>')
     summary = " · ".join([
         f"<b>Placement</b>: {_plural(len(records), 'record')} on {_plural(len(devices), 'device')}",
         _plural(len(log.copies), "implicit copy", "implicit copies"),
-        *([_plural(len(failed), "failed op")] if failed else []),
+        *([_plural(sum(g.count for g in failed), "failed op")] if failed else []),
         *([_plural(len(yours), "op of yours not where asked", "ops of yours not where asked")] if yours else []),
         state,
     ])
@@ -281,13 +263,12 @@ def html(log: Log, explanations: Sequence["Explanation"]) -> str:
         parts += [f'<div style="{_TITLE}">Implicit transfers, most bytes first</div>', _transfers_table(log)]
     if failed:
         parts += [f'<div style="{_TITLE}">Failed ops</div>', _failed_table(failed)]
-    yours = [e for e in explanations if _explain.user_can_act(e.record)]
     if yours:
-        parts += [f'<div style="{_TITLE}">Not where asked, and why</div>', _explanations_table(yours)]
+        parts += [f'<div style="{_TITLE}">Not where asked, and why</div>', _explanations_table(_report.explained(yours))]
     causes = _explain.causes(explanations)
     if causes:
         parts += [f'<div style="{_TITLE}">Placed by TensorFlow\'s and Keras\' own code (nothing to change in yours)</div>',
-                  *(f'<div style="{_MUTED}">{_e(cause)}</div>' for cause in causes[:MAX_ROWS])]
+                  *(f'<div style="{_MUTED}">{_e(cause)}</div>' for cause in causes[:ROWS])]
     parts.append("</div>")
     return "".join(parts)
 
@@ -296,25 +277,24 @@ def text(log: Log, explanations: Sequence["Explanation"]) -> str:
     """The log as text: `str(log)` (where the time and bytes went, with the top transfers, then its
     table), then failed ops and explanations."""
     lines = [str(log)]
-    failed = Counter((r.source, r.op, r.device, r.requested) for r in log.records if r.kind == Kind.FAILED)
+    failed, hidden = _report.first(_report.failed(log.records))
     if failed:
         lines.append("  failed ops:")
-        lines += [f"    {op} on {device or '(unknown)'}" + (f" (asked for {asked})" if asked else "")
-                  + (f" at {line}" if line else "") + f"  x{n}"
-                  for (line, op, device, asked), n in failed.most_common(MAX_ROWS)]
-    groups = _explanation_groups([e for e in explanations if _explain.user_can_act(e.record)])
+        lines += [f"    {g.op} on {g.device or '(unknown)'}" + (f" (asked for {g.requested})" if g.requested else "")
+                  + (f" at {g.source}" if g.source else "") + f"  x{g.count}" for g in failed]
+        lines += [f"    ... and {hidden} more"] if hidden else []
+    groups, hidden = _report.first(_report.explained(e for e in explanations if _explain.user_can_act(e.record)))
     if groups:
         lines.append("  not where asked, and why:")
-        for (line, op, _names, device, asked, reason), n, message in groups[:MAX_ROWS]:
-            lines.append(f"    {op} on {device} (asked for {asked or 'no device'}): {reason}"
-                         + (f" at {line}" if line else "") + f"  x{n}")
-            lines.append(f"      {message}")
-        if len(groups) > MAX_ROWS:
-            lines.append(f"    ... and {len(groups) - MAX_ROWS} more")
+        for g in groups:
+            lines.append(f"    {g.op} on {g.device} (asked for {g.requested or 'no device'}): {g.reason}"
+                         + (f" at {g.source}" if g.source else "") + f"  x{g.count}")
+            lines.append(f"      {g.message}")
+        lines += [f"    ... and {hidden} more"] if hidden else []
     causes = _explain.causes(explanations)
     if causes:
         lines.append("  placed by TensorFlow's and Keras' own code (nothing to change in yours):")
-        lines += [f"    {cause}" for cause in causes[:MAX_ROWS]]
+        lines += [f"    {cause}" for cause in causes[:ROWS]]
     counted = log.memory()
     if counted.note != NOT_COUNTED:
         lines.append("  memory per device:")

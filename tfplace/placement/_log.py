@@ -24,6 +24,7 @@ from tfplace.placement import _groups, _kernels
 from tfplace.placement._origins import is_input_op
 from tfplace.placement._parsing import parse_placement
 from tfplace.placement._records import ARGUMENT_OPS, CopyRecord, Kind, Origin, PlacementRecord
+from tfplace.placement._report import ROWS
 
 if TYPE_CHECKING:
     from tfplace.placement._cost import Cost, Transfer
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 
 __all__ = ["PlacementLog", "JSON_FORMAT"]
 
-_TABLE_ROWS = 20
 # What `to_json()` writes: identical events once, with a count.
 JSON_FORMAT = "tfplace-log/2"
 
@@ -387,13 +387,13 @@ class PlacementLog:
         note = "" if self.complete else "\n  (incomplete log: " + self.incomplete_reason + ")"
         if not rows and not others:
             return "  (no placement events were recorded)" + note
-        shown = rows[:_TABLE_ROWS]
+        shown = rows[:ROWS]
         width = max([2] + [len(o) for (o, _, _), _ in shown])
         place = max([6] + [len(d) for (_, d, _), _ in shown])
         lines = [f"  {'op':<{width}}  {'device':<{place}}  {'kind':<8}  count"]
         lines += [f"  {o:<{width}}  {d:<{place}}  {k:<8}  {n}" for (o, d, k), n in shown]
-        if len(rows) > _TABLE_ROWS:
-            lines.append(f"  ... and {len(rows) - _TABLE_ROWS} more rows")
+        if len(rows) > ROWS:
+            lines.append(f"  ... and {len(rows) - ROWS} more rows")
         lines += [f"  (+{_groups.other_line(name, others[name])})" for name in _groups.CATEGORIES[1:] if name in others]
         return "\n".join(lines) + note
 
@@ -512,7 +512,7 @@ class PlacementLog:
 
         lines = [f"PlacementLog: {len(self._records)} records, {len(self._copies)} implicit copies, "
                  + ("complete" if self.complete else "INCOMPLETE"),
-                 *("  " + line for line in _display.cost_lines(self, top=_TABLE_ROWS)), self.table()]
+                 *("  " + line for line in _display.cost_lines(self, top=ROWS)), self.table()]
         return "\n".join(lines)
 
 

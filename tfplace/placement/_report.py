@@ -1,0 +1,87 @@
+"""What the reports of a log show, grouped once: the text, the HTML, `tfplace trace` and `tfplace diff`
+only format these rows.
+
+* `ROWS`: rows per table or list of every report (the rest is counted in one line); `tfplace trace
+  --top` and `tfplace diff --top` default to it.
+* `failed(records)`: failed eager ops grouped by line, op, device and the device asked for.
+* `explained(explanations)`: explanations grouped by line, op, device, device asked for and reason,
+  with the nodes' names and the first message.
+* `first(rows, limit)`: the rows a report shows and how many it leaves to its "and N more" line.
+
+Example:
+    >>> from tfplace.placement._records import PlacementRecord
+    >>> from tfplace.placement import _report
+    >>> records = [PlacementRecord("MatMul", "", "/device:CPU:0", "failed", "train.py:3")] * 2
+    >>> [(g.source, g.op, g.count) for g in _report.failed(records)]
+    [('train.py:3', 'MatMul', 2)]
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Iterable, NamedTuple, Sequence, TypeVar
+
+from tfplace.placement._records import Kind, PlacementRecord
+
+__all__ = ["ROWS", "Group", "Explained", "failed", "explained", "first"]
+
+ROWS = 20
+
+_Row = TypeVar("_Row")
+
+
+class Group(NamedTuple):
+    """Records of one line, op, device and device asked for: how many, and their nodes' names."""
+
+    source: str
+    op: str
+    device: str
+    requested: str
+    names: tuple[str, ...]
+    count: int
+
+
+class Explained(NamedTuple):
+    """Explanations of one line, op, device, device asked for and reason: how many, their nodes' names,
+    and the first one's message."""
+
+    source: str
+    op: str
+    device: str
+    requested: str
+    reason: str
+    names: tuple[str, ...]
+    count: int
+    message: str
+
+
+def _grouped(items: Iterable[tuple[tuple, str, Any]]) -> list[tuple[tuple, int, tuple[str, ...], Any]]:
+    """(key, count, names, first payload) per key of `(key, node name, payload)` items, most first."""
+    counts: Counter = Counter()
+    names: dict[tuple, list[str]] = {}
+    payloads: dict[tuple, Any] = {}
+    for key, name, payload in items:
+        counts[key] += 1
+        payloads.setdefault(key, payload)
+        known = names.setdefault(key, [])
+        if name and name not in known:
+            known.append(name)
+    return [(key, count, tuple(names[key]), payloads[key]) for key, count in counts.most_common()]
+
+
+def failed(records: Iterable[PlacementRecord]) -> list[Group]:
+    """The failed eager ops among `records`, grouped, most frequent first."""
+    return [Group(*key, names, count) for key, count, names, _ in _grouped(
+        ((r.source, r.op, r.device, r.requested), r.name, None) for r in records if r.kind == Kind.FAILED)]
+
+
+def explained(explanations: Iterable[Any]) -> list[Explained]:
+    """`Explanation`s grouped, most frequent first."""
+    return [Explained(*key, names, count, message) for key, count, names, message in _grouped(
+        ((e.record.source, e.record.op, e.record.device, e.record.requested, e.reason), e.record.name, e.message)
+        for e in explanations)]
+
+
+def first(rows: Sequence[_Row], limit: int = ROWS) -> tuple[Sequence[_Row], int]:
+    """The first `limit` of `rows`, and how many are left out."""
+    return rows[:limit], max(0, len(rows) - limit)
