@@ -20,10 +20,9 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from tfplace._devices import parse_device
-from tfplace.placement import _groups, _kernels
-from tfplace.placement._origins import is_input_op
-from tfplace.placement._parsing import parse_placement
-from tfplace.placement._records import ARGUMENT_OPS, CopyRecord, Kind, Origin, PlacementRecord
+from tfplace.placement import _groups
+from tfplace.placement._parsing import as_captured, parse_placement
+from tfplace.placement._records import CopyRecord, Kind, PlacementRecord
 from tfplace.placement._report import ROWS
 
 if TYPE_CHECKING:
@@ -335,9 +334,8 @@ class PlacementLog:
             raise TypeError(f"PlacementLog.from_text received {type(text).__name__} (from argument text): "
                             "allowed is str, the text of a saved TensorFlow log; decode bytes first, "
                             "e.g. data.decode('utf-8', 'replace')")
-        parsed = parse_placement(text)
-        records = [r._replace(origin=Origin.INPUT) if is_input_op(r.op) else r for r in _without_eager_wrappers(parsed.records)]
-        return cls(records, parsed.copies)
+        parsed = as_captured(parse_placement(text))
+        return cls(parsed.records, parsed.copies)
 
     def _select(self, op: Optional[str] = None, device: Optional[str] = None) -> Iterable[PlacementRecord]:
         where = parse_device(device, origin="PlacementLog's argument device").name if device is not None else None
@@ -514,35 +512,3 @@ class PlacementLog:
                  + ("complete" if self.complete else "INCOMPLETE"),
                  *("  " + line for line in _display.cost_lines(self, top=ROWS)), self.table()]
         return "\n".join(lines)
-
-
-def _wrapper_size(group: list[PlacementRecord], op: str) -> int:
-    """How many records at the end of `group` are the one-op functions TensorFlow built to run
-    eager `op` (oneDNN builds print two: one for `MatMul`, one for its `_MklMatMul` kernel)."""
-    size, seen = 0, False
-    for record in reversed(group):
-        if record.op == op and _kernels.op_type(record.name) == op:
-            seen = True
-        elif not (record.op in ARGUMENT_OPS and _kernels.is_wrapper_plumbing(record.name, op)):
-            break
-        size += 1
-    return size if seen else 0
-
-
-def _without_eager_wrappers(records: list[PlacementRecord]) -> list[PlacementRecord]:
-    """`records` read from a log, without eager-op wrapper functions and `_EagerConst` events.
-
-    TensorFlow prints the placer lines of the function it builds for an eager
-    op just before that op's "Executing op" line.
-    """
-    kept: list[PlacementRecord] = []
-    group_start = 0
-    for record in records:
-        if record.kind != Kind.EXECUTE:
-            kept.append(record)
-            continue
-        del kept[len(kept) - _wrapper_size(kept[group_start:], record.op):]
-        if record.op != "_EagerConst":
-            kept.append(record)
-        group_start = len(kept)
-    return kept

@@ -27,10 +27,12 @@ from collections import Counter
 from typing import Any, NamedTuple
 
 from tfplace._devices import canonical_name
+from tfplace.placement import _kernels
 from tfplace.placement._kernels import op_type
-from tfplace.placement._records import CopyRecord, Kind, PlacementRecord
+from tfplace.placement._origins import is_input_op
+from tfplace.placement._records import ARGUMENT_OPS, CopyRecord, Kind, Origin, PlacementRecord
 
-__all__ = ["Parsed", "parse_placement"]
+__all__ = ["Parsed", "parse_placement", "as_captured"]
 
 _DEVICE = r"/job:\w+/replica:\d+/task:\d+/device:[A-Za-z_]+:\d+"
 _EXECUTE = r"Executing op (\S+) in device (" + _DEVICE + ")"
@@ -132,3 +134,43 @@ def parse_placement(text: str) -> Parsed:
                 drop.add(position)
         records = [r for i, r in enumerate(records) if i not in drop]
     return Parsed(records, copies)
+
+
+def _wrapper_size(group: list[PlacementRecord], op: str) -> int:
+    """How many records at the end of `group` are the one-op functions TensorFlow built to run
+    eager `op` (oneDNN builds print two: one for `MatMul`, one for its `_MklMatMul` kernel)."""
+    size, seen = 0, False
+    for record in reversed(group):
+        if record.op == op and _kernels.op_type(record.name) == op:
+            seen = True
+        elif not (record.op in ARGUMENT_OPS and _kernels.is_wrapper_plumbing(record.name, op)):
+            break
+        size += 1
+    return size if seen else 0
+
+
+def _without_eager_wrappers(records: list[PlacementRecord]) -> list[PlacementRecord]:
+    """`records` read from a log, without eager-op wrapper functions and `_EagerConst` events.
+
+    TensorFlow prints the placer lines of the function it builds for an eager
+    op just before that op's "Executing op" line.
+    """
+    kept: list[PlacementRecord] = []
+    group_start = 0
+    for record in records:
+        if record.kind != Kind.EXECUTE:
+            kept.append(record)
+            continue
+        del kept[len(kept) - _wrapper_size(kept[group_start:], record.op):]
+        if record.op != "_EagerConst":
+            kept.append(record)
+        group_start = len(kept)
+    return kept
+
+
+def as_captured(parsed: Parsed) -> Parsed:
+    """What a capture of the same run records, from what `parse_placement` read: without the one-op
+    functions TensorFlow builds to run each eager op and its `_EagerConst` events, dataset and
+    iterator ops of origin "input" (`PlacementLog.from_text`)."""
+    records = [r._replace(origin=Origin.INPUT) if is_input_op(r.op) else r for r in _without_eager_wrappers(parsed.records)]
+    return parsed._replace(records=records)
