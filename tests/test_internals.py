@@ -275,3 +275,30 @@ def test_only_the_state_module_reaches_into_frames_objects_and_the_garbage_colle
                                                           else [node.module or ""])):
                 found.append(f"{where} imports gc or ctypes")
     assert not found, "TensorFlow and Python internals outside tfplace/_tensorflow.py:\n" + "\n".join(found)
+
+
+_MUTABLE_CALLS = ("dict", "list", "set", "local", "Lock", "RLock", "Counter", "WeakSet", "WeakKeyDictionary",
+                  "WeakValueDictionary", "defaultdict", "deque", "OrderedDict")
+
+
+def test_capture_state_lives_in_the_session_alone():
+    """No module of tfplace/placement/ but _session.py keeps mutable state: no module-level dict, list,
+    set, lock or thread-local, and no `global` statement (caches by `functools.lru_cache` aside)."""
+    found = []
+    for path in sorted((ROOT / "tfplace" / "placement").glob("*.py")):
+        if path.name == "_session.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            names = [ast.unparse(t) for t in (node.targets if isinstance(node, ast.Assign) else [node.target])] \
+                if value is not None else []
+            if value is None or names == ["__all__"]:
+                continue
+            called = ast.unparse(value.func).rpartition(".")[2] if isinstance(value, ast.Call) else ""
+            if isinstance(value, (ast.Dict, ast.List, ast.Set)) and not all(n.isupper() for n in names) \
+                    or called in _MUTABLE_CALLS:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {', '.join(names)} = {ast.unparse(value)[:40]}")
+        found += [f"{path.relative_to(ROOT)}:{node.lineno} global {', '.join(node.names)}"
+                  for node in ast.walk(tree) if isinstance(node, ast.Global)]
+    assert not found, "module-level state outside tfplace/placement/_session.py:\n" + "\n".join(found)

@@ -1,5 +1,7 @@
 """Seeing placement: records of where each op ran, why, and guards over them.
 
+* `_session`: the capture session, the one owner of the state open captures and guards share
+  (hooks, patches, graph collection, caches), and the record of what TensorFlow did that outlives it.
 * `_records`, `_log`, `_parsing`: the records, `PlacementLog`, and the reader of a saved TensorFlow log.
 * `_hooks`: eager ops through an op callback; `_graphs`, `_lowering`, `_datasets`: the nodes of the
   functions TensorFlow places (graph collection, rebuilt as the placer saw them, tf.data functions).

@@ -18,16 +18,16 @@ Example:
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Sequence
 
+from tfplace.placement import _session
 from tfplace.placement._graphs import Placed
 
 __all__ = ["after"]
 
 _LIMIT = 1024  # (function, device) pairs remembered, oldest forgotten first
-_lock = threading.Lock()
-_known: dict[tuple[str, str], dict[tuple[str, ...], Placed]] = {}  # (function, device) -> argument devices -> Placed
+# What each call runs is a fact of TensorFlow's runtime, which outlives captures: kept in
+# `_session.runtime().calls`, (function, device) -> argument devices -> Placed.
 
 
 def _merged(old: Placed, new: Placed) -> Placed:
@@ -49,15 +49,17 @@ def after(function: str, device: str, inputs: Sequence[Any], found: Placed) -> P
     key = (function, device)
     if found.functions:
         devices = _argument_devices(inputs)
-        with _lock:
-            entries = _known.pop(key, {})
+        runtime = _session.runtime()
+        with runtime.lock:
+            known = runtime.calls
+            entries = known.pop(key, {})
             old = entries.get(devices)
             entries[devices] = found if old is None else _merged(old, found)
-            _known[key] = entries
-            if len(_known) > _LIMIT:
-                del _known[next(iter(_known))]
+            known[key] = entries
+            if len(known) > _LIMIT:
+                del known[next(iter(known))]
         return entries[devices]
-    entries = _known.get(key)
+    entries = _session.runtime().calls.get(key)
     if not entries:
         return found
     if len(entries) == 1:

@@ -27,7 +27,7 @@ import warnings
 from typing import Any, Iterator, Optional, Sequence
 
 from tfplace import _tensorflow
-from tfplace.placement import _function_sources, _graphs, _hooks
+from tfplace.placement import _function_sources, _graphs, _hooks, _session
 from tfplace.placement._log import PlacementLog
 from tfplace.placement._records import Kind, PlacementRecord, is_function_call
 from tfplace.placement._sources import user_line, user_stacklevel
@@ -132,43 +132,44 @@ def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool 
         census = _memory.Census()
         log.set_memory(census)
     recorder = _Recorder(log, sources, all_threads, census)
-    _graphs.attach(log, sources=sources)
-    session = None
-    if timing:
-        from tfplace.placement import _profile  # the profiler's schema loads only when timing is asked for
+    with _session.hold():  # the capture session: hooks, graph collection, caches (tfplace.placement._session)
+        _graphs.attach(log, sources=sources)
+        profiling = None
+        if timing:
+            from tfplace.placement import _profile  # the profiler's schema loads only when timing is asked for
 
-        session = _profile.Session.start()
-    if session is not None and session.missing:
-        warnings.warn(f"tfplace: capture_placement(timing=True) has no times: {session.missing}; executions and "
-                      "bytes are still counted", RuntimeWarning, stacklevel=user_stacklevel())
-    try:
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(_function_sources.watching(every_line=sources))  # tells explicit copies apart
-            stack.enter_context(_hooks.listening(recorder))
+            profiling = _profile.Session.start()
+        if profiling is not None and profiling.missing:
+            warnings.warn(f"tfplace: capture_placement(timing=True) has no times: {profiling.missing}; executions and "
+                          "bytes are still counted", RuntimeWarning, stacklevel=user_stacklevel())
+        try:
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(_function_sources.watching(every_line=sources))  # tells explicit copies apart
+                stack.enter_context(_hooks.listening(recorder))
+                if census is not None:
+                    stack.enter_context(_tensorflow.variable_creator_scope(recorder.creator))
+                try:
+                    yield log
+                except _tensorflow.OutOfMemory as error:
+                    note = log.memory_note(error)
+                    if note:
+                        error.add_note(note)
+                    raise
+        finally:
             if census is not None:
-                stack.enter_context(_tensorflow.variable_creator_scope(recorder.creator))
-            try:
-                yield log
-            except _tensorflow.OutOfMemory as error:
-                note = log.memory_note(error)
-                if note:
-                    error.add_note(note)
-                raise
-    finally:
-        if census is not None:
-            census.close()
-        _graphs.detach(log)
-        if session is not None:
-            _timed(log, session)
+                census.close()
+            _graphs.detach(log)
+            if profiling is not None:
+                _timed(log, profiling)
 
 
-def _timed(log: PlacementLog, session: Any) -> None:
+def _timed(log: PlacementLog, profiling: Any) -> None:
     """Gives `log` the profile of its block (function nodes on the devices their records say)."""
     from tfplace.placement import _profile
 
-    space = session.stop()
+    space = profiling.stop()
     if space is None:
-        log.set_timing(None, f"times: {session.missing or 'the profiler recorded nothing'}")
+        log.set_timing(None, f"times: {profiling.missing or 'the profiler recorded nothing'}")
         return
     records = log.records
     devices = {r.name: r.device for r in records if r.name and r.kind in (Kind.PLACE, Kind.COMPILED)}

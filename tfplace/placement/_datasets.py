@@ -32,7 +32,7 @@ from typing import Any, Optional, Sequence
 from tensorflow.core.framework import types_pb2
 
 from tfplace import _tensorflow
-from tfplace.placement import _graphs
+from tfplace.placement import _graphs, _session
 
 __all__ = ["pipeline_of", "exhausted", "read", "read_in_call", "reading", "cardinality", "READS"]
 
@@ -82,11 +82,10 @@ class _Reading:
         self.delivered = 0
 
 
-# Caches an iterator read to the end: filled, they serve every later iterator, which then
-# instantiates nothing upstream of them (TensorFlow runs the upstream functions only while filling).
-_filled: "weakref.WeakSet[Any]" = weakref.WeakSet()
-_iterators: dict[int, _Reading] = {}  # id(iterator handle) -> what it reads
-_cardinalities: dict[int, tuple[Any, int]] = {}  # id(dataset variant) -> (the variant, weakly; its elements)
+# What datasets did outlives captures, as TensorFlow's runtime does (`_session.runtime()`): the caches
+# an iterator filled (`filled`: they serve every later iterator, which then instantiates nothing
+# upstream of them), the iterators that may fill caches (`iterators`: id of the handle -> `_Reading`),
+# and the sizes DatasetCardinality ops said (`cardinalities`: id of a variant -> (it, weakly; elements)).
 _LIMIT = 1024
 
 
@@ -99,23 +98,25 @@ _PARALLEL_INTERLEAVE = (
 
 def exhausted(iterator: Any) -> None:
     """The iterator whose resource handle is `iterator` reached the end of its data: its caches are filled."""
-    entry = _iterators.pop(id(iterator), None) if iterator is not None else None
+    runtime = _session.runtime()
+    entry = runtime.iterators.pop(id(iterator), None) if iterator is not None else None
     if entry is not None and entry.iterator() is iterator:
-        _filled.update(cache for cache in (ref() for ref in entry.caches) if cache is not None)
+        runtime.filled.update(cache for cache in (ref() for ref in entry.caches) if cache is not None)
 
 
 def reading() -> bool:
     """True while an iterator over a pipeline with caches may still fill them (`read()` has work)."""
-    return bool(_iterators)
+    return bool(_session.runtime().iterators)
 
 
 def read(inputs: Sequence[Any], count: int) -> None:
     """The iterator among `inputs` (an op's or a function call's) delivered `count` more elements;
     once it delivered as many as its dataset holds, it read everything: its caches are filled."""
-    found = [tensor for tensor in inputs if id(tensor) in _iterators]
+    iterators = _session.runtime().iterators
+    found = [tensor for tensor in inputs if id(tensor) in iterators]
     if len(found) != 1 or not count:
         return  # no iterator with caches, or several: which one delivered is unknown
-    entry = _iterators[id(found[0])]
+    entry = iterators[id(found[0])]
     if entry.iterator() is not found[0] or entry.size is None:
         return
     entry.delivered += count
@@ -135,13 +136,14 @@ def read_in_call(inputs: Sequence[Any], records: Sequence[Any]) -> None:
 def cardinality(variant: Any, elements: Any) -> None:
     """A `DatasetCardinality` op said the dataset whose variant tensor is `variant` holds `elements`
     elements (negative: infinite or unknown)."""
-    if len(_cardinalities) >= _LIMIT:
-        del _cardinalities[next(iter(_cardinalities))]
-    _cardinalities[id(variant)] = (weakref.ref(variant), int(elements))
+    cardinalities = _session.runtime().cardinalities
+    if len(cardinalities) >= _LIMIT:
+        del cardinalities[next(iter(cardinalities))]
+    cardinalities[id(variant)] = (weakref.ref(variant), int(elements))
 
 
 def _size(variant: Any) -> Optional[int]:
-    entry = _cardinalities.get(id(variant))
+    entry = _session.runtime().cardinalities.get(id(variant))
     return entry[1] if entry is not None and entry[0]() is variant and entry[1] >= 0 else None
 
 
@@ -152,6 +154,7 @@ def pipeline_of(variant: Any, own: tuple[str, ...] = (), iterator: Any = None) -
     dataset = _tensorflow.dataset_of_variant(variant, depth=1)
     if dataset is None:
         return _graphs.Pipeline((), own) if own else None
+    runtime = _session.runtime()
     found: dict[str, tuple[str, ...]] = {}
     maps: list[str] = []
     caches: list[Any] = []
@@ -179,14 +182,14 @@ def pipeline_of(variant: Any, own: tuple[str, ...] = (), iterator: Any = None) -
         if _tensorflow.is_cache_dataset(current):
             if whole:
                 caches.append(current)
-            if current in _filled:
+            if current in runtime.filled:
                 continue  # served from the cache: nothing upstream is instantiated
         whole = whole and _tensorflow.reads_inputs_to_end(current)
         todo += [(child, above, whole) for child in _tensorflow.dataset_inputs(current)]
     if iterator is not None and caches:
-        if len(_iterators) >= _LIMIT:
-            del _iterators[next(iter(_iterators))]
-        _iterators[id(iterator)] = _Reading(iterator, caches, _size(variant))
+        if len(runtime.iterators) >= _LIMIT:
+            del runtime.iterators[next(iter(runtime.iterators))]
+        runtime.iterators[id(iterator)] = _Reading(iterator, caches, _size(variant))
     options = dataset.options().experimental_optimization
     allowed = options.apply_default_optimizations is not False or any(
         getattr(options, name, None) is True for name in _graphs.OPTIMIZATIONS)

@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 from tfplace import _tensorflow
-from tfplace.placement import _origins
+from tfplace.placement import _origins, _session
 from tfplace.placement._lowering import PlacerNode
 from tfplace.placement._sources import stack_user_line
 
@@ -54,13 +53,11 @@ class Note(NamedTuple):
 
 
 _NONE = Note()
-_lock = threading.Lock()
-_watchers = 0
-_line_watchers = 0  # watchers that want every node's line
-_original: Any = None
-_lines: dict[str, dict[str, "Note"]] = {}  # function name -> node name -> its note
-_by_nodes: dict[tuple[str, ...], list[str]] = {}  # a function's node names (arguments left out) -> the
-# names of the functions traced with them, oldest first (`tf.function(lambda x: x * 2.0)` twice: two)
+# How many blocks watch, and how many want every node's line, is the capture session's
+# (`tfplace.placement._session`: `watchers`, `line_watchers`); the notes of the functions traced
+# while one watched outlive it, as the functions do (`_session.runtime()`: `lines`, function name ->
+# node name -> its note; `by_nodes`, a function's node names, arguments left out -> the names of the
+# functions traced with them, oldest first: `tf.function(lambda x: x * 2.0)` twice gives two).
 
 
 # TensorFlow's modules that make ops on behalf of the code calling them (`tf.identity` and the like).
@@ -102,7 +99,9 @@ def _notes(operations: Any, lines: Mapping[str, str]) -> dict[str, Note]:
 def _remember(name: str, graph: Any) -> None:
     operations = graph.get_operations()
     found = {}
-    every = _line_watchers > 0  # else only the identities: whether each is the user's explicit copy
+    session = _session.current()
+    every = session is not None and session.line_watchers > 0  # else only the identities: whether each is
+    # the user's explicit copy
     for op in operations:
         if not every and op.type not in _IDENTITIES:
             continue
@@ -113,13 +112,14 @@ def _remember(name: str, graph: Any) -> None:
         if line:
             found[op.name] = line
     notes = _notes(operations, found)
-    with _lock:
-        if len(_lines) >= _LIMIT:
-            del _lines[next(iter(_lines))]
-        _lines[name] = notes
-        if len(_by_nodes) >= _LIMIT:
-            del _by_nodes[next(iter(_by_nodes))]
-        same = _by_nodes.setdefault(tuple(sorted(op.name for op in operations if op.type != "Placeholder")), [])
+    runtime = _session.runtime()
+    with runtime.lock:
+        if len(runtime.lines) >= _LIMIT:
+            del runtime.lines[next(iter(runtime.lines))]
+        runtime.lines[name] = notes
+        if len(runtime.by_nodes) >= _LIMIT:
+            del runtime.by_nodes[next(iter(runtime.by_nodes))]
+        same = runtime.by_nodes.setdefault(tuple(sorted(op.name for op in operations if op.type != "Placeholder")), [])
         same.append(name)
         del same[:-_LIMIT]
 
@@ -137,30 +137,30 @@ def watching(every_line: bool = True) -> Iterator[None]:
     """Remembers the lines of the functions traced in the block (nested and threaded blocks share one
     patch); with `every_line=False`, only those of `Identity` nodes the user's code made (what tells
     an explicit copy apart, at a fraction of the cost), unless another block watches every line."""
-    global _watchers, _line_watchers
-    with _lock:
-        _watchers += 1
-        _line_watchers += every_line
-        if _watchers == 1:
-            _tensorflow.FROM_FUNC_GRAPH.install(_from_func_graph)
-    try:
-        yield
-    finally:
-        with _lock:
-            _watchers -= 1
-            _line_watchers -= every_line
-            if _watchers == 0:
-                _tensorflow.FROM_FUNC_GRAPH.remove()
+    with _session.hold() as session:
+        with session.lock:
+            session.watchers += 1
+            session.line_watchers += every_line
+            if session.watchers == 1:
+                _tensorflow.FROM_FUNC_GRAPH.install(_from_func_graph)
+        try:
+            yield
+        finally:
+            with session.lock:
+                session.watchers -= 1
+                session.line_watchers -= every_line
+                if session.watchers == 0:
+                    _tensorflow.FROM_FUNC_GRAPH.remove()
 
 
 def watched() -> bool:
     """True once any function was watched (until then there are no notes to look up)."""
-    return bool(_lines)
+    return bool(_session.runtime().lines)
 
 
 def notes(function: str) -> Mapping[str, Note]:
     """Node name -> `Note` of `function` (e.g. "__inference_f_12"), empty if it was not watched."""
-    return _lines.get(function, {})
+    return _session.runtime().lines.get(function, {})
 
 
 def lines(function: str) -> dict[str, str]:
@@ -172,14 +172,15 @@ def notes_of_graph(node_names: Sequence[str], called: str = "") -> Mapping[str, 
     """`notes()` of the watched function whose nodes (arguments and results left out) are `node_names`:
     the function `called` (the function call that placed the graph) when it has those nodes, else the
     one traced last with them."""
-    names = _by_nodes.get(tuple(sorted(node_names)), [])
+    runtime = _session.runtime()
+    names = runtime.by_nodes.get(tuple(sorted(node_names)), [])
     name = called if called in names else names[-1] if names else ""
-    return _lines.get(name, {}) if name else {}
+    return runtime.lines.get(name, {}) if name else {}
 
 
 def functions_with_nodes(node_names: Sequence[str]) -> list[str]:
     """The watched functions whose nodes (arguments and results left out) are `node_names`, oldest first."""
-    return list(_by_nodes.get(tuple(sorted(node_names)), ()))
+    return list(_session.runtime().by_nodes.get(tuple(sorted(node_names)), ()))
 
 
 def node_notes(nodes: Sequence[PlacerNode], top: Mapping[str, Note]) -> list[Note]:
@@ -188,9 +189,10 @@ def node_notes(nodes: Sequence[PlacerNode], top: Mapping[str, Note]) -> list[Not
     (`cond/switch_pred/_2` that of `cond`, `Func/call/input/_0` that of `call`)."""
     by_name: dict[str, Note] = {}
     found = []
+    known = _session.runtime().lines
     for node in nodes:
         function, colon, name = node.origin.rpartition(":")
-        note = (_lines.get(function, {}).get(name, _NONE) if colon else top.get(node.origin, _NONE)) \
+        note = (known.get(function, {}).get(name, _NONE) if colon else top.get(node.origin, _NONE)) \
             if node.origin else _NONE
         prefix = node.name[5:] if node.name.startswith("Func/") else node.name
         while prefix and note is _NONE and not node.origin:

@@ -27,13 +27,14 @@ takes (with a warning) and collection stays on for it after the capture.
 
 Example:
     >>> import tensorflow as tf
-    >>> from tfplace.placement import _graphs
+    >>> from tfplace.placement import _graphs, _session
     >>> from tfplace.placement._log import PlacementLog
     >>> x = tf.ones(2)           # collection needs the runtime started
     >>> log = PlacementLog()
-    >>> _graphs.attach(log)
-    >>> _ = tf.function(lambda v: v * v)(x)
-    >>> _graphs.detach(log)
+    >>> with _session.hold():    # captures and guards hold the capture session
+    ...     _graphs.attach(log)
+    ...     _ = tf.function(lambda v: v * v)(x)
+    ...     _graphs.detach(log)
     >>> [(r.op, r.kind) for r in log.records if r.op == "Mul"]   # Grappler runs Square
     [('Mul', 'place')]
 """
@@ -51,7 +52,7 @@ from tensorflow.core.framework import function_pb2, graph_pb2
 
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name, requested_name
-from tfplace.placement import _function_sources, _groups, _origins, _kernels, _lowering, _transfers
+from tfplace.placement import _function_sources, _groups, _origins, _kernels, _lowering, _session, _transfers
 from tfplace.placement._log import PlacementLog
 from tfplace.placement._records import ARGUMENT_OPS, CopyRecord, Kind, Origin, PlacementRecord
 from tfplace.placement._sources import user_stacklevel
@@ -59,42 +60,42 @@ from tfplace.placement._sources import user_stacklevel
 __all__ = ["attach", "detach", "collect", "Placed", "start", "without_sources", "is_xla", "compiled_records",
            "dataset_records", "dataset_function_names", "iterator_records", "Pipeline", "ITERATOR_OPS", "MAP_OPS", "OPTIMIZATIONS"]
 
-_lock = threading.RLock()
-# The open captures' logs (and the guards, which read what `collect()` returns), in every thread,
-# and whether they keep sources.
-_logs: list[tuple[object, bool, int]] = []  # (log or guard, sources, the thread that opened it)
-# Graphs a call in another thread placed, collected before that thread's own callback asked: (the
-# functions traced with their nodes, the graphs), oldest first, until that call collects them.
-_pending: list[tuple[frozenset, Any]] = []
+# Graph collection's state is the capture session's (`tfplace.placement._session`): the open
+# captures' logs and the guards (which read what `collect()` returns), in every thread, with whether
+# they keep sources and the thread that opened them (`logs`); graphs a call in another thread placed,
+# collected before that thread's own callback asked (`pending`: the functions traced with their
+# nodes, the graphs; oldest first, until that call collects them); functions whose graphs
+# TensorFlow's collection merged with another thread's (`merged`); whether collection is on
+# (`collecting`), or waits for the runtime to start (`waiting`: the op callback starts it).
 _PENDING_LIMIT = 64
-# Functions whose graphs TensorFlow's collection merged with another thread's (placed at the same time).
-_merged: set[str] = set()
 _MERGED = ("TensorFlow placed functions of several threads at the same time, and its graph collection merged their "
            "graphs into one, with nodes of several functions under the same names: the nodes of {} cannot be told "
            "apart, so this log lacks them. Call each tf.function once before starting the threads (or one thread at "
            "a time) to record them")
-_collecting = False
-waiting = False  # a capture is open but the runtime had not started: the op callback starts collection
 
 
 def start() -> None:
     """Starts graph collection if a capture is open and the runtime has started (it never starts the runtime)."""
-    global _collecting, waiting
-    if _collecting or not _logs:
+    session = _session.current()
+    if session is None or session.collecting or not session.logs:
         return
-    with _lock:
-        if not _collecting and _logs and _tensorflow.runtime_started():
+    with session.graph_lock:
+        if not session.collecting and session.logs and _tensorflow.runtime_started():
             _tensorflow.enable_graph_collection()
-            _collecting = True
-        waiting = not _collecting
+            session.collecting = True
+        session.waiting = not session.collecting
 
 
 def attach(log: object, *, sources: bool = False) -> None:
     """Gives `log` the records of every function placed from now until `detach(log)` (with the
     lines of the nodes traced while a sources capture was open, when `sources`); any other object
-    (a guard) keeps collection on until it is detached."""
-    with _lock:
-        _logs.append((log, sources, threading.get_ident()))
+    (a guard) keeps collection on until it is detached. Call it while holding the capture session."""
+    session = _session.current()
+    if session is None:
+        raise RuntimeError("tfplace.placement._graphs.attach received a log while no capture session was held: "
+                           "allowed only inside `with _session.hold():` (captures and guards hold it)")
+    with session.graph_lock:
+        session.logs.append((log, sources, threading.get_ident()))
         start()
 
 
@@ -102,19 +103,21 @@ def detach(log: object) -> None:
     """Collects what this thread's calls placed and no callback collected yet (functions placed since the
     last function call: their records, and their transfers, which ran at least once) for the logs this
     thread opened, then stops feeding `log` (and collecting, after the last log)."""
-    global _collecting, waiting
-    with _lock:
+    session = _session.current()
+    if session is None:
+        return
+    with session.graph_lock:
         pending = collect()
         here = threading.get_ident()
-        for other, sources, thread in _logs if pending.functions else ():
+        for other, sources, thread in session.logs if pending.functions else ():
             if isinstance(other, PlacementLog) and thread == here:
                 other.add(pending.instantiated if sources else without_sources(pending.instantiated), pending.transfers)
-        _logs[:] = [entry for entry in _logs if entry[0] is not log]
-        waiting = waiting and bool(_logs)
-        if not _logs and _collecting:
+        session.logs[:] = [entry for entry in session.logs if entry[0] is not log]
+        session.waiting = session.waiting and bool(session.logs)
+        if not session.logs and session.collecting:
             if not _tensorflow.tensorboard_tracing():  # TensorBoard's trace keeps collecting after the capture
                 _tensorflow.disable_graph_collection()
-            _collecting = False
+            session.collecting = False
 
 
 def _is_eager_op_wrapper(graph: graph_pb2.GraphDef) -> bool:
@@ -483,26 +486,27 @@ class Placed(NamedTuple):
     unseen: str = ""
 
 
-def _ours(called: str, elsewhere: frozenset) -> list[Any]:
+def _ours(session: _session.Session, called: str, elsewhere: frozenset) -> list[Any]:
     """The graphs TensorFlow placed since the last collection that belong to the call of `called`: a graph
     whose nodes are those of a function another thread is calling now (`elsewhere`), and not `called`'s,
     waits for that thread's collection; graphs that waited for `called` come back."""
     fresh = [f for f in _tensorflow.export_run_metadata().function_graphs
              if f.pre_optimization_graph.node and not _is_eager_op_wrapper(f.pre_optimization_graph)]
-    mine = [graphs for owners, graphs in _pending if called in owners]
-    _pending[:] = [(owners, graphs) for owners, graphs in _pending if called not in owners]
+    pending = session.pending
+    mine = [graphs for owners, graphs in pending if called in owners]
+    pending[:] = [(owners, graphs) for owners, graphs in pending if called not in owners]
     for graphs in fresh:
         names = [n.name for n in graphs.pre_optimization_graph.node]
         if len(set(names)) < len(names):  # several threads' functions merged into one graph
-            _merged.update({called, *elsewhere} - {""})
+            session.merged.update({called, *elsewhere} - {""})
             continue
         owners = frozenset(_function_sources.functions_with_nodes(
             [n.name for n in graphs.pre_optimization_graph.node if n.op not in ARGUMENT_OPS]))
         if called not in owners and owners & elsewhere:
-            _pending.append((owners, graphs))
+            pending.append((owners, graphs))
         else:
             mine.append(graphs)
-    del _pending[:-_PENDING_LIMIT]  # a call that never collects (a thread without a capture) leaves them
+    del pending[:-_PENDING_LIMIT]  # a call that never collects (a thread without a capture) leaves them
     return mine
 
 
@@ -510,10 +514,13 @@ def collect(called: str = "", elsewhere: frozenset = frozenset()) -> Placed:
     """The functions TensorFlow placed for the call of `called` since the last collection; `elsewhere`:
     the functions other threads are calling now, whose graphs wait for those threads' collections.
     The caller hands the records to its captures (`Placed.instantiated`)."""
-    with _lock:
-        if not _collecting:
+    session = _session.current()
+    if session is None:
+        return Placed()
+    with session.graph_lock:
+        if not session.collecting:
             return Placed()
-        functions = _ours(called, elsewhere)
+        functions = _ours(session, called, elsewhere)
         if functions and _tensorflow.tensorboard_tracing():
             warnings.warn(
                 "tfplace: a placement capture and tf.summary.trace_on(graph=True) both read TensorFlow's "
@@ -530,6 +537,6 @@ def collect(called: str = "", elsewhere: frozenset = frozenset()) -> Placed:
             instantiated += own + datasets
             transfers += moved
             runs.update(ran)
-        unseen = _MERGED.format(called) if called in _merged else ""
-        _merged.discard(called)
+        unseen = _MERGED.format(called) if called in session.merged else ""
+        session.merged.discard(called)
         return Placed(len(functions), tuple(every), tuple(transfers), tuple(runs.items()), tuple(instantiated), unseen)

@@ -24,7 +24,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import threading
 from typing import Any, Iterator, NoReturn, Optional, Sequence, Union
 
 from absl import logging
@@ -32,7 +31,7 @@ from absl import logging
 from tfplace import _tensorflow
 from tfplace._devices import Device, resolve
 from tfplace._errors import ConfigurationError, ImplicitCopyError, PlacementError
-from tfplace.placement import _explain, _function_sources, _graphs, _hooks, _kernel_table
+from tfplace.placement import _explain, _function_sources, _graphs, _hooks, _kernel_table, _session
 from tfplace.placement._origins import ORIGINS, is_plumbing
 from tfplace.placement._records import CopyRecord, Kind, PlacementRecord
 from tfplace.placement._sources import user_line
@@ -40,7 +39,6 @@ from tfplace.placement._sources import user_line
 __all__ = ["transfer_guard", "device_guard", "LEVELS"]
 
 LEVELS = ("disallow", "log", "allow")
-_local = threading.local()
 
 
 def _describe_copy(copy: CopyRecord) -> str:
@@ -106,11 +104,11 @@ def transfer_guard(level: str = "disallow") -> Iterator[None]:
         raise ConfigurationError(
             f"transfer_guard received level={level!r} (from argument level): allowed are "
             + ", ".join(repr(level) for level in LEVELS))
-    guard: Optional[_TransferGuard] = getattr(_local, "transfer", None)
-    with contextlib.ExitStack() as stack:
+    with _session.hold() as session, contextlib.ExitStack() as stack:
+        guard: Optional[_TransferGuard] = getattr(session.thread, "transfer", None)  # this thread's, nested
         if guard is None:
-            guard = _local.transfer = _TransferGuard()
-            stack.callback(setattr, _local, "transfer", None)
+            guard = session.thread.transfer = _TransferGuard()
+            stack.callback(setattr, session.thread, "transfer", None)
             stack.enter_context(_hooks.listening(guard))
         guard.levels.append(level)
         stack.callback(guard.levels.pop)
@@ -122,12 +120,13 @@ def transfer_guard(level: str = "disallow") -> Iterator[None]:
 def _collecting(guard: object) -> Iterator[None]:
     """Keeps graph collection on (a function's nodes and transfers are known from its placement)
     and the lines of the functions traced in the block remembered, while a guard is open."""
-    _graphs.attach(guard)
-    try:
-        with _function_sources.watching():
-            yield
-    finally:
-        _graphs.detach(guard)
+    with _session.hold():
+        _graphs.attach(guard)
+        try:
+            with _function_sources.watching():
+                yield
+        finally:
+            _graphs.detach(guard)
 
 
 class _DeviceGuard:

@@ -69,7 +69,7 @@ from tensorflow.core.framework import types_pb2
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name, parse_device, requested_name
 from tfplace._tensorflow import dtype_enum
-from tfplace.placement import _calls, _datasets, _graphs, _kernels, _origins, _transfers
+from tfplace.placement import _calls, _datasets, _graphs, _kernels, _origins, _session, _transfers
 from tfplace.placement._records import CopyRecord, Kind, Origin, PlacementRecord, is_function_call
 from tfplace.placement._sources import end_at_user, started_by_framework, user_line
 
@@ -81,13 +81,6 @@ _RESOURCE = types_pb2.DT_RESOURCE
 _INT32 = types_pb2.DT_INT32
 _VARIANT = types_pb2.DT_VARIANT
 _HOST = "/job:localhost/replica:0/task:0/device:CPU:0"
-_local = threading.local()
-_requested = threading.local()  # `name`: the thread's tf.device scope, mirrored while hooks listen
-_lock = threading.Lock()
-_hooks: list["_Hook"] = []  # one per listening thread (threads inheriting one are not counted)
-# The eager function call each thread is running (outermost), while hooks listen: the graphs TensorFlow
-# places for it wait for that thread's own collection (`_graphs.collect`).
-_in_flight: dict[int, str] = {}
 class Listener(Protocol):
     """What `listening()` calls."""
 
@@ -182,11 +175,6 @@ def _copies(op: str, inputs: Sequence[Any], full: str, device: str) -> list[Copy
     return found
 
 
-_known: dict[tuple, tuple[str, int, PlacementRecord]] = {}  # (op, device, requested, attrs) -> description
-_sourced: dict[tuple[PlacementRecord, str], PlacementRecord] = {}  # one record per op, device and line
-_noted: dict[tuple[PlacementRecord, str, str], PlacementRecord] = {}  # one per op, device, origin and requester
-
-
 # What an eager op is, for the op callback: an op whose inputs may be copied, a function call,
 # an op making an iterator (it instantiates tf.data functions), or an op that copies explicitly.
 _OP, _FUNCTION, _ITERATOR, _EXPLICIT = range(4)
@@ -209,7 +197,8 @@ def _describe(op_type: Any, full: str, requested: Optional[str], types: tuple) -
 class _Hook:
     """The op callback of one thread (and of the threads that inherit it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, session: _session.Session) -> None:
+        self.session = session  # the capture session it belongs to: its caches, its threads' device scopes
         self.listeners: list[Listener] = []
         self.calls: tuple[tuple[Callable, bool], ...] = ()  # each listener's on_op, and whether it keeps sources
         self.outputs: tuple[tuple[Callable, bool], ...] = ()  # the listeners that count the tensors ops return
@@ -229,34 +218,38 @@ class _Hook:
 
     def __call__(self, op_type: Any, inputs: Sequence[Any], attrs: Any, outputs: Any,
                  op_name: Optional[str] = None, graph: Any = None) -> None:
-        if _graphs.waiting:  # a function's tracing (graph) may come before the first eager op
+        session = self.session
+        if session.waiting:  # a function's tracing (graph) may come before the first eager op
             _graphs.start()
         if graph is not None or not self.calls:
             return None
         full = outputs[0].device if outputs else _device_of(inputs)
+        asked = session.asked
         try:
-            requested = _requested.name
+            requested = asked.name
         except AttributeError:  # this thread's first op since the patches went in
-            requested = _requested.name = self.thread_data.device_name
+            requested = asked.name = self.thread_data.device_name
+        described = session.described
         try:
-            known = _known[(op_type, full, requested, attrs)]
+            known = described[(op_type, full, requested, attrs)]
         except KeyError:
             known = _describe(op_type, full, requested, _type_values(op_type, attrs))
-            if len(_known) > 100_000:  # caches, bounded: records are made again when needed
-                _known.clear()
-                _noted.clear()
-                _sourced.clear()
-            _known[(op_type, full, requested, attrs)] = known
+            if len(described) > 100_000:  # caches, bounded: records are made again when needed
+                described.clear()
+                session.noted.clear()
+                session.sourced.clear()
+            described[(op_type, full, requested, attrs)] = known
         except TypeError:  # a list-valued attribute (strides): key on the type attributes alone
             types = _type_values(op_type, attrs)
-            known = _known.get((op_type, full, requested, types)) or _known.setdefault(
+            known = described.get((op_type, full, requested, types)) or described.setdefault(
                 (op_type, full, requested, types), _describe(op_type, full, requested, types))
         op, kind, record = known
         origin = Origin.INPUT if record.origin == Origin.INPUT else _origins.live(1) or Origin.USER
-        by = getattr(_requested, "by", "") if record.requested else ""
+        by = getattr(asked, "by", "") if record.requested else ""
         if by or origin != record.origin:
             noted = (record, origin, by)
-            record = _noted.get(noted) or _noted.setdefault(noted, record._replace(origin=origin, requested_by=by))
+            record = session.noted.get(noted) or session.noted.setdefault(
+                noted, record._replace(origin=origin, requested_by=by))
         placed = False
         ran = found = _graphs.Placed()
         copies: Sequence[CopyRecord] = ()
@@ -279,7 +272,7 @@ class _Hook:
                 ran = _graphs.Placed(1, later[1])
             else:
                 me = threading.get_ident()
-                found = _graphs.collect(op, frozenset(name for thread, name in tuple(_in_flight.items())
+                found = _graphs.collect(op, frozenset(name for thread, name in tuple(session.in_flight.items())
                                                       if thread != me))
                 placed = found.functions > 0 or bool(found.unseen)
                 unseen = found.unseen
@@ -308,7 +301,7 @@ class _Hook:
                 copies = [copy._replace(source=source) for copy in copies]
             if self.sources:
                 sourced = (record, source)
-                record = _sourced.get(sourced) or _sourced.setdefault(sourced, record._replace(source=source))
+                record = session.sourced.get(sourced) or session.sourced.setdefault(sourced, record._replace(source=source))
         for call, sources in self.calls:  # a listener that did not ask for sources gets none
             call(record if sources else plain, copies)
         for call, sources in self.outputs:
@@ -367,7 +360,7 @@ def _record_failure(error: BaseException, dtypes: Optional[tuple[tuple[str, str]
     record = PlacementRecord(name, "", canonical_name(where), Kind.FAILED,
                              source=user_line() if any(h.sources for h in hooks) else "",
                              requested=requested, dtypes=dtypes,
-                             requested_by=getattr(_requested, "by", "") if requested else "",
+                             requested_by=getattr(hooks[0].session.asked, "by", "") if requested else "",
                              origin=_origins.of_op(name, _origins.live(2)))
     for hook in hooks:
         hook.records(EventKey(Event.FAILED, id(error)), [record])
@@ -382,12 +375,14 @@ def _status_to_exception(status: Any) -> Any:
 
 def _execute(op_name: Any, num_outputs: int, inputs: Any, attrs: Any, ctx: Any, name: Any = None) -> Any:
     """`execute.execute` while hooks listen: the slow path, whose errors TensorFlow's C++ code raises,
-    and every function call, in flight (`_in_flight`) until its callback has collected its graphs."""
+    and every function call, in flight (the session's `in_flight`) until its callback has collected its graphs."""
     function = op_name.decode() if isinstance(op_name, bytes) else op_name
     thread = threading.get_ident()
-    calling = is_function_call(function) and thread not in _in_flight
+    session = _session.current()
+    in_flight = session.in_flight if session is not None else {}
+    calling = is_function_call(function) and thread not in in_flight
     if calling:
-        _in_flight[thread] = function
+        in_flight[thread] = function
     try:
         return _tensorflow.execute_with_callbacks(op_name, num_outputs, inputs, attrs, ctx, name)
     except tf.errors.OpError as error:
@@ -395,7 +390,7 @@ def _execute(op_name: Any, num_outputs: int, inputs: Any, attrs: Any, ctx: Any, 
         raise
     finally:
         if calling:
-            del _in_flight[thread]
+            del in_flight[thread]
 
 
 def _set_device(ctx: Any, device_name: Any, device_spec: Any) -> None:
@@ -403,15 +398,19 @@ def _set_device(ctx: Any, device_name: Any, device_spec: Any) -> None:
     leaving; mirrored in Python, the scope costs the op callback a thread-local read, not a call into
     TensorFlow. Who entered each scope (`tfplace.placement._origins.entering`) is kept beside it."""
     _tensorflow.SET_DEVICE.original(ctx, device_name, device_spec)
-    _requested.name = device_name
-    scopes = getattr(_requested, "scopes", None)
+    session = _session.current()
+    if session is None:  # the last capture closed while this thread was entering a scope
+        return
+    asked = session.asked
+    asked.name = device_name
+    scopes = getattr(asked, "scopes", None)
     if scopes is None:
-        scopes = _requested.scopes = []
+        scopes = asked.scopes = []
     step, outside = _tensorflow.scope_step(1)
     if step == "exit":  # leaving a scope: the enclosing one asks again
         if scopes:
             scopes.pop()
-        _requested.by = scopes[-1] if scopes else ""
+        asked.by = scopes[-1] if scopes else ""
         return
     by = ""
     if device_name:
@@ -422,7 +421,7 @@ def _set_device(ctx: Any, device_name: Any, device_spec: Any) -> None:
                 _tensorflow.locate_device_scope(*entered)
     if step == "enter":
         scopes.append(by)
-    _requested.by = by
+    asked.by = by
 
 
 def _start(thread: threading.Thread) -> None:
@@ -441,8 +440,10 @@ def _hooks_in_this_thread(hooks: Sequence[_Hook]) -> Iterator[None]:
     parent's (which holds the parent's hooks): only the list they were added
     to loses them.
     """
-    with _lock:
-        added = [h for h in hooks if h not in _tensorflow.op_callbacks() and h in _hooks]
+    session = hooks[0].session if hooks else None
+    lock = session.lock if session is not None else contextlib.nullcontext()
+    with lock:
+        added = [h for h in hooks if h not in _tensorflow.op_callbacks() and h in h.session.hooks]
         for hook in added:
             _add_callback(hook)
         callbacks = _tensorflow.op_callbacks()
@@ -451,7 +452,7 @@ def _hooks_in_this_thread(hooks: Sequence[_Hook]) -> Iterator[None]:
     try:
         yield
     finally:
-        with _lock:
+        with lock:
             for hook in added:
                 if hook in callbacks:
                     callbacks.remove(hook)
@@ -469,7 +470,8 @@ def _inheriting(run: Callable[[], None], hooks: list[_Hook]) -> Callable[[], Non
 
 def _py_function_call(registry: Any, token: Any, device: Any, args: Any) -> Any:
     """Runs a `tf.py_function` (on a TensorFlow thread) with the listening threads' hooks."""
-    with _hooks_in_this_thread(list(_hooks)):
+    session = _session.current()
+    with _hooks_in_this_thread(list(session.hooks) if session is not None else []):
         return _tensorflow.PY_FUNCTION_CALL.original(registry, token, device, args)
 
 
@@ -485,13 +487,13 @@ def _add_callback(hook: _Hook) -> None:
 
 
 def _register(hook: _Hook) -> None:
-    global _requested
-    with _lock:
+    session = hook.session
+    with session.lock:
         _add_callback(hook)
         hook.lists.append(_tensorflow.op_callbacks())
-        _hooks.append(hook)
-        if len(_hooks) == 1:
-            _requested = threading.local()  # scopes set while nothing listened were not mirrored
+        session.hooks.append(hook)
+        if len(session.hooks) == 1:
+            session.asked = threading.local()  # scopes set while nothing listened were not mirrored
             for patch, replacement in _PATCHES:
                 patch.install(replacement)
 
@@ -500,8 +502,9 @@ def _unregister(hook: _Hook) -> None:
     """Removes the hook from its thread and from the threads that inherited it (whichever thread
     closes the block: a generator holding a capture may be finished elsewhere); the patches and the
     callback path go with the last hook."""
-    with _lock:
-        _hooks.remove(hook)
+    session = hook.session
+    with session.lock:
+        session.hooks.remove(hook)
         for callbacks in hook.lists:
             if hook not in callbacks:
                 continue
@@ -510,7 +513,7 @@ def _unregister(hook: _Hook) -> None:
             else:
                 callbacks.remove(hook)
         hook.lists.clear()
-        if not _hooks:
+        if not session.hooks:
             for patch, _ in _PATCHES:
                 patch.remove()
             _tensorflow.use_execute(None)  # TensorFlow's own path, keeping other tools' callbacks working
@@ -519,21 +522,22 @@ def _unregister(hook: _Hook) -> None:
 @contextlib.contextmanager
 def listening(listener: Listener) -> Iterator[None]:
     """Calls `listener` for every eager op of this thread (and the threads it starts, see above) in the block."""
-    hook: Optional[_Hook] = getattr(_local, "hook", None)
-    if hook is None or hook not in _hooks:  # none yet, or one a block closed in another thread removed
-        hook = _local.hook = _Hook()
-        _register(hook)
-    hook.listeners.append(listener)
-    hook.update()
-    try:
-        yield
-    except KeyboardInterrupt as error:  # it may have landed in the op callback: its traceback ends at the user's line
-        end_at_user(error)
-        raise
-    finally:
-        hook.listeners.remove(listener)
+    with _session.hold() as session:
+        hook: Optional[_Hook] = getattr(session.thread, "hook", None)
+        if hook is None or hook not in session.hooks:  # none yet, or one a block closed in another thread removed
+            hook = session.thread.hook = _Hook(session)
+            _register(hook)
+        hook.listeners.append(listener)
         hook.update()
-        if not hook.listeners:
-            _unregister(hook)
-            if getattr(_local, "hook", None) is hook:
-                _local.hook = None
+        try:
+            yield
+        except KeyboardInterrupt as error:  # it may have landed in the op callback: its traceback ends at the user's line
+            end_at_user(error)
+            raise
+        finally:
+            hook.listeners.remove(listener)
+            hook.update()
+            if not hook.listeners:
+                _unregister(hook)
+                if getattr(session.thread, "hook", None) is hook:
+                    session.thread.hook = None

@@ -25,6 +25,7 @@ import os
 import warnings
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
 
+from tfplace.placement import _session
 from tfplace.placement._sources import user_stacklevel
 
 __all__ = ["Kernel", "KernelTable", "live", "shipped", "gpu_table", "TABLE_PATH", "TABLE_FORMAT"]
@@ -177,10 +178,10 @@ def gpu_table(path: Optional[str] = None) -> KernelTable:
     if path is None and live().supports("MatMul", "GPU", ()):  # a CUDA (or ROCm) build
         return live()
     table = shipped(path or TABLE_PATH)
-    if table.mismatch and table.mismatch not in _warned:
-        _warned.add(table.mismatch)
+    warned = _session.runtime().warned
+    if table.mismatch and table.mismatch not in warned:
+        warned.add(table.mismatch)
         warnings.warn(f"tfplace: {table.mismatch}", RuntimeWarning, stacklevel=user_stacklevel())
     return table
 
 
-_warned: set[str] = set()

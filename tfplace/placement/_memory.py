@@ -33,6 +33,7 @@ from typing import Any, Iterable, NamedTuple, Optional, Union
 
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name, parse_device
+from tfplace.placement import _session
 
 __all__ = ["Census", "DeviceMemory", "Memory", "LiveTensor", "live_tensors", "parse_size", "size_text",
            "NOT_COUNTED"]
@@ -122,8 +123,8 @@ def _sized(dtype: Any, shape: Optional[tuple]) -> tuple[int, str, str]:
     return (math.prod(shape) * each if known and each else 0), dtype.name, dims
 
 
-# Lines of the tensors a memory capture saw made, by id, while they live (for `live_tensors()`).
-_made: dict[int, str] = {}
+# The lines of the tensors a memory capture saw made, by id, while they live (for `live_tensors()`,
+# after the capture too): `_session.runtime().made`.
 
 
 class Census:
@@ -174,11 +175,11 @@ class Census:
             if live > self._line_peak.get(line, 0):
                 self._line_peak[line] = live
             if source:
-                _made[key] = source
+                _session.runtime().made[key] = source
 
     def _freed(self, key: int, _: weakref.ref) -> None:
         with self._lock:
-            _made.pop(key, None)
+            _session.runtime().made.pop(key, None)
             found = self._entries.pop(key, None)
             if found is None or self._final is not None:
                 return
@@ -256,13 +257,14 @@ def live_tensors(device: Union[str, Any, None] = None) -> list[LiveTensor]:
     """
     wanted = parse_device(device, origin="tfplace.live_tensors's argument device").name if device is not None else None
     found = []
+    made = _session.runtime().made
     for kind, obj in _tensorflow.live_tensor_objects():
         where = canonical_name(obj.backing_device if kind == "tensor" else obj.device)
         if wanted is not None and where != wanted:
             continue
         shape = _tensorflow.shape_tuple(obj)
         size, dtype, _ = _sized(obj.dtype, shape)
-        found.append(LiveTensor(kind, where, size, dtype, shape or (), _made.get(id(obj), "")))
+        found.append(LiveTensor(kind, where, size, dtype, shape or (), made.get(id(obj), "")))
     return sorted(found, key=lambda t: (-t.bytes, t.device))
 
 

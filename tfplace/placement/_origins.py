@@ -36,9 +36,10 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from types import CodeType, FrameType
+from types import FrameType
 from typing import Any, Iterable, Iterator, Optional
 
+from tfplace.placement import _session
 from tfplace.placement._records import Kind, Origin
 from tfplace.placement._sources import shown_path
 
@@ -83,14 +84,16 @@ _REQUESTERS = (
     ("tpu_strategy", "TPUStrategy"),
 )
 
-_by_file: dict[str, str] = {}  # file -> its origin ("" when it says nothing, "user" for the user's code)
-_by_code: dict[CodeType, str] = {}
-# innermost code -> (frames out to the deciding one, its code, the code it called, the verdict)
-_shortcuts: dict[CodeType, tuple[int, CodeType, Optional[CodeType], str]] = {}
+# The capture session keeps the verdicts it reached (`_session.current()`): `origin_of_file`, file ->
+# its origin ("" when it says nothing, "user" for the user's code); `origin_of_code`, code object ->
+# the same; `origin_shortcuts`, innermost code -> (frames out to the deciding one, its code, the code
+# it called, the verdict). Outside a session nothing is kept.
 
 
 def _file_origin(filename: str) -> str:
-    found = _by_file.get(filename)
+    session = _session.current()
+    by_file = session.origin_of_file if session is not None else {}
+    found = by_file.get(filename)
     if found is None:
         found = ""
         for part, origin in _DECIDING:
@@ -101,7 +104,7 @@ def _file_origin(filename: str) -> str:
             if not (any(part in filename for part in _FRAMEWORK_PARTS) or filename.startswith(_NEUTRAL_STDLIB)
                     or filename.startswith("<frozen")):
                 found = Origin.USER
-        _by_file[filename] = found
+        by_file[filename] = found
     return found
 
 
@@ -139,7 +142,9 @@ def live(start: int = 1) -> str:
     """
     frame: Optional[FrameType] = sys._getframe(start + 1)
     innermost = frame.f_code
-    known = _shortcuts.get(innermost)
+    session = _session.current()
+    by_code, shortcuts = (session.origin_of_code, session.origin_shortcuts) if session is not None else ({}, {})
+    known = shortcuts.get(innermost)
     if known is not None:
         depth, decider, inner, verdict = known
         try:
@@ -151,11 +156,11 @@ def live(start: int = 1) -> str:
     depth, inner = 0, None
     while frame is not None:
         code = frame.f_code
-        found = _by_code.get(code)
+        found = by_code.get(code)
         if found is None:
-            found = _by_code[code] = _file_origin(code.co_filename)
+            found = by_code[code] = _file_origin(code.co_filename)
         if found:
-            _shortcuts[innermost] = (depth, code, inner, found)
+            shortcuts[innermost] = (depth, code, inner, found)
             return found
         inner, frame, depth = code, frame.f_back, depth + 1
     return ""

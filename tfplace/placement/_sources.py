@@ -14,6 +14,8 @@ import sys
 from types import CodeType, TracebackType
 from typing import Any, Optional, Sequence
 
+from tfplace.placement import _session
+
 __all__ = ["user_line", "user_stacklevel", "stack_user_line", "shown_path", "started_by_framework", "end_at_user"]
 
 
@@ -29,8 +31,15 @@ _INTERNAL = tuple(d for d in map(_package_dir, ("tensorflow", "keras", "tf_keras
 _TFPLACE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
 _FRAMEWORKS = tuple(d for d in map(_package_dir, ("tensorflow", "keras", "tf_keras")) if d)
 _STDLIB = os.path.join(os.path.dirname(os.__file__), "")
-_where: dict[CodeType, str] = {}  # code object -> shown path, "" for internal code
-_files: dict[str, str] = {}  # file name -> shown path, "" for internal code
+# The capture session keeps what it learned of code objects and files (`_session.current()`):
+# `line_of_code`, code object -> shown path ("" for internal code); `shown_files`, file name -> the
+# same; `user_depths`, code of an innermost frame -> (frames from it to the user's, code of the
+# internal frame just inside the user's). Outside a session nothing is kept.
+
+
+def _caches() -> tuple[dict, dict, dict]:
+    session = _session.current()
+    return (session.line_of_code, session.shown_files, session.user_depths) if session is not None else ({}, {}, {})
 
 
 def shown_path(filename: str) -> str:
@@ -44,24 +53,18 @@ def shown_path(filename: str) -> str:
 
 def _shown_file(filename: str) -> str:
     """How `filename` is shown in a source line, "" for TensorFlow's, Keras's and tfplace's code (cached)."""
-    shown = _files.get(filename)
+    files = _caches()[1]
+    shown = files.get(filename)
     if shown is None:
-        shown = _files[filename] = "" if filename.startswith(_INTERNAL) else shown_path(filename)
+        shown = files[filename] = "" if filename.startswith(_INTERNAL) else shown_path(filename)
     return shown
 
 
-def _classify(code: CodeType) -> str:
-    shown = _where[code] = _shown_file(code.co_filename)
+def _shown(code: CodeType, where: dict) -> str:
+    shown = where.get(code)
+    if shown is None:
+        shown = where[code] = _shown_file(code.co_filename)
     return shown
-
-
-# code of the innermost frame -> (frames from it to the user's, code of the internal frame just inside the user's)
-_depths: dict[CodeType, tuple[int, Any]] = {}
-
-
-def _shown(code: CodeType) -> str:
-    shown = _where.get(code)
-    return _classify(code) if shown is None else shown
 
 
 def user_line() -> str:
@@ -73,7 +76,8 @@ def user_line() -> str:
     (a program run by `runpy` from tfplace's own code has user-looking frames further out).
     """
     innermost = sys._getframe(1).f_code
-    known = _depths.get(innermost)
+    where, _, depths = _caches()
+    known = depths.get(innermost)
     if known is not None:
         depth, boundary = known
         try:
@@ -81,14 +85,14 @@ def user_line() -> str:
         except ValueError:
             frame = None
         if frame is not None:
-            shown = _shown(frame.f_code)
+            shown = _shown(frame.f_code, where)
             if shown and (depth == 0 or sys._getframe(depth).f_code is boundary):
                 return f"{shown}:{frame.f_lineno}"
     frame, depth, inner = sys._getframe(1), 0, None
     while frame is not None:
-        shown = _shown(frame.f_code)
+        shown = _shown(frame.f_code, where)
         if shown:
-            _depths[innermost] = (depth, inner)
+            depths[innermost] = (depth, inner)
             return f"{shown}:{frame.f_lineno}"
         inner = frame.f_code
         frame, depth = frame.f_back, depth + 1  # type: ignore[assignment]
@@ -110,10 +114,9 @@ def stack_user_line(frames: Sequence[Any]) -> str:
 def user_stacklevel() -> int:
     """The `stacklevel` for `warnings.warn`, called here, that points at the user's code."""
     frame, level = sys._getframe(1), 1
+    where = _caches()[0]
     while frame is not None:
-        code = frame.f_code
-        shown = _where.get(code)
-        if (shown if shown is not None else _classify(code)):
+        if _shown(frame.f_code, where):
             return level
         frame, level = frame.f_back, level + 1  # type: ignore[assignment]
     return 1

@@ -1,0 +1,33 @@
+"""The capture session: made by the first capture or guard, shared by every thread's, dropped by the last."""
+
+
+def test_one_session_from_the_first_capture_to_the_last_and_nothing_left_behind(python):
+    found = python("""
+        import threading, tensorflow as tf, tfplace
+        from tfplace.placement import _session
+        from tfplace import _tensorflow
+        x = tf.ones((2, 2))
+        seen = {"before": _session.current() is None}
+        with tfplace.capture_placement() as outer:
+            first = _session.current()
+            other = {}
+            def work():
+                with tfplace.capture_placement() as log:
+                    other["same"] = _session.current() is first
+                    tf.matmul(x, x)
+                other["records"] = len(log)
+            thread = threading.Thread(target=work)
+            thread.start(); thread.join()
+            with tfplace.transfer_guard("log"):
+                seen["nested"] = _session.current() is first
+            seen["hooks"] = len(first.hooks)
+        seen["after"] = _session.current() is None
+        seen["thread"] = other
+        seen["patched"] = [getattr(_tensorflow.SET_DEVICE.owner, _tensorflow.SET_DEVICE.name) is not
+                           _tensorflow.SET_DEVICE.original]
+        with tfplace.capture_placement():
+            seen["fresh"] = _session.current() is not first and _session.current().described == {}
+        report(seen)
+    """)
+    assert found == {"before": True, "nested": True, "hooks": 1, "after": True,
+                     "thread": {"same": True, "records": 1}, "patched": [False], "fresh": True}
