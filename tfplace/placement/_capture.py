@@ -27,7 +27,7 @@ import warnings
 from typing import Any, Iterator, Optional, Sequence
 
 from tfplace import _tensorflow
-from tfplace.placement import _function_sources, _graphs, _hooks, _session
+from tfplace.placement import _function_sources, _graphs, _hooks, _placed, _session
 from tfplace.placement._log import PlacementLog
 from tfplace.placement._records import Kind, PlacementRecord, is_function_call
 from tfplace.placement._sources import user_line, user_stacklevel
@@ -78,7 +78,7 @@ class _Recorder:
             if key in self.keys:
                 return
             self.keys.add(key)
-        self.log.add(records if self.sources else _graphs.without_sources(records))
+        self.log.add(records if self.sources else _placed.without_sources(records))
 
 
 @contextlib.contextmanager

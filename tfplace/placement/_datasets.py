@@ -32,7 +32,7 @@ from typing import Any, Optional, Sequence
 from tensorflow.core.framework import types_pb2
 
 from tfplace import _tensorflow
-from tfplace.placement import _graphs, _session
+from tfplace.placement import _pipelines, _session
 
 __all__ = ["pipeline_of", "exhausted", "read", "read_in_call", "reading", "cardinality", "READS"]
 
@@ -147,13 +147,13 @@ def _size(variant: Any) -> Optional[int]:
     return entry[1] if entry is not None and entry[0]() is variant and entry[1] >= 0 else None
 
 
-def pipeline_of(variant: Any, own: tuple[str, ...] = (), iterator: Any = None) -> Optional[_graphs.Pipeline]:
+def pipeline_of(variant: Any, own: tuple[str, ...] = (), iterator: Any = None) -> Optional[_pipelines.Pipeline]:
     """The tf.data functions an iterator over the dataset whose variant tensor is `variant`
     instantiates (None if no Python dataset holds it); `own`: the iterator op's own functions;
     `iterator`: the new iterator's resource handle (its caches fill when it reaches the end)."""
     dataset = _tensorflow.dataset_of_variant(variant, depth=1)
     if dataset is None:
-        return _graphs.Pipeline((), own) if own else None
+        return _pipelines.Pipeline((), own) if own else None
     runtime = _session.runtime()
     found: dict[str, tuple[str, ...]] = {}
     maps: list[str] = []
@@ -173,7 +173,7 @@ def pipeline_of(variant: Any, own: tuple[str, ...] = (), iterator: Any = None) -
         for name, _ in functions if above else ():
             more[name] = max(more.get(name, 0), above)
         if _tensorflow.is_parallel_interleave(current) and any(
-                len(_graphs.dataset_function_names([name])) > 1 for name, _ in functions):
+                len(_pipelines.dataset_function_names([name])) > 1 for name, _ in functions):
             unseen = _PARALLEL_INTERLEAVE
         above += _tensorflow.rewrites_input_graph(current)
         if _tensorflow.is_map_dataset(current):
@@ -192,7 +192,7 @@ def pipeline_of(variant: Any, own: tuple[str, ...] = (), iterator: Any = None) -
         runtime.iterators[id(iterator)] = _Reading(iterator, caches, _size(variant))
     options = dataset.options().experimental_optimization
     allowed = options.apply_default_optimizations is not False or any(
-        getattr(options, name, None) is True for name in _graphs.OPTIMIZATIONS)
-    return _graphs.Pipeline(tuple(found), own, allowed and not generator,
+        getattr(options, name, None) is True for name in _pipelines.OPTIMIZATIONS)
+    return _pipelines.Pipeline(tuple(found), own, allowed and not generator,
                            tuple((name, kinds) for name, kinds in found.items() if any(kinds)), tuple(maps),
                            tuple(sorted(more.items())), unseen)

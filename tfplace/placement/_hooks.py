@@ -69,7 +69,7 @@ from tensorflow.core.framework import types_pb2
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name, parse_device, requested_name
 from tfplace._tensorflow import dtype_enum
-from tfplace.placement import _calls, _datasets, _graphs, _kernels, _origins, _session, _transfers
+from tfplace.placement import _calls, _datasets, _graphs, _kernels, _origins, _pipelines, _placed, _session, _transfers
 from tfplace.placement._records import CopyRecord, Kind, Origin, PlacementRecord, is_function_call
 from tfplace.placement._sources import end_at_user, started_by_framework, user_line
 
@@ -188,7 +188,7 @@ def _describe(op_type: Any, full: str, requested: Optional[str], types: tuple) -
         kind = _FUNCTION
     else:
         op = _kernels.op_type(op)
-        kind = _ITERATOR if op in _graphs.ITERATOR_OPS else _EXPLICIT if op in EXPLICIT_COPIES else _OP
+        kind = _ITERATOR if op in _pipelines.ITERATOR_OPS else _EXPLICIT if op in EXPLICIT_COPIES else _OP
     record = PlacementRecord(op, "", canonical_name(full), Kind.EXECUTE, requested=requested_name(requested),
                              dtypes=_dtypes(types), origin=_origins.of_op(op, ""))
     return op, kind, record
@@ -266,8 +266,8 @@ class _Hook:
                 elif _datasets.reading():
                     _datasets.read(inputs[:1], 1)
         elif kind == _FUNCTION:
-            if _graphs.is_xla(op):
-                later = EventKey(Event.COMPILED, op, record.device), _graphs.compiled_records(op, full)
+            if _placed.is_xla(op):
+                later = EventKey(Event.COMPILED, op, record.device), _placed.compiled_records(op, full)
                 placed = True
                 ran = _graphs.Placed(1, later[1])
             else:
@@ -284,13 +284,13 @@ class _Hook:
                     if dtype_enum(tensor) == _VARIANT:  # pylint: disable=protected-access
                         pipeline = _datasets.pipeline_of(tensor)
                         if pipeline is not None:
-                            later = EventKey(Event.DATASET, op), _graphs.iterator_records(pipeline, full)
+                            later = EventKey(Event.DATASET, op), _pipelines.iterator_records(pipeline, full)
                             unseen = unseen or pipeline.unseen
         elif kind == _ITERATOR and inputs:
             own = tuple(_function_name(attrs[i + 1]) for i in range(0, len(attrs), 2) if attrs[i] == "f")
             pipeline = _datasets.pipeline_of(inputs[0], own, iterator=inputs[1] if len(inputs) > 1 else None)
             if pipeline is not None:
-                later = EventKey(Event.DATASET, op), _graphs.iterator_records(pipeline, full)
+                later = EventKey(Event.DATASET, op), _pipelines.iterator_records(pipeline, full)
                 unseen = pipeline.unseen
         plain = record
         if self.sources or copies:
