@@ -10,7 +10,7 @@ pytestmark = pytest.mark.placement  # reads where ops ran: CI runs it again with
 
 CODE = """
         import threading, tensorflow as tf, tfplace
-        from tfplace.placement import _hooks
+        from tfplace.placement import _callback
         x = tf.ones(2)
         seen = {}
 
@@ -30,7 +30,7 @@ CODE = """
         worker = threading.Thread(target=finish)
         worker.start()
         worker.join()
-        seen["callbacks after"] = len(_hooks._thread_hooks())
+        seen["callbacks after"] = len(_callback.thread_hooks())
         with tfplace.capture_placement() as later:   # this thread works on
             x * 3.0
         seen["later"] = [r.op for r in later.records]
@@ -48,7 +48,7 @@ CODE = """
         def long_lived():
             x * 4.0
             block_done.wait()
-            seen["thread callbacks after"] = len(_hooks._thread_hooks())
+            seen["thread callbacks after"] = len(_callback.thread_hooks())
             x * 5.0
             checked.set()
         with tfplace.capture_placement(all_threads=True) as threaded:

@@ -90,7 +90,7 @@ def test_an_interrupt_while_a_file_is_written_leaves_the_earlier_file_whole(tmp_
 
 def test_an_interrupt_landing_in_the_op_hook_ends_its_traceback_at_the_users_line():
     import tensorflow as tf
-    from tfplace.placement import _hooks
+    from tfplace.placement import _callback, _hooks
 
     landed = {}  # a KeyboardInterrupt raised in code of tfplace's op hook module, as SIGINT's may be
     exec(compile("def on_op(record, copies):\n    raise KeyboardInterrupt\n", _hooks.__file__, "exec"), landed)
@@ -111,7 +111,7 @@ def test_an_interrupt_landing_in_the_op_hook_ends_its_traceback_at_the_users_lin
             x * 3.0  # the user's line
     last = traceback.extract_tb(caught.value.__traceback__)[-1]
     assert (last.filename, last.line) == (__file__, "x * 3.0  # the user's line")
-    assert not _hooks._thread_hooks()  # the op callback went with the block: the process works on
+    assert not _callback.thread_hooks()  # the op callback went with the block: the process works on
     assert float(tf.reduce_sum(x * 2.0)) == 4.0
 
 

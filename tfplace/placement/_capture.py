@@ -27,7 +27,7 @@ import warnings
 from typing import Any, Iterator, Optional, Sequence
 
 from tfplace import _tensorflow
-from tfplace.placement import _function_sources, _graphs, _hooks, _placed, _session
+from tfplace.placement import _events, _function_sources, _graphs, _hooks, _placed, _session
 from tfplace.placement._log import PlacementLog
 from tfplace.placement._records import Kind, PlacementRecord, is_function_call
 from tfplace.placement._sources import user_line, user_stacklevel
@@ -70,11 +70,11 @@ class _Recorder:
         self.census.add_variable(variable, user_line() if self.sources else "")
         return variable
 
-    def on_records(self, key: _hooks.EventKey, records: Sequence[PlacementRecord]) -> None:
-        if key.event == _hooks.Event.UNSEEN:
+    def on_records(self, key: _events.EventKey, records: Sequence[PlacementRecord]) -> None:
+        if key.event == _events.Event.UNSEEN:
             self.log.mark_incomplete(key.about, stacklevel=user_stacklevel())
             return
-        if key.event == _hooks.Event.COMPILED:  # once per function and device; tf.data functions are placed per iterator
+        if key.event == _events.Event.COMPILED:  # once per function and device; tf.data functions are placed per iterator
             if key in self.keys:
                 return
             self.keys.add(key)

@@ -31,7 +31,7 @@ from absl import logging
 from tfplace import _tensorflow
 from tfplace._devices import Device, resolve
 from tfplace._errors import ConfigurationError, ImplicitCopyError, PlacementError
-from tfplace.placement import _explain, _function_sources, _graphs, _hooks, _kernel_table, _session
+from tfplace.placement import _events, _explain, _function_sources, _graphs, _hooks, _kernel_table, _session
 from tfplace.placement._origins import ORIGINS, is_plumbing
 from tfplace.placement._records import CopyRecord, Kind, PlacementRecord
 from tfplace.placement._sources import user_line
@@ -61,7 +61,7 @@ class _TransferGuard:
     def __init__(self) -> None:
         self.levels: list[str] = []
 
-    def on_records(self, key: _hooks.EventKey, records: Sequence[PlacementRecord]) -> None:
+    def on_records(self, key: _events.EventKey, records: Sequence[PlacementRecord]) -> None:
         """Function nodes are placed by TensorFlow's placer, not guarded here."""
 
     def on_function(self, record: PlacementRecord, placed: bool, call: _graphs.Placed) -> None:
@@ -137,7 +137,7 @@ class _DeviceGuard:
         self.allow_ops = allow_ops
         self.origins = origins
 
-    def on_records(self, key: _hooks.EventKey, records: Sequence[PlacementRecord]) -> None:
+    def on_records(self, key: _events.EventKey, records: Sequence[PlacementRecord]) -> None:
         """Function nodes are placed by TensorFlow's placer, not guarded here."""
 
     def on_function(self, record: PlacementRecord, placed: bool, call: _graphs.Placed) -> None:

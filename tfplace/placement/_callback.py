@@ -1,0 +1,156 @@
+"""The op callback of one thread (`Hook`): each eager op it sees becomes a record, copies, the
+records of the functions it placed and the datasets it read, for its listeners
+(`tfplace.placement._hooks.listening` installs it; `tfplace.placement._events` says what a listener gets).
+
+Example:
+    >>> from tfplace.placement import _callback
+    >>> _callback.thread_hooks()   # no capture open in this thread
+    []
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Optional, Sequence
+
+from tensorflow.core.framework import types_pb2
+
+from tfplace import _tensorflow
+from tfplace._tensorflow import dtype_enum
+from tfplace.placement import _calls, _datasets, _eager, _events, _graphs, _origins, _pipelines, _placed, _session
+from tfplace.placement._records import CopyRecord, Origin, PlacementRecord
+from tfplace.placement._sources import user_line
+
+__all__ = ["Hook", "thread_hooks"]
+
+_VARIANT = types_pb2.DT_VARIANT
+_DATASET_OPS = _datasets.READS | {"DatasetCardinality"}
+
+
+class Hook:
+    """The op callback of one thread (and of the threads that inherit it)."""
+
+    def __init__(self, session: _session.Session) -> None:
+        self.session = session  # the capture session it belongs to: its caches, its threads' device scopes
+        self.listeners: list[_events.Listener] = []
+        self.calls: tuple[tuple[Callable, bool], ...] = ()  # each listener's on_op, and whether it keeps sources
+        self.outputs: tuple[tuple[Callable, bool], ...] = ()  # the listeners that count the tensors ops return
+        self.sources = False
+        self.thread_data = _tensorflow.thread_data()  # per thread inside
+        self.lists: list[list[Callable]] = []  # the callback lists holding this hook: its thread's, inheriting threads'
+
+    def update(self) -> None:
+        self.calls = tuple((listener.on_op, listener.sources) for listener in self.listeners)
+        self.outputs = tuple((listener.on_outputs, listener.sources) for listener in self.listeners
+                             if getattr(listener, "memory", False))
+        self.sources = any(listener.sources for listener in self.listeners)
+
+    def records(self, key: _events.EventKey, records: Sequence[PlacementRecord]) -> None:
+        for listener in tuple(self.listeners):
+            listener.on_records(key, records)
+
+    def __call__(self, op_type: Any, inputs: Sequence[Any], attrs: Any, outputs: Any,
+                 op_name: Optional[str] = None, graph: Any = None) -> None:
+        session = self.session
+        if session.waiting:  # a function's tracing (graph) may come before the first eager op
+            _graphs.start()
+        if graph is not None or not self.calls:
+            return None
+        full = outputs[0].device if outputs else _eager.device_of(inputs)
+        asked = session.asked
+        try:
+            requested = asked.name
+        except AttributeError:  # this thread's first op since the patches went in
+            requested = asked.name = self.thread_data.device_name
+        described = session.described
+        try:
+            known = described[(op_type, full, requested, attrs)]
+        except KeyError:
+            known = _eager.describe(op_type, full, requested, _eager.type_values(op_type, attrs))
+            if len(described) > 100_000:  # caches, bounded: records are made again when needed
+                described.clear()
+                session.noted.clear()
+                session.sourced.clear()
+            described[(op_type, full, requested, attrs)] = known
+        except TypeError:  # a list-valued attribute (strides): key on the type attributes alone
+            types = _eager.type_values(op_type, attrs)
+            known = described.get((op_type, full, requested, types)) or described.setdefault(
+                (op_type, full, requested, types), _eager.describe(op_type, full, requested, types))
+        op, kind, record = known
+        origin = Origin.INPUT if record.origin == Origin.INPUT else _origins.live(1) or Origin.USER
+        by = getattr(asked, "by", "") if record.requested else ""
+        if by or origin != record.origin:
+            noted = (record, origin, by)
+            record = session.noted.get(noted) or session.noted.setdefault(
+                noted, record._replace(origin=origin, requested_by=by))
+        placed = False
+        ran = found = _graphs.Placed()
+        copies: Sequence[CopyRecord] = ()
+        later: Optional[tuple[_events.EventKey, Sequence[PlacementRecord]]] = None
+        unseen = ""
+        if kind == _eager.OP:
+            for tensor in inputs:
+                if tensor.backing_device != full:
+                    copies = _eager.copies(op, inputs, full, record.device)
+                    break
+            if op in _DATASET_OPS:  # what fills a cache() (tfplace.placement._datasets)
+                if op == "DatasetCardinality":
+                    _datasets.cardinality(inputs[0], outputs[0])
+                elif _datasets.reading():
+                    _datasets.read(inputs[:1], 1)
+        elif kind == _eager.FUNCTION:
+            if _placed.is_xla(op):
+                later = _events.EventKey(_events.Event.COMPILED, op, record.device), _placed.compiled_records(op, full)
+                placed = True
+                ran = _graphs.Placed(1, later[1])
+            else:
+                me = threading.get_ident()
+                found = _graphs.collect(op, frozenset(name for thread, name in tuple(session.in_flight.items())
+                                                      if thread != me))
+                placed = found.functions > 0 or bool(found.unseen)
+                unseen = found.unseen
+                ran = _calls.after(op, full, inputs, found)
+                copies = ran.transfers
+                if _datasets.reading():
+                    _datasets.read_in_call(inputs, ran.records)
+                for tensor in inputs if placed else ():
+                    if dtype_enum(tensor) == _VARIANT:  # pylint: disable=protected-access
+                        pipeline = _datasets.pipeline_of(tensor)
+                        if pipeline is not None:
+                            later = _events.EventKey(_events.Event.DATASET, op), _pipelines.iterator_records(pipeline, full)
+                            unseen = unseen or pipeline.unseen
+        elif kind == _eager.ITERATOR and inputs:
+            own = tuple(_eager.function_name(attrs[i + 1]) for i in range(0, len(attrs), 2) if attrs[i] == "f")
+            pipeline = _datasets.pipeline_of(inputs[0], own, iterator=inputs[1] if len(inputs) > 1 else None)
+            if pipeline is not None:
+                later = _events.EventKey(_events.Event.DATASET, op), _pipelines.iterator_records(pipeline, full)
+                unseen = pipeline.unseen
+        plain = record
+        if self.sources or copies:
+            source = user_line()
+            if kind == _eager.FUNCTION:
+                copies = [copy._replace(function=op, call=source) for copy in copies]
+            elif copies:
+                copies = [copy._replace(source=source) for copy in copies]
+            if self.sources:
+                sourced = (record, source)
+                record = session.sourced.get(sourced) or session.sourced.setdefault(sourced, record._replace(source=source))
+        for call, sources in self.calls:  # a listener that did not ask for sources gets none
+            call(record if sources else plain, copies)
+        for call, sources in self.outputs:
+            call(record if sources else plain, outputs)
+        if kind == _eager.FUNCTION:
+            if found.instantiated:
+                self.records(_events.EventKey(_events.Event.PLACED, op), found.instantiated)
+            for listener in tuple(self.listeners):
+                listener.on_function(record, placed, ran)
+        if later is not None:
+            self.records(*later)
+        if unseen:
+            self.records(_events.EventKey(_events.Event.UNSEEN, unseen), ())
+        return None
+
+
+def thread_hooks() -> list[Hook]:
+    """The hooks this thread runs: its own, or those it inherited (replica threads)."""
+    return [c for c in _tensorflow.op_callbacks() if isinstance(c, Hook)]
