@@ -2,7 +2,8 @@
 
 * `_session`: the capture session, the one owner of the state open captures and guards share
   (hooks, patches, graph collection, caches), and the record of what TensorFlow did that outlives it.
-* `_records`, `_log`, `_parsing`: the records, `PlacementLog`, and the reader of a saved TensorFlow log.
+* `_records`, `_log`, `_log_json`, `_assertions`, `_parsing`: the records, `PlacementLog` (the recorder),
+  its JSON, its assertions, and the reader of a saved TensorFlow log.
 * `_hooks`, `_callback`, `_eager`, `_events`, `_failures`: eager ops through an op callback (installed,
   run, described, told to listeners, failed); `_graphs`, `_lowering`, `_placed`, `_pipelines`, `_datasets`:
   the nodes of the functions TensorFlow places (graph collection, rebuilt as the placer saw them, on the

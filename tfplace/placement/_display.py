@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import html as _html
 from collections import Counter
-from typing import TYPE_CHECKING, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Protocol, Sequence
 
 from tfplace._devices import parse_device
 from tfplace.placement import _explain, _groups, _report
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from tfplace.placement._explain import Explanation
     from tfplace.placement._memory import Memory
 
-__all__ = ["Log", "html", "text", "cost_lines", "size", "short_device"]
+__all__ = ["Log", "html", "text", "table", "dataframe", "cost_lines", "size", "short_device"]
 
 
 class Log(Protocol):
@@ -351,3 +351,38 @@ def cost_lines(log: Log, *, top: int = 10) -> list[str]:
     if len(rows) > top:
         lines.append(f"    ... and {len(rows) - top} more")
     return lines
+
+
+def table(rows: Sequence[tuple[tuple[str, str, str], int]], others: dict[str, Counter], incomplete: str = "") -> str:
+    """`PlacementLog.table()`: the rows of `_report.placements` (at most `ROWS`), the other categories
+    in a line each, and why the log is incomplete (`incomplete`, "" when complete)."""
+    note = f"\n  (incomplete log: {incomplete})" if incomplete else ""
+    if not rows and not others:
+        return "  (no placement events were recorded)" + note
+    shown, hidden = _report.first(rows)
+    width = max([2] + [len(o) for (o, _, _), _ in shown])
+    place = max([6] + [len(d) for (_, d, _), _ in shown])
+    lines = [f"  {'op':<{width}}  {'device':<{place}}  {'kind':<8}  count"]
+    lines += [f"  {o:<{width}}  {d:<{place}}  {k:<8}  {n}" for (o, d, k), n in shown]
+    if hidden:
+        lines.append(f"  ... and {hidden} more rows")
+    lines += [f"  (+{_groups.other_line(name, others[name])})" for name in _groups.CATEGORIES[1:] if name in others]
+    return "\n".join(lines) + note
+
+
+def dataframe(records: Sequence[PlacementRecord]) -> Any:
+    """`PlacementLog.to_dataframe()`: one row per record (dtypes as text, e.g. "T=float32").
+
+    Raises:
+      ImportError: pandas is not installed (it comes with the `notebook` extra).
+    """
+    try:
+        import pandas
+    except ImportError as err:
+        raise ImportError("PlacementLog.to_dataframe needs pandas, which is not installed here: "
+                          "pip install 'tfplace[notebook]' (or pip install pandas)") from err
+    columns = ["op", "name", "device", "kind", "source", "requested", "dtypes", "line", "requested_by", "origin"]
+    rows = [(r.op, r.name, r.device, str(r.kind), r.source, r.requested,
+             ", ".join(f"{name}={value}" for name, value in r.dtypes), r.line, r.requested_by, str(r.origin))
+            for r in records]
+    return pandas.DataFrame(rows, columns=columns)

@@ -13,45 +13,22 @@ Example:
 
 from __future__ import annotations
 
-import json
 import threading
 import warnings
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence, Union
 
 from tfplace._devices import parse_device
-from tfplace.placement import _groups
+from tfplace.placement import _assertions, _log_json, _report
 from tfplace.placement._parsing import as_captured, parse_placement
 from tfplace.placement._records import CopyRecord, Kind, PlacementRecord
-from tfplace.placement._report import ROWS
 
 if TYPE_CHECKING:
     from tfplace.placement._cost import Cost, Transfer
     from tfplace.placement._explain import Explanation, Readiness
     from tfplace.placement._memory import Memory
 
-__all__ = ["PlacementLog", "JSON_FORMAT"]
-
-# What `to_json()` writes: identical events once, with a count.
-JSON_FORMAT = "tfplace-log/2"
-
-
-def _count(item: Mapping[str, Any]) -> int:
-    count = item.get("count", 1)
-    if not isinstance(count, int) or count < 1:
-        raise ValueError(f"count {count!r} is not a positive integer")
-    return count
-
-
-def _record_from(item: Mapping[str, Any]) -> PlacementRecord:
-    fields = {key: value for key, value in item.items() if key in PlacementRecord._fields}
-    fields["dtypes"] = tuple((str(name), str(value)) for name, value in fields.get("dtypes", ()))
-    return PlacementRecord(**fields)
-
-
-def _copy_from(item: Mapping[str, Any]) -> CopyRecord:
-    return CopyRecord(**{key: value for key, value in item.items() if key in CopyRecord._fields})
-
+__all__ = ["PlacementLog"]
 
 class PlacementLog:
     """The placement events of a block.
@@ -123,13 +100,7 @@ class PlacementLog:
 
         if self._census is None:
             return _memory.Memory({})
-        found = self._census.figures()
-        if self._rename is None:
-            return found
-        rename = self._rename
-        return found._replace(devices={device: m._replace(top=tuple((rename(source) if source else "", size)
-                                                                   for source, size in m.top))
-                                       for device, m in found.devices.items()})
+        return _memory.renamed(self._census.figures(), self._rename)
 
     def memory_note(self, error: BaseException) -> str:
         """The note an out-of-memory error (`ResourceExhaustedError`) raised in a `memory=True` block gets:
@@ -150,20 +121,9 @@ class PlacementLog:
         __tracebackhide__ = True
         from tfplace.placement import _memory
 
-        where = parse_device(device, origin="PlacementLog.assert_memory_below's argument device").name
-        allowed = _memory.parse_size(limit, "PlacementLog.assert_memory_below's argument limit")
         if self._census is None:
             raise ValueError(f"PlacementLog.assert_memory_below({device!r}, {limit!r}): {_memory.NOT_COUNTED}")
-        found = self.memory()
-        figures = found.devices.get(where)
-        if figures is None or figures.peak_bytes < allowed:
-            return
-        rows = "\n".join(f"    {_memory.size_text(size):>10}  {source or 'an unknown line'}" for source, size in figures.top)
-        raise AssertionError(
-            f"expected the block's memory on {where} to stay below {_memory.size_text(allowed)} ({allowed} bytes), but "
-            f"it peaked at {_memory.size_text(figures.peak_bytes)} ({figures.peak_bytes} bytes; "
-            f"{_memory.size_text(figures.live_bytes)} still live at the end). The lines holding most:\n{rows}\n"
-            f"  ({found.note})")
+        _memory.assert_below(self.memory(), device, limit)
 
     def replaced(self, records: Iterable[PlacementRecord], copies: Iterable[CopyRecord],
                  rename: Optional[Callable[[str], str]] = None) -> "PlacementLog":
@@ -259,13 +219,9 @@ class PlacementLog:
         >>> PlacementLog.from_json(log.to_json()).records == log.records
         True
         """
-        return {"format": JSON_FORMAT, "complete": self.complete, "incomplete_reason": self.incomplete_reason,
-                "incomplete_reasons": list(self._reasons),
-                "records": [dict(r.to_json(), count=n) for r, n in Counter(self._records).items()],
-                "copies": [dict(c.to_json(), count=n) for c, n in Counter(self._copies).items()],
-                "runs": [[device, op, category, n] for (device, op, category), n in sorted(self._runs.items())],
-                "transfers": [t.to_json() for t in self.transfers()], "cost": self.cost().to_json(),
-                "memory": self.memory().to_json() if self._census is not None else None}
+        return _log_json.to_json(self._records, self._copies, self._runs, self._reasons, complete=self.complete,
+                                 transfers=self.transfers(), cost=self.cost(),
+                                 memory=self.memory() if self._census is not None else None)
 
     @classmethod
     def from_json(cls, text: Union[str, bytes, dict]) -> "PlacementLog":
@@ -277,35 +233,10 @@ class PlacementLog:
           TypeError: `text` is neither JSON text nor the parsed dict.
           ValueError: `text` is not a tfplace log (not JSON, or without its records), naming what is wrong.
         """
-        if isinstance(text, bytes):
-            text = text.decode("utf-8", "replace")
-        if isinstance(text, str):
-            try:
-                data = json.loads(text)
-            except ValueError as err:
-                raise ValueError(f"PlacementLog.from_json received text that is not JSON (from argument text): "
-                                 f"{err}; allowed is what PlacementLog.to_json() or tfplace trace --json wrote") from None
-        elif isinstance(text, dict):
-            data = text
-        else:
-            raise TypeError(f"PlacementLog.from_json received {type(text).__name__} (from argument text): allowed "
-                            "is str, bytes or the dict that PlacementLog.to_json() returned")
-        if not isinstance(data, dict) or not isinstance(data.get("records"), list):
-            raise ValueError("PlacementLog.from_json received JSON without a list of records (from argument text): "
-                             "allowed is what PlacementLog.to_json() or tfplace trace --json wrote")
-        try:
-            records = [record for item in data["records"] for record in [_record_from(item)] * _count(item)]
-            copies = [copy for item in data.get("copies", []) for copy in [_copy_from(item)] * _count(item)]
-            runs = Counter({(device, op, category): int(n) for device, op, category, n in data.get("runs", [])})
-        except (TypeError, ValueError, KeyError) as err:
-            raise ValueError(f"PlacementLog.from_json received a record it cannot read (from argument text): {err!r}; "
-                             "allowed is what PlacementLog.to_json() or tfplace trace --json wrote") from None
+        records, copies, runs, reasons = _log_json.from_json(text)
         log = cls(records, copies)
         log._runs = runs
-        reasons = data.get("incomplete_reasons")
-        if reasons is None:
-            reasons = [data["incomplete_reason"]] if data.get("incomplete_reason") else []
-        log._reasons = [str(reason) for reason in reasons]
+        log._reasons = reasons
         return log
 
     @classmethod
@@ -353,16 +284,7 @@ class PlacementLog:
         """Placement events per device and op: `{"/device:CPU:0": {"MatMul": 2, ...}, ...}`; on each
         device the user's compute ops come first, most first, then TensorFlow's and Keras' own, the
         input pipeline's and plumbing (`tfplace.placement._groups`)."""
-        counts: dict[str, Counter] = {}
-        for record in self.records:
-            counts.setdefault(record.device, Counter())[(_groups.category(record), record.op)] += 1
-        rank = {name: i for i, name in enumerate(_groups.CATEGORIES)}
-        found: dict[str, dict[str, int]] = {}
-        for device, ops in counts.items():
-            ordered = found[device] = {}
-            for (_, op), n in sorted(ops.items(), key=lambda item: (rank[item[0][0]], -item[1], item[0][1])):
-                ordered[op] = ordered.get(op, 0) + n
-        return found
+        return _report.summary(self.records)
 
     def guide_lines(self) -> list[str]:
         """The eager events as TensorFlow's guide prints them (op types, never kernel variants)."""
@@ -375,25 +297,10 @@ class PlacementLog:
         """A short table of what was placed where: the rows for `op` first, then the user's compute
         ops, most first; TensorFlow's and Keras' own ops, the input pipeline and plumbing (`Identity`,
         `Const`, `NoOp`, arguments and results, removed nodes) are counted in a line each."""
-        counts = Counter((r.op, r.device or "(unknown)", r.kind) for r in self._records
-                         if r.op == op or _groups.category(r) == "compute")
-        others: dict[str, Counter] = {}
-        for record in self._records:
-            if record.op != op and _groups.category(record) != "compute":
-                others.setdefault(_groups.category(record), Counter())[record.op] += 1
-        rows = sorted(counts.items(), key=lambda item: (item[0][0] != op, -item[1], item[0]))
-        note = "" if self.complete else "\n  (incomplete log: " + self.incomplete_reason + ")"
-        if not rows and not others:
-            return "  (no placement events were recorded)" + note
-        shown = rows[:ROWS]
-        width = max([2] + [len(o) for (o, _, _), _ in shown])
-        place = max([6] + [len(d) for (_, d, _), _ in shown])
-        lines = [f"  {'op':<{width}}  {'device':<{place}}  {'kind':<8}  count"]
-        lines += [f"  {o:<{width}}  {d:<{place}}  {k:<8}  {n}" for (o, d, k), n in shown]
-        if len(rows) > ROWS:
-            lines.append(f"  ... and {len(rows) - ROWS} more rows")
-        lines += [f"  (+{_groups.other_line(name, others[name])})" for name in _groups.CATEGORIES[1:] if name in others]
-        return "\n".join(lines) + note
+        from tfplace.placement import _display
+
+        rows, others = _report.placements(self._records, op)
+        return _display.table(rows, others, "" if self.complete else self.incomplete_reason)
 
     def assert_placed(self, op: str, device: str) -> None:
         """Raises AssertionError, with a table of actual placements, unless `op` ran on `device`.
@@ -401,11 +308,7 @@ class PlacementLog:
         When `device` exists neither in this process nor in the log, the message says so and lists the devices.
         """
         __tracebackhide__ = True
-        if not any(True for _ in self._select(op, device)):
-            where = ", ".join(self.devices_for(op)) or "no device"
-            absent = self._absent(device)
-            raise AssertionError(f"expected {op} on {parse_device(device).name}, but it was placed on {where}:\n"
-                                 + (f"  ({absent})\n" if absent else "") + self.table(op))
+        _assertions.assert_placed(self, op, device)
 
     def assert_not_placed(self, op: str, device: str) -> None:
         """Raises AssertionError, with a table of actual placements, if `op` ran on `device`.
@@ -414,15 +317,7 @@ class PlacementLog:
         it warns, saying so and listing the devices.
         """
         __tracebackhide__ = True
-        hits = sum(1 for _ in self._select(op, device))
-        if hits:
-            raise AssertionError(
-                f"expected no {op} on {parse_device(device).name}, but {hits} event(s) were placed there:\n"
-                f"{self.table(op)}")
-        absent = self._absent(device)
-        if absent:
-            warnings.warn(f"tfplace: assert_not_placed({op!r}, {device!r}) holds trivially: {absent}",
-                          RuntimeWarning, stacklevel=2)
+        _assertions.assert_not_placed(self, op, device)
 
     def explain(self) -> list["Explanation"]:
         """Why each op ran where it did, for every record that ran elsewhere than it asked or that
@@ -476,26 +371,9 @@ class PlacementLog:
         Raises:
           ImportError: pandas is not installed (it comes with the `notebook` extra).
         """
-        try:
-            import pandas
-        except ImportError as err:
-            raise ImportError("PlacementLog.to_dataframe needs pandas, which is not installed here: "
-                              "pip install 'tfplace[notebook]' (or pip install pandas)") from err
-        columns = ["op", "name", "device", "kind", "source", "requested", "dtypes", "line", "requested_by", "origin"]
-        rows = [(r.op, r.name, r.device, r.kind, r.source, r.requested,
-                 ", ".join(f"{name}={value}" for name, value in r.dtypes), r.line, r.requested_by, r.origin)
-                for r in self._records]
-        return pandas.DataFrame(rows, columns=columns)
+        from tfplace.placement import _display
 
-    def _absent(self, device: str) -> str:
-        """That `device` exists neither in this process nor in the log, with the devices that do; "" when it exists."""
-        from tfplace import _tensorflow
-
-        wanted = parse_device(device, origin="PlacementLog's argument device")
-        existing = _tensorflow.logical_device_names()
-        if wanted.name in existing or any(r.device == wanted.name for r in self._records):
-            return ""
-        return f"{wanted.name} does not exist in this process; its devices are {', '.join(existing)}"
+        return _display.dataframe(self._records)
 
     def __len__(self) -> int:
         return len(self._records)
@@ -510,5 +388,5 @@ class PlacementLog:
 
         lines = [f"PlacementLog: {len(self._records)} records, {len(self._copies)} implicit copies, "
                  + ("complete" if self.complete else "INCOMPLETE"),
-                 *("  " + line for line in _display.cost_lines(self, top=ROWS)), self.table()]
+                 *("  " + line for line in _display.cost_lines(self, top=_report.ROWS)), self.table()]
         return "\n".join(lines)

@@ -29,14 +29,14 @@ import math
 import re
 import threading
 import weakref
-from typing import Any, Iterable, NamedTuple, Optional, Union
+from typing import Any, Callable, Iterable, NamedTuple, Optional, Union
 
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name, parse_device
 from tfplace.placement import _session
 
-__all__ = ["Census", "DeviceMemory", "Memory", "LiveTensor", "live_tensors", "parse_size", "size_text",
-           "NOT_COUNTED"]
+__all__ = ["Census", "DeviceMemory", "Memory", "LiveTensor", "live_tensors", "parse_size", "size_text", "renamed",
+           "assert_below", "NOT_COUNTED"]
 
 _TOP = 5
 NOT_COUNTED = "memory was not counted: capture with capture_placement(memory=True)"
@@ -270,6 +270,32 @@ def live_tensors(device: Union[str, Any, None] = None) -> list[LiveTensor]:
 
 _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def renamed(found: Memory, rename: Optional[Callable[[str], str]]) -> Memory:
+    """`found` with the lines of its top tensors renamed (as IPython names a cell's lines)."""
+    if rename is None:
+        return found
+    return found._replace(devices={device: m._replace(top=tuple((rename(source) if source else "", size)
+                                                               for source, size in m.top))
+                                   for device, m in found.devices.items()})
+
+
+def assert_below(found: Memory, device: str, limit: Union[int, float, str]) -> None:
+    """Raises AssertionError, with the lines holding most bytes, unless the peak of `found` on `device`
+    (any accepted spelling) stayed below `limit` (`PlacementLog.assert_memory_below`)."""
+    __tracebackhide__ = True
+    where = parse_device(device, origin="PlacementLog.assert_memory_below's argument device").name
+    allowed = parse_size(limit, "PlacementLog.assert_memory_below's argument limit")
+    figures = found.devices.get(where)
+    if figures is None or figures.peak_bytes < allowed:
+        return
+    rows = "\n".join(f"    {size_text(size):>10}  {source or 'an unknown line'}" for source, size in figures.top)
+    raise AssertionError(
+        f"expected the block's memory on {where} to stay below {size_text(allowed)} ({allowed} bytes), but "
+        f"it peaked at {size_text(figures.peak_bytes)} ({figures.peak_bytes} bytes; "
+        f"{size_text(figures.live_bytes)} still live at the end). The lines holding most:\n{rows}\n"
+        f"  ({found.note})")
 
 
 def parse_size(limit: Union[int, float, str], origin: str) -> int:

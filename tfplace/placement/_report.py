@@ -7,6 +7,9 @@ only format these rows.
 * `explained(explanations)`: explanations grouped by line, op, device, device asked for and reason,
   with the nodes' names and the first message.
 * `first(rows, limit)`: the rows a report shows and how many it leaves to its "and N more" line.
+* `summary(records)`: placement events per device and op, the user's compute first.
+* `placements(records, op)`: the rows of `PlacementLog.table()`: per op, device and kind, `op`'s first,
+  then the user's compute; the other categories counted per op type.
 
 Example:
     >>> from tfplace.placement._records import PlacementRecord
@@ -19,11 +22,12 @@ Example:
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable, NamedTuple, Sequence, TypeVar
+from typing import Any, Iterable, NamedTuple, Optional, Sequence, TypeVar
 
+from tfplace.placement import _groups
 from tfplace.placement._records import Kind, PlacementRecord
 
-__all__ = ["ROWS", "Group", "Explained", "failed", "explained", "first"]
+__all__ = ["ROWS", "Group", "Explained", "failed", "explained", "first", "summary", "placements"]
 
 ROWS = 20
 
@@ -85,3 +89,31 @@ def explained(explanations: Iterable[Any]) -> list[Explained]:
 def first(rows: Sequence[_Row], limit: int = ROWS) -> tuple[Sequence[_Row], int]:
     """The first `limit` of `rows`, and how many are left out."""
     return rows[:limit], max(0, len(rows) - limit)
+
+
+def summary(records: Iterable[PlacementRecord]) -> dict[str, dict[str, int]]:
+    """Placement events per device and op: on each device the user's compute ops first, most first,
+    then TensorFlow's and Keras' own, the input pipeline's and plumbing (`tfplace.placement._groups`)."""
+    counts: dict[str, Counter] = {}
+    for record in records:
+        counts.setdefault(record.device, Counter())[(_groups.category(record), record.op)] += 1
+    rank = {name: i for i, name in enumerate(_groups.CATEGORIES)}
+    found: dict[str, dict[str, int]] = {}
+    for device, ops in counts.items():
+        ordered = found[device] = {}
+        for (_, op), n in sorted(ops.items(), key=lambda item: (rank[item[0][0]], -item[1], item[0][1])):
+            ordered[op] = ordered.get(op, 0) + n
+    return found
+
+
+def placements(records: Sequence[PlacementRecord], op: Optional[str] = None
+               ) -> tuple[list[tuple[tuple[str, str, str], int]], dict[str, Counter]]:
+    """((op, device, kind), count) rows, those of `op` first, then the user's compute ops, most first;
+    and per other category (framework, input, plumbing) a Counter of op types."""
+    counts = Counter((r.op, r.device or "(unknown)", r.kind) for r in records
+                     if r.op == op or _groups.category(r) == "compute")
+    others: dict[str, Counter] = {}
+    for record in records:
+        if record.op != op and _groups.category(record) != "compute":
+            others.setdefault(_groups.category(record), Counter())[record.op] += 1
+    return sorted(counts.items(), key=lambda item: (item[0][0] != op, -item[1], item[0])), others
