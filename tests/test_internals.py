@@ -1,9 +1,9 @@
 """The TensorFlow internals tfplace relies on (BUILD.md, "TensorFlow internals"), all reached
-through `tfplace/_tensorflow.py`.
+through `tfplace/_tensorflow/`.
 
 If a TensorFlow upgrade removes or changes one, these tests say which, before users meet it;
-and they fail when a module other than `_tensorflow.py` reaches into TensorFlow, or when
-`_tensorflow.py` uses an internal that is not listed here.
+and they fail when a module outside `tfplace/_tensorflow/` reaches into TensorFlow, or when
+that package uses an internal that is not listed here.
 """
 
 import ast
@@ -72,9 +72,9 @@ INTERNALS = [
 ]
 # Attributes of objects rather than of modules, checked on real objects by the tests below.
 OBJECT_INTERNALS = ["_variant_tensor_attr", "_init_func", "_next_func", "_finalize_func", "_shape_tuple"]
-# Python's own private names `_tensorflow.py` uses (frames), and the tag it sets on an error it recorded.
+# Python's own private names `tfplace._tensorflow` uses (frames), and the tag it sets on an error it recorded.
 PYTHON_INTERNALS = ["_getframe", "_tfplace_recorded"]
-STATE_MODULE = ROOT / "tfplace" / "_tensorflow.py"
+STATE_PACKAGE = ROOT / "tfplace" / "_tensorflow"  # the one place: tfplace/_tensorflow/*.py
 
 
 def _walk(module, path):
@@ -92,11 +92,11 @@ def test_internal_is_still_there(module, name, use):
         _walk(module, name)
     except (AttributeError, ImportError) as error:
         pytest.fail(f"TensorFlow no longer has {module}.{name} ({error}), which tfplace uses for {use}: "
-                    "see BUILD.md, 'TensorFlow internals', and adapt tfplace/_tensorflow.py")
+                    "see BUILD.md, 'TensorFlow internals', and adapt tfplace/_tensorflow/")
 
 
 def _chains(tree, aliases):
-    """Each attribute path `_tensorflow.py` takes from an imported internal module, as (module, path)."""
+    """Each attribute path `tfplace._tensorflow` takes from an imported internal module, as (module, path)."""
     found = set()
 
     def path_of(node):
@@ -121,27 +121,31 @@ def _chains(tree, aliases):
     return {chain for chain in found if chain}
 
 
-def test_every_internal_used_is_listed_and_only_the_state_module_uses_any():
-    tree = ast.parse(STATE_MODULE.read_text(encoding="utf-8"))
-    aliases = {alias.asname or alias.name: f"{node.module}.{alias.name}" for node in ast.walk(tree)
-               if isinstance(node, ast.ImportFrom) and node.module.startswith("tensorflow.python") for alias in node.names}
+def test_every_internal_used_is_listed_and_only_the_state_package_uses_any():
     def parts(path):
         return tuple(part.removesuffix("()") for part in path.split("."))
 
     listed = {(m, parts(n)) for m, n, _ in INTERNALS}
-    unlisted = [c for c in _chains(tree, aliases)  # covered: one path starts the other
-                if not any(c[0] == m and min(len(n), len(parts(c[1]))) > 0
-                           and parts(c[1])[:len(n)] == n[:len(parts(c[1]))] for m, n in listed)]
-    assert not unlisted, f"tfplace/_tensorflow.py uses internals missing from INTERNALS: {sorted(unlisted)}"
-    private = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)} | {
-        node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
-    private = {name for name in private if name.startswith("_") and not name.startswith("__") and name.isidentifier()}
     known = {part.rstrip("()") for _, n, _ in INTERNALS for part in n.split(".")} | set(OBJECT_INTERNALS)
     known |= set(PYTHON_INTERNALS)
-    known |= _tensorflow._READ_WHOLE  # dataset class names, checked by the test below
-    assert private <= known, f"private names in tfplace/_tensorflow.py not listed: {sorted(private - known)}"
+    known |= _tensorflow._data._READ_WHOLE  # dataset class names, checked by the test below
+    own = {node.name for path in STATE_PACKAGE.glob("*.py") for node in ast.walk(ast.parse(path.read_text("utf-8")))
+           if isinstance(node, (ast.FunctionDef, ast.ClassDef))} | {path.stem for path in STATE_PACKAGE.glob("*.py")}
+    for state in sorted(STATE_PACKAGE.glob("*.py")):
+        tree = ast.parse(state.read_text(encoding="utf-8"))
+        aliases = {alias.asname or alias.name: f"{node.module}.{alias.name}" for node in ast.walk(tree)
+                   if isinstance(node, ast.ImportFrom) and node.module.startswith("tensorflow.python")
+                   for alias in node.names}
+        unlisted = [c for c in _chains(tree, aliases)  # covered: one path starts the other
+                    if not any(c[0] == m and min(len(n), len(parts(c[1]))) > 0
+                               and parts(c[1])[:len(n)] == n[:len(parts(c[1]))] for m, n in listed)]
+        assert not unlisted, f"{state.relative_to(ROOT)} uses internals missing from INTERNALS: {sorted(unlisted)}"
+        private = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)} | {
+            node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+        private = {name for name in private if name.startswith("_") and not name.startswith("__") and name.isidentifier()}
+        assert private <= known | own, f"private names in {state.relative_to(ROOT)} not listed: {sorted(private - known - own)}"
     for path in sorted((ROOT / "tfplace").rglob("*.py")):
-        if path == STATE_MODULE:
+        if path.parent == STATE_PACKAGE:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             imported = [node.module or ""] if isinstance(node, ast.ImportFrom) else [
@@ -227,10 +231,10 @@ def test_the_datasets_read_whole_are_named_as_tensorflow_names_them():
              tf.data.Dataset.sample_from_datasets([d, d]), d]
     assert [type(ds).__name__ for ds in early if _tensorflow.reads_inputs_to_end(ds)] == []
     # Every name is one of these, or the auto-shard dataset (INTERNALS checks that its class is there).
-    assert _tensorflow._READ_WHOLE - {type(ds).__name__ for ds in whole} == {"_AutoShardDataset"}
+    assert _tensorflow._data._READ_WHOLE - {type(ds).__name__ for ds in whole} == {"_AutoShardDataset"}
 
 
-# What only `_tensorflow.py` may do: read frames' locals, walk the garbage collector, patch attributes.
+# What only `tfplace._tensorflow` may do: read frames' locals, walk the garbage collector, patch attributes.
 _REACHING = {"f_locals": "reads a frame's locals", "__dict__": "reads an object's attribute dictionary",
              "get_referrers": "walks the garbage collector", "get_objects": "walks the garbage collector"}
 _NAMED_TUPLE_API = {"_replace", "_asdict", "_fields", "_make"}
@@ -256,7 +260,7 @@ def test_only_the_state_module_reaches_into_frames_objects_and_the_garbage_colle
     own = _own_private_names() | _NAMED_TUPLE_API
     found = []
     for path in sorted((ROOT / "tfplace").rglob("*.py")):
-        if path == STATE_MODULE:
+        if path.parent == STATE_PACKAGE:
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         modules = {alias.asname or alias.name.split(".")[0] for node in ast.walk(tree)
@@ -269,12 +273,12 @@ def test_only_the_state_module_reaches_into_frames_objects_and_the_garbage_colle
                     and node.attr not in own and not (isinstance(node.value, ast.Name) and node.value.id in modules):
                 found.append(f"{where} reads another library's private attribute .{node.attr}")
             elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "Patch":
-                found.append(f"{where} patches an attribute (Patch belongs in _tensorflow.py)")
+                found.append(f"{where} patches an attribute (Patch belongs in tfplace._tensorflow)")
             elif isinstance(node, (ast.Import, ast.ImportFrom)) and any(
                     name in ("gc", "ctypes") for name in ([a.name for a in node.names] if isinstance(node, ast.Import)
                                                           else [node.module or ""])):
                 found.append(f"{where} imports gc or ctypes")
-    assert not found, "TensorFlow and Python internals outside tfplace/_tensorflow.py:\n" + "\n".join(found)
+    assert not found, "TensorFlow and Python internals outside tfplace/_tensorflow/:\n" + "\n".join(found)
 
 
 _MUTABLE_CALLS = ("dict", "list", "set", "local", "Lock", "RLock", "Counter", "WeakSet", "WeakKeyDictionary",

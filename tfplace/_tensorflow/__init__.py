@@ -1,0 +1,65 @@
+"""Everything tfplace reads from and writes to TensorFlow's runtime, public or internal, in one place:
+this package (`_runtime`: `tf.config` and devices; `_eager`: the eager context, op callbacks, patches
+and failed ops; `_graphs`: graph collection, op definitions and kernels; `_data`: `tf.data`;
+`_profiler`: memory and the profiler).
+
+Every other module goes through this package for `tf.config`, the eager context, op
+callbacks, graph collection, the kernel registry, op definitions and the
+`tf.data` internals; BUILD.md ("TensorFlow internals") lists each internal with
+what it is for, and `tests/test_internals.py` checks that TensorFlow still has
+every one (and that no other module reaches for them). Everything that decides
+*what* to apply lives in pure modules (`tfplace.config._settings`,
+`tfplace.config._gpu_plan`). Nothing here starts the runtime: before it starts,
+the logical devices are predicted from the pending configuration.
+
+Example:
+    >>> from tfplace import _tensorflow
+    >>> _tensorflow.logical_device_names()[0]
+    '/device:CPU:0'
+    >>> [a.name for a in _tensorflow.op_def("MatMul").input_arg]
+    ['a', 'b']
+"""
+
+from __future__ import annotations
+
+from tfplace._tensorflow._runtime import (
+    runtime_started, gpu_count, physical_device_names, physical_devices, logical_device_names, fixed_state,
+    settings_in_force, GpuSettings, apply_fixed, apply_runtime, build)
+from tfplace._tensorflow._eager import (
+    device_name, thread_data, op_callbacks, add_op_callback, remove_op_callback, execute_with_callbacks,
+    use_execute, Patch, STATUS_TO_EXCEPTION, SET_DEVICE, PY_FUNCTION_CALL, FROM_FUNC_GRAPH, dtype_enum,
+    device_scopes, traced_stack, locate_device_scope, strategy_name, THREAD_START, start_thread, scope_step,
+    recorded, mark_recorded, failed_op_dtypes, failed_op_argument)
+from tfplace._tensorflow._graphs import (
+    enable_graph_collection, disable_graph_collection, export_run_metadata, function_def, tensorboard_tracing,
+    static_sizes, dtype_size, shape_tuple, op_def, registered_kernels)
+from tfplace._tensorflow._data import (
+    variant_tensor_of, dataset_functions, dataset_inputs, is_map_dataset, is_generator_dataset, is_cache_dataset,
+    reads_inputs_to_end, rewrites_input_graph, is_parallel_interleave, dataset_of_variant)
+from tfplace._tensorflow._profiler import (
+    reset_allocator_peak, allocator_figures, live_tensor_objects, variable_creator_scope, OutOfMemory,
+    ProfilerBusy, ProfilerError, profiler_start, profiler_stop, read_xspaces)
+
+__all__ = [
+    # runtime state and configuration (tf.config)
+    "runtime_started", "gpu_count", "physical_device_names", "physical_devices", "logical_device_names",
+    "fixed_state", "settings_in_force", "GpuSettings", "apply_fixed", "apply_runtime", "build",
+    # the eager context and op callbacks
+    "device_name", "thread_data", "op_callbacks", "add_op_callback", "remove_op_callback", "execute_with_callbacks",
+    "use_execute", "Patch", "STATUS_TO_EXCEPTION", "SET_DEVICE", "PY_FUNCTION_CALL", "FROM_FUNC_GRAPH",
+    "dtype_enum", "device_scopes", "traced_stack", "locate_device_scope", "strategy_name",
+    # graph collection
+    "enable_graph_collection", "disable_graph_collection", "export_run_metadata", "function_def",
+    "tensorboard_tracing", "static_sizes", "dtype_size", "shape_tuple",
+    # op definitions and the kernel registry
+    "op_def", "registered_kernels",
+    # memory
+    "reset_allocator_peak", "allocator_figures", "live_tensor_objects", "variable_creator_scope", "OutOfMemory",
+    # the profiler
+    "ProfilerBusy", "ProfilerError", "profiler_start", "profiler_stop", "read_xspaces",
+    # tf.data
+    "variant_tensor_of", "dataset_functions", "dataset_inputs", "is_map_dataset", "is_generator_dataset",
+    "is_cache_dataset", "reads_inputs_to_end", "rewrites_input_graph", "is_parallel_interleave",
+    # Python's own machinery, where tfplace reaches into TensorFlow's frames, threads and objects
+    "THREAD_START", "start_thread", "scope_step", "recorded", "mark_recorded", "failed_op_dtypes", "failed_op_argument", "dataset_of_variant",
+]

@@ -1,0 +1,106 @@
+"""`tf.data` internals: the Python dataset behind a variant tensor, its functions and inputs, and what its class says. Part of `tfplace._tensorflow` (see its docstring)."""
+
+from __future__ import annotations
+
+import gc
+import sys
+from typing import Any, Mapping, Optional
+
+import tensorflow as tf
+
+
+# tf.data ---------------------------------------------------------------------------------------
+
+_MAP_DATASETS = frozenset({"_MapDataset", "_ParallelMapDataset"})  # the Python classes of map()
+
+
+def variant_tensor_of(dataset_dict: Mapping[str, Any]) -> Any:
+    """The variant tensor a dataset's attribute dictionary holds (None when it has none yet)."""
+    return dataset_dict.get("_variant_tensor_attr")
+
+
+_STACK_DEPTH = 12
+
+
+def dataset_of_variant(variant: Any, depth: int) -> Optional[tf.data.Dataset]:
+    """The Python dataset whose variant tensor is `variant`: one in the locals of the frames from
+    `depth` out (0: the caller's; where `iter(dataset)` keeps it), else one of the objects referring
+    to the tensor (Python's garbage collector); None when none holds it."""
+    frame = sys._getframe(depth + 1)  # pylint: disable=protected-access
+    for _ in range(_STACK_DEPTH):
+        if frame is None:
+            break
+        for value in frame.f_locals.values():
+            if isinstance(value, tf.data.Dataset) and variant_tensor_of(value.__dict__) is variant:
+                return value
+        frame = frame.f_back
+    for referrer in gc.get_referrers(variant):
+        if isinstance(referrer, tf.data.Dataset):
+            return referrer
+        if isinstance(referrer, dict) and variant_tensor_of(referrer) is variant:
+            for owner in gc.get_referrers(referrer):
+                if isinstance(owner, tf.data.Dataset) and owner.__dict__ is referrer:
+                    return owner
+    return None
+
+
+def dataset_functions(dataset: tf.data.Dataset) -> list[Any]:
+    """The functions of a dataset itself: its `map`/`filter`/... functions, and those it keeps as
+    attributes (a `MultiDeviceIterator`'s per-device generators, whose init and finalize functions
+    an iterator instantiates when it is made; their next function runs through the source device's
+    iterator and is never placed with them)."""
+    functions = [wrapper.function for wrapper in dataset._functions()]  # pylint: disable=protected-access
+    return functions + [value for key, value in vars(dataset).items()
+                        if isinstance(value, tf.types.experimental.ConcreteFunction) and key != "_next_func"]
+
+
+def dataset_inputs(dataset: tf.data.Dataset) -> list[tf.data.Dataset]:
+    """The datasets a dataset is made of: those it reads from, and those it keeps as attributes
+    (`ragged_batch` keeps the `map` that encodes its elements, whose variant tensor is its own)."""
+    found = {id(d): d for d in dataset._inputs()}  # pylint: disable=protected-access
+    found.update((id(value), value) for value in vars(dataset).values() if isinstance(value, tf.data.Dataset))
+    return list(found.values())
+
+
+def is_map_dataset(dataset: tf.data.Dataset) -> bool:
+    """True for the dataset `map()` makes."""
+    return type(dataset).__name__ in _MAP_DATASETS
+
+
+def is_cache_dataset(dataset: tf.data.Dataset) -> bool:
+    """True for the dataset `cache()` makes (in memory or in a file)."""
+    return type(dataset).__name__ == "CacheDataset"
+
+
+# Datasets that read their input(s) to the end when they are read to the end (what a `cache()`
+# below them needs to fill); `take`, `take_while`, `zip` and `sample_from_datasets` may stop early.
+_READ_WHOLE = frozenset({
+    "_MapDataset", "_ParallelMapDataset", "_BatchDataset", "_ParallelBatchDataset", "_PaddedBatchDataset",
+    "_PrefetchDataset", "_ShuffleDataset", "CacheDataset", "_OptionsDataset", "_FilterDataset", "_UnbatchDataset",
+    "_RepeatDataset", "_ShardDataset", "_SkipDataset", "_ConcatenateDataset", "_FlatMapDataset",
+    "_InterleaveDataset", "_ParallelInterleaveDataset", "_ScanDataset", "_WindowDataset", "_RebatchDataset",
+    "_AutoShardDataset", "_IgnoreErrorsDataset", "_UniqueDataset", "_AssertCardinalityDataset",
+    "_GroupByWindowDataset"})
+
+
+def reads_inputs_to_end(dataset: tf.data.Dataset) -> bool:
+    """True for a dataset that, read to its end, has read its inputs to theirs (`map`, `batch`,
+    `prefetch`, ...); False for `take`, `zip` and any dataset not known to."""
+    return type(dataset).__name__ in _READ_WHOLE
+
+
+def is_parallel_interleave(dataset: tf.data.Dataset) -> bool:
+    """True for the dataset `interleave(..., num_parallel_calls=...)` makes."""
+    return type(dataset).__name__ == "_ParallelInterleaveDataset"
+
+
+def rewrites_input_graph(dataset: tf.data.Dataset) -> bool:
+    """True for a dataset whose op rewrites its input's graph when it is made (`AutoShardDataset`,
+    which `experimental_distribute_dataset` adds), leaving its own `FakeSink`s in every function."""
+    return type(dataset).__name__ == "_AutoShardDataset"
+
+
+def is_generator_dataset(dataset: tf.data.Dataset) -> bool:
+    """True for a dataset made by a GeneratorDataset op (`from_generator`'s, a MultiDeviceIterator's
+    per-device ones), which TensorFlow cannot serialize."""
+    return all(hasattr(dataset, name) for name in ("_init_func", "_next_func", "_finalize_func"))

@@ -1,0 +1,195 @@
+"""The eager context, op callbacks and the patches tfplace installs while a capture listens; failed eager ops; who asked for a traced op's device. Part of `tfplace._tensorflow` (see its docstring)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any, Callable, Iterable, Optional
+
+import tensorflow as tf
+from tensorflow.python.eager import context as _context
+from tensorflow.python.eager import core as _core
+from tensorflow.python.eager import execute as _execute
+from tensorflow.python.eager.polymorphic_function import atomic_function as _atomic_function
+from tensorflow.python.framework import op_callbacks as _op_callbacks
+from tensorflow.python.framework import op_def_registry as _op_def_registry
+from tensorflow.python.framework import ops as _ops
+from tensorflow.python.ops import script_ops as _script_ops
+from tensorflow.python.util import tf_stack as _tf_stack
+
+
+# The eager context and op callbacks ------------------------------------------------------------
+
+
+def device_name() -> Optional[str]:
+    """The device the calling thread's `tf.device` scope asks for, None outside any."""
+    return _context.context().device_name
+
+
+def thread_data() -> Any:
+    """The calling thread's eager state; its `device_name` is the thread's `tf.device` scope."""
+    return _context.context()._thread_local_data  # pylint: disable=protected-access
+
+
+def op_callbacks() -> list[Callable]:
+    """The calling thread's op callbacks (the list itself: replica threads share their parent's)."""
+    return _context.context().op_callbacks
+
+
+def add_op_callback(callback: Callable) -> None:
+    """Adds an op callback for the calling thread (TensorFlow then runs eager ops on its callback path)."""
+    _op_callbacks.add_op_callback(callback)
+
+
+def remove_op_callback(callback: Callable) -> None:
+    """Removes the calling thread's op callback, leaving the eager execute path as it is."""
+    _context.context().remove_op_callback(callback)
+
+
+execute_with_callbacks = _execute.execute_with_callbacks
+dtype_enum: Callable[[Any], int] = _ops.EagerTensor._datatype_enum  # pylint: disable=protected-access
+
+
+def use_execute(replacement: Optional[Callable]) -> None:
+    """Makes `replacement` the eager execute path of every thread; None restores TensorFlow's own:
+    the callback path while any thread has op callbacks, else the fast path."""
+    if replacement is None:
+        replacement = execute_with_callbacks if op_callbacks() else _execute.quick_execute
+    _execute.execute = replacement
+
+
+class Patch:
+    """An attribute that tfplace replaces while it listens, then puts back; `original` is what it
+    replaced (what the replacement calls through to)."""
+
+    def __init__(self, owner: Any, name: str) -> None:
+        self.owner, self.name = owner, name
+        self.original: Any = None
+
+    def install(self, replacement: Any) -> None:
+        self.original = getattr(self.owner, self.name)
+        setattr(self.owner, self.name, replacement)
+
+    def remove(self) -> None:
+        setattr(self.owner, self.name, self.original)
+
+
+# Where every eager op error becomes an exception (`ops.raise_from_not_ok_status`): failed records.
+STATUS_TO_EXCEPTION = Patch(_core, "_status_to_exception")
+# Every `tf.device` scope of a thread: the requested device of an eager op.
+SET_DEVICE = Patch(_context.Context, "_set_device")
+# A `tf.py_function` run on one of TensorFlow's threads.
+PY_FUNCTION_CALL = Patch(_script_ops.FuncRegistry, "__call__")
+# Every traced graph that becomes a function (tf.function, gradients, control flow bodies, tf.data).
+FROM_FUNC_GRAPH = Patch(_atomic_function, "from_func_graph")
+# Every Python thread started while a capture listens (a process-wide patch): TensorFlow's own
+# threads inherit the capture's callback, and with `all_threads` every thread does.
+THREAD_START = Patch(threading.Thread, "start")
+
+
+def start_thread(thread: threading.Thread, around: Optional[Callable[[Callable[[], None]], Callable[[], None]]]) -> None:
+    """Starts `thread` (through the original `Thread.start`), its `run` wrapped by `around` when given."""
+    if around is not None:
+        thread.run = around(thread.run)  # type: ignore[method-assign]
+    THREAD_START.original(thread)
+
+
+def scope_step(depth: int) -> tuple[str, Any]:
+    """What the `Context._set_device` call `depth` frames out (0: the caller's) does: "enter" from a
+    device scope's `__enter__`, "exit" from its `__exit__`, else ""; and the frame outside that call."""
+    frame = sys._getframe(depth + 1)  # pylint: disable=protected-access
+    return {"__enter__": "enter", "__exit__": "exit"}.get(frame.f_code.co_name, ""), frame.f_back
+
+
+# Failed eager ops ------------------------------------------------------------------------------
+# An eager op that raises passes through several of TensorFlow's frames; what it was called with is
+# read from the arguments of its generated Python function (`gen_math_ops.mat_mul(a, b, ...)`).
+
+_RECORDED = "_tfplace_recorded"  # set on an error once a failed record was made for it
+
+
+def recorded(error: BaseException) -> bool:
+    """True when a failed record was already made for `error` (`mark_recorded`)."""
+    return getattr(error, _RECORDED, False)
+
+
+def mark_recorded(error: BaseException) -> None:
+    """Notes on `error` that its failed record is made (errors without attributes are left alone)."""
+    try:
+        setattr(error, _RECORDED, True)
+    except AttributeError:
+        pass
+
+
+def _frames_above(depth: int, count: int = 6) -> Iterable[Any]:
+    """`count` frames from `depth` out (0: the caller's)."""
+    frame = sys._getframe(depth + 1)  # pylint: disable=protected-access
+    for _ in range(count):
+        if frame is None:
+            return
+        yield frame
+        frame = frame.f_back
+
+
+def failed_op_dtypes(op: str, depth: int) -> tuple[tuple[str, str], ...]:
+    """The type attributes of a failed eager op `op`, from the first of a few frames from `depth` out
+    (0: the caller's) that holds all its inputs (its generated Python function)."""
+    op_definition = _op_def_registry.get(op)
+    names = [a.name for a in op_definition.input_arg] if op_definition is not None else []
+    for frame in _frames_above(depth + 1) if names else ():
+        values = frame.f_locals
+        if all(name in values for name in names):
+            found: dict[str, str] = {}
+            for arg in op_definition.input_arg:
+                value = values[arg.name]
+                items = value if isinstance(value, (list, tuple)) else [value]
+                kinds = [item.dtype.name for item in items if hasattr(getattr(item, "dtype", None), "name")]
+                if arg.type_attr and kinds:
+                    found.setdefault(arg.type_attr, kinds[0])
+                elif arg.type_list_attr and len(kinds) == len(items):
+                    found.setdefault(arg.type_list_attr, ",".join(kinds))
+            for attr in op_definition.attr:  # type attributes given as arguments (Cast's DstT, Shape's out_type)
+                value = values.get(attr.name)
+                if attr.type == "type" and attr.name not in found and hasattr(value, "name"):
+                    found[attr.name] = value.name
+            return tuple(sorted(found.items()))
+    return ()
+
+
+def failed_op_argument(name: str, depth: int) -> Any:
+    """The argument `name` of a failed eager op, from its generated Python function's frame (one of
+    a few from `depth` out, 0: the caller's), None when not found."""
+    for frame in _frames_above(depth + 1):
+        if name in frame.f_locals:
+            return frame.f_locals[name]
+    return None
+
+
+def device_scopes(op: Any) -> list[tuple[str, int]]:
+    """Where the `tf.device` scopes in force when graph op `op` was made were entered, as
+    (filename, lineno), innermost last (`Operation._device_assignments`)."""
+    return [(scope.filename, scope.lineno) for scope in op._device_assignments]  # pylint: disable=protected-access
+
+
+def traced_stack() -> list[tuple[str, int]]:
+    """While a function is traced, the Python stack as (filename, lineno), innermost first, with
+    autograph's generated code mapped back to the user's source (as `Operation.traceback` does);
+    empty when executing eagerly."""
+    if tf.executing_eagerly():
+        return []
+    return [(frame.filename, frame.lineno) for frame in reversed(list(_tf_stack.extract_stack()))]
+
+
+def locate_device_scope(filename: str, lineno: int) -> None:
+    """While a function is traced, says that the innermost `tf.device` scope of its graph was entered
+    at `filename:lineno` (TensorFlow notes its own `tf.device` wrapper there): what the graph's ops
+    keep in `_device_assignments`, and TensorFlow's own device error messages show."""
+    scopes = _ops.get_default_graph()._device_function_stack.peek_traceable_objs()  # pylint: disable=protected-access
+    innermost = next(iter(scopes), None)
+    if innermost is not None:
+        innermost.filename, innermost.lineno = filename, lineno
+
+
+def strategy_name() -> str:
+    """The class name of the `tf.distribute` strategy in scope ("" for the default strategy)."""
+    return type(tf.distribute.get_strategy()).__name__ if tf.distribute.has_strategy() else ""

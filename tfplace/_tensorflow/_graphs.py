@@ -1,0 +1,95 @@
+"""Graph collection, function definitions, static shapes, op definitions and the kernel registry. Part of `tfplace._tensorflow` (see its docstring)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Iterable, Optional
+
+import tensorflow as tf
+from tensorflow.python.eager import context as _context
+from tensorflow.python.framework import kernels as _kernels
+from tensorflow.python.framework import op_def_registry as _op_def_registry
+from tensorflow.python.framework import ops as _ops
+from tensorflow.python.ops import summary_ops_v2 as _summary_ops_v2
+
+
+# Graph collection ------------------------------------------------------------------------------
+
+
+def enable_graph_collection() -> None:
+    """Starts keeping each function TensorFlow places: its graph as written, after placement and Grappler."""
+    _context.context().enable_graph_collection()
+
+
+def disable_graph_collection() -> None:
+    _context.context().disable_graph_collection()
+
+
+def export_run_metadata() -> Any:
+    """The functions collected since the last call (`RunMetadata.function_graphs`); empties the collection."""
+    return _context.context().export_run_metadata()
+
+
+def function_def(name: str) -> Any:
+    """The `FunctionDef` registered in the eager context under `name`; raises when there is none."""
+    return _context.context().get_function_def(name)
+
+
+def tensorboard_tracing() -> bool:
+    """True while `tf.summary.trace_on(graph=True)` collects function graphs for TensorBoard."""
+    trace = getattr(_summary_ops_v2, "_current_trace_context", None)
+    return bool(trace and trace.graph and not trace.profiler)
+
+
+def static_sizes(graph: Any, tensors: Iterable[str]) -> dict[str, Optional[int]]:
+    """Elements of each tensor (e.g. "MatMul:0") of a placed `GraphDef`, from TensorFlow's shape
+    inference (importing the graph runs it); None where the shape is not fully known or the graph
+    cannot be imported (a node whose op this process lacks)."""
+    wanted = list(tensors)
+    found: dict[str, Optional[int]] = dict.fromkeys(wanted)
+    imported = tf.Graph()
+    try:
+        with imported.as_default():
+            tf.graph_util.import_graph_def(graph, name="")
+    except Exception:  # pylint: disable=broad-except  # an op unknown here, a name the importer refuses
+        return found
+    for tensor in wanted:
+        try:
+            found[tensor] = imported.get_tensor_by_name(tensor).shape.num_elements()
+        except (KeyError, ValueError):
+            pass
+    return found
+
+
+@functools.lru_cache(maxsize=64)
+def dtype_size(name: str) -> Optional[int]:
+    """Bytes per element of dtype `name` (e.g. "float32" -> 4), None for strings, variants, resources."""
+    try:
+        dtype = tf.dtypes.as_dtype(name)
+    except TypeError:
+        return None
+    if dtype in (tf.string, tf.variant, tf.resource):
+        return None
+    return dtype.size
+
+
+def shape_tuple(tensor: Any) -> Optional[tuple]:
+    """An eager tensor's dimensions without building a `TensorShape` (a fifth of the cost), None for
+    an unknown rank; any other value's from its `shape`."""
+    if isinstance(tensor, _ops.EagerTensor):
+        return tensor._shape_tuple()  # pylint: disable=protected-access
+    shape = tensor.shape
+    return tuple(shape.as_list()) if shape.rank is not None else None
+
+
+# Op definitions and the kernel registry --------------------------------------------------------
+
+
+def op_def(op: str) -> Any:
+    """The `OpDef` of op type `op`, None for anything else (a kernel variant, a function name)."""
+    return _op_def_registry.get(op)
+
+
+def registered_kernels(op: str) -> Iterable[Any]:
+    """The `KernelDef`s registered for `op` in this build: device type, dtype constraints, host-memory args."""
+    return _kernels.get_registered_kernels_for_op(op).kernel
