@@ -25,7 +25,7 @@ from google.protobuf import text_format
 from tensorflow.core.framework import function_pb2, graph_pb2
 from tensorflow.core.protobuf import config_pb2
 
-from tfplace.placement import _kernels, _lowering
+from tfplace.placement import _instantiation, _kernels, _lowering
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -248,7 +248,7 @@ def test_placer_nodes_match_tensorflow(tmp_path, program):
     for function, initial, before_placer in unmatched:
         graph = initial
         if function in fdefs:
-            graph = _lowering.function_graph_def(fdefs[function], library, fake_sinks="_Dataset_" in function)
+            graph = _instantiation.function_graph_def(fdefs[function], library, fake_sinks="_Dataset_" in function)
             assert [(n.name, n.op, tuple(n.input)) for n in graph.node] == \
                 [(n.name, n.op, tuple(n.input)) for n in initial.node], function
         check(graph, function, before_placer)

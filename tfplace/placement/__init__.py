@@ -5,7 +5,8 @@
 * `_records`, `_log`, `_log_json`, `_assertions`, `_parsing`: the records, `PlacementLog` (the recorder),
   its JSON, its assertions, and the reader of a saved TensorFlow log.
 * `_hooks`, `_callback`, `_eager`, `_events`, `_failures`: eager ops through an op callback (installed,
-  run, described, told to listeners, failed); `_graphs`, `_lowering`, `_placed`, `_pipelines`, `_datasets`:
+  run, described, told to listeners, failed); `_graphs`, `_lowering`, `_instantiation`, `_placer_graph`, `_placed`,
+  `_pipelines`, `_datasets`:
   the nodes of the functions TensorFlow places (graph collection, rebuilt as the placer saw them, on the
   devices they ran on, tf.data functions and the datasets behind them).
 * `_sources`, `_function_sources`: the user's line behind each op and node.

@@ -21,7 +21,7 @@ from tensorflow.core.framework import function_pb2, graph_pb2
 
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name, requested_name
-from tfplace.placement import _function_sources, _lowering
+from tfplace.placement import _function_sources, _instantiation, _lowering
 from tfplace.placement._placed import function_def
 from tfplace.placement._records import Kind, Origin, PlacementRecord
 
@@ -181,7 +181,7 @@ def dataset_records(pipeline: Pipeline, device: str,
         arguments = [a.name for a in function.signature.input_arg]
         arg_devices = {arg: (host if kind == "host" else canonical_name(kind)) for arg, kind in
                        zip(arguments[len(arguments) - len(kinds):], kinds) if kind}
-        graph = _lowering.function_graph_def(function, _library_for(function, full_library),
+        graph = _instantiation.function_graph_def(function, _library_for(function, full_library),
                                             fake_sinks=int(pipeline.rewritten and name not in own) + more.get(name, 0))
         nodes = _lowering.placer_nodes(graph)
         notes = _function_sources.node_notes(nodes, _function_sources.notes(name))

@@ -27,7 +27,8 @@ from tensorflow.core.framework import function_pb2
 
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name, requested_name
-from tfplace.placement import _function_sources, _kernels, _lowering, _origins
+from tfplace.placement import _function_sources, _instantiation, _kernels, _origins
+from tfplace.placement._lowering import PlacerNode
 from tfplace.placement._records import Kind, PlacementRecord
 
 __all__ = ["placed_records", "noted", "without_sources", "function_def", "is_xla", "compiled_records"]
@@ -41,7 +42,7 @@ def _producer(tensor: str) -> str:
     return tensor.lstrip("^").split(":", 1)[0]
 
 
-def placed_records(nodes: list[_lowering.PlacerNode], placed: Iterable[Any]) -> list[PlacementRecord]:
+def placed_records(nodes: list[PlacerNode], placed: Iterable[Any]) -> list[PlacementRecord]:
     """The placer's nodes, each on its device after Grappler (`placed`: the NodeDefs that ran)."""
     after = {n.name: n for n in placed}
     devices: dict[str, str] = {}
@@ -140,7 +141,7 @@ def compiled_records(function: str, device: str) -> tuple[PlacementRecord, ...]:
     definition = function_def(function, None)
     if definition is None:
         return ()
-    graph = _lowering.function_graph_def(definition, function_pb2.FunctionDefLibrary())
+    graph = _instantiation.function_graph_def(definition, function_pb2.FunctionDefLibrary())
     device = canonical_name(device)
     notes = _function_sources.notes(function)
     return tuple(noted(PlacementRecord(_kernels.op_type(n.op), n.name, device, Kind.COMPILED,
