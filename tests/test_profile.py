@@ -260,7 +260,7 @@ def test_host_events_count_leaf_work_once():
 def test_function_nodes_on_the_devices_of_the_placed_graphs(tmp_path):
     out = run_file(tmp_path, """
         from tfplace import _tensorflow
-        from tfplace.placement import _profile
+        from tfplace.placement import _profile, _profiling
         x = tf.ones((256, 256))
 
         @tf.function
@@ -275,7 +275,7 @@ def test_function_nodes_on_the_devices_of_the_placed_graphs(tmp_path):
         graphs = [g for f in _tensorflow.export_run_metadata().function_graphs for g in f.partition_graphs]
         _tensorflow.disable_graph_collection()
         devices = {n.name: n.device for g in graphs for n in g.node}
-        session = _profile.Session.start()
+        session = _profiling.ProfilerSession.start()
         for _ in range(3):
             step(x)
         timing = _profile.read_xspace(session.stop(), devices)
@@ -297,12 +297,12 @@ def test_a_session_while_another_is_active_starts_nothing_and_disturbs_nothing(t
     out = run_file(tmp_path, """
         import glob, tempfile
         from tensorflow.tsl.profiler.protobuf import xplane_pb2
-        from tfplace.placement import _profile
+        from tfplace.placement import _profile, _profiling
         x = tf.ones((64, 64))
         theirs = tempfile.mkdtemp()
         tf.profiler.experimental.start(theirs)
         tf.matmul(x, x)
-        second = _profile.Session.start()
+        second = _profiling.ProfilerSession.start()
         tf.matmul(x, x)
         stopped = second.stop()
         tf.matmul(x, x)
@@ -311,14 +311,14 @@ def test_a_session_while_another_is_active_starts_nothing_and_disturbs_nothing(t
         space = xplane_pb2.XSpace.FromString(open(path, "rb").read())
         theirs_saw = sum(1 for p in space.planes for line in p.lines for e in line.events
                          if p.event_metadata[e.metadata_id].name == "EagerLocalExecute: MatMul")
-        ours = _profile.Session.start()
+        ours = _profiling.ProfilerSession.start()
         tf.matmul(x, x)
-        nested = _profile.Session.start()
+        nested = _profiling.ProfilerSession.start()
         nested_stopped = nested.stop()
         ours_timing = _profile.read_xspace(ours.stop(), eager=[("MatMul", "/device:CPU:0")])
         report({"missing": second.missing, "stopped": stopped is None, "theirs_saw": theirs_saw,
                 "nested": nested.missing, "nested_stopped": nested_stopped is None, "ours": ours.missing,
-                "ours_ops": ours_timing.ops[("/device:CPU:0", "MatMul")][0], "again": _profile.Session.start().missing})
+                "ours_ops": ours_timing.ops[("/device:CPU:0", "MatMul")][0], "again": _profiling.ProfilerSession.start().missing})
     """)
     assert out["missing"].startswith("another TensorFlow profiler session was active (TensorFlow said: Another "
                                      "profiler is running")

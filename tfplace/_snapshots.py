@@ -2,7 +2,8 @@
 
 Function plumbing (`_Arg`, `_Retval`, ...) is left out, and the numbers
 TensorFlow appends to function names (`__inference_step_123`) are dropped,
-so a snapshot does not depend on test order.
+so a snapshot does not depend on test order. `SnapshotUse` follows what a pytest run did with
+snapshot files, to name the ones no test wrote or read.
 
 Example:
     >>> from tfplace.placement._log import PlacementLog
@@ -29,7 +30,7 @@ from tfplace.placement._records import ARGUMENT_OPS
 if TYPE_CHECKING:  # this module loads without TensorFlow: the pytest plugin reads snapshot folders in any run
     from tfplace.placement._log import PlacementLog
 
-__all__ = ["placement", "differences", "path_for", "folder_for", "read", "write", "FORMAT", "SnapshotError"]
+__all__ = ["placement", "differences", "path_for", "folder_for", "read", "write", "FORMAT", "SnapshotError", "SnapshotUse"]
 
 FORMAT = 1
 UPDATE = "--tfplace-update-snapshots"
@@ -155,3 +156,44 @@ def write(path: Path, counts: dict[str, dict[str, int]]) -> None:
         raise SnapshotError(f"the placement snapshot {path} cannot be written ({err.strerror or err}): "
                             f"remove what is in its place, or make its folder writable, "
                             f"and run pytest with {UPDATE} again") from None
+
+
+class SnapshotUse:
+    """What a run did with snapshot files, to find those no test wrote or read.
+
+    A test module counts when the run covered it entirely: collected whole (no node id such as
+    `test_m.py::test_a` narrowed the run) and none of its tests deselected (`-k`, `-m`,
+    `--deselect`, `--lf`). Then a `.json` file of its snapshot folder (`__placement__/<module>/`)
+    is unused unless a test read or wrote it, or it belongs to a test that failed or was skipped
+    (which may have stopped before its `assert_match`). A run that stopped early (`-x`, Ctrl-C),
+    only collected (`--co`), or lost a pytest-xdist worker says nothing. Snapshot folders of test
+    modules that no longer exist are never touched.
+    """
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()  # read or written by assert_match
+        self.kept: set[str] = set()  # of tests that failed or were skipped
+        self.collected: set[str] = set()  # test files with selected tests
+        self.narrowed: set[str] = set()  # test files with deselected tests
+        self.whole = True  # False: node ids narrowed the run, or a pytest-xdist worker was lost
+        self.unused: list[Path] = []
+        self.removed = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"used": sorted(self.used), "kept": sorted(self.kept), "collected": sorted(self.collected),
+                "narrowed": sorted(self.narrowed), "whole": self.whole}
+
+    def merge(self, data: dict[str, Any]) -> None:
+        for name in ("used", "kept", "collected", "narrowed"):
+            getattr(self, name).update(data.get(name, ()))
+        self.whole = self.whole and data.get("whole", False)
+
+    def find_unused(self) -> list[Path]:
+        """The snapshot files of the test modules the run covered entirely that no test wrote or read."""
+        found: list[Path] = []
+        for module in sorted(self.collected - self.narrowed):
+            folder = folder_for(Path(module))
+            if folder.is_dir():
+                found += [path for path in sorted(folder.glob("*.json"))
+                          if str(path) not in self.used and str(path) not in self.kept]
+        return found

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Generator, NoReturn, Optional, Sequence
 
 import pytest
 
+from tfplace._snapshots import SnapshotUse  # pure Python: no TensorFlow
 from tfplace.config._settings import BY_NAME  # pure Python: no TensorFlow
 
 if TYPE_CHECKING:  # these import TensorFlow: only when a test needs them
@@ -83,7 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", REQUIRES_GPU)
     config.addinivalue_line("markers", TRANSFER_GUARD)
     config.stash[_WRITTEN] = {}
-    config.stash[_USE] = _SnapshotUse()
+    config.stash[_USE] = SnapshotUse()
     count = _logical_cpus(config)
     if count is not None:
         import tfplace
@@ -168,7 +169,7 @@ def placement_log(request: pytest.FixtureRequest) -> "PlacementLog":
 class PlacementSnapshot:
     """Compares a placement log with the snapshot kept for one test item."""
 
-    def __init__(self, path: Path, update: bool, written: dict[str, None], test: str, use: "_SnapshotUse") -> None:
+    def __init__(self, path: Path, update: bool, written: dict[str, None], test: str, use: SnapshotUse) -> None:
         self.path = path
         self.update = update
         self._written = written
@@ -213,50 +214,7 @@ class PlacementSnapshot:
 _WRITTEN = pytest.StashKey[dict]()  # the snapshot files written, in order (a dict: each counted once)
 
 
-class _SnapshotUse:
-    """What a run did with snapshot files, to find those no test wrote or read.
-
-    A test module counts when the run covered it entirely: collected whole (no node id such as
-    `test_m.py::test_a` narrowed the run) and none of its tests deselected (`-k`, `-m`,
-    `--deselect`, `--lf`). Then a `.json` file of its snapshot folder (`__placement__/<module>/`)
-    is unused unless a test read or wrote it, or it belongs to a test that failed or was skipped
-    (which may have stopped before its `assert_match`). A run that stopped early (`-x`, Ctrl-C),
-    only collected (`--co`), or lost a pytest-xdist worker says nothing. Snapshot folders of test
-    modules that no longer exist are never touched.
-    """
-
-    def __init__(self) -> None:
-        self.used: set[str] = set()  # read or written by assert_match
-        self.kept: set[str] = set()  # of tests that failed or were skipped
-        self.collected: set[str] = set()  # test files with selected tests
-        self.narrowed: set[str] = set()  # test files with deselected tests
-        self.whole = True  # False: node ids narrowed the run, or a pytest-xdist worker was lost
-        self.unused: list[Path] = []
-        self.removed = False
-
-    def to_json(self) -> dict[str, Any]:
-        return {"used": sorted(self.used), "kept": sorted(self.kept), "collected": sorted(self.collected),
-                "narrowed": sorted(self.narrowed), "whole": self.whole}
-
-    def merge(self, data: dict[str, Any]) -> None:
-        for name in ("used", "kept", "collected", "narrowed"):
-            getattr(self, name).update(data.get(name, ()))
-        self.whole = self.whole and data.get("whole", False)
-
-    def find_unused(self) -> list[Path]:
-        """The snapshot files of the test modules the run covered entirely that no test wrote or read."""
-        from tfplace import _snapshots  # pure Python: TensorFlow stays out of runs that do not use it
-
-        found: list[Path] = []
-        for module in sorted(self.collected - self.narrowed):
-            folder = _snapshots.folder_for(Path(module))
-            if folder.is_dir():
-                found += [path for path in sorted(folder.glob("*.json"))
-                          if str(path) not in self.used and str(path) not in self.kept]
-        return found
-
-
-_USE = pytest.StashKey[_SnapshotUse]()
+_USE = pytest.StashKey[SnapshotUse]()
 
 
 def _snapshot_path(node: pytest.Item) -> Path:

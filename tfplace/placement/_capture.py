@@ -136,9 +136,9 @@ def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool 
         _graphs.attach(log, sources=sources)
         profiling = None
         if timing:
-            from tfplace.placement import _profile  # the profiler's schema loads only when timing is asked for
+            from tfplace.placement import _profiling  # the profiler loads only when timing is asked for
 
-            profiling = _profile.Session.start()
+            profiling = _profiling.ProfilerSession.start()
         if profiling is not None and profiling.missing:
             warnings.warn(f"tfplace: capture_placement(timing=True) has no times: {profiling.missing}; executions and "
                           "bytes are still counted", RuntimeWarning, stacklevel=user_stacklevel())

@@ -47,9 +47,9 @@ that an earlier counted event on its line already covers adds executions, not ti
 
 Example:
     >>> import tensorflow as tf
-    >>> from tfplace.placement import _profile
+    >>> from tfplace.placement import _profile, _profiling
     >>> x = tf.ones((64, 64))
-    >>> session = _profile.Session.start()
+    >>> session = _profiling.ProfilerSession.start()
     >>> y = tf.matmul(x, x)
     >>> timing = _profile.read_xspace(session.stop(), eager=[("MatMul", "/device:CPU:0")])
     >>> timing.ops[("/device:CPU:0", "MatMul")][0] >= 1
@@ -58,19 +58,16 @@ Example:
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import tempfile
 from collections import Counter, deque
-from typing import Any, Iterable, Mapping, NamedTuple, Optional
+from typing import Any, Iterable, Mapping, NamedTuple
 
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name
 from tfplace.placement import _kernels
 from tfplace.placement._records import is_function_call
 
-__all__ = ["Session", "Timing", "read_xspace"]
+__all__ = ["Timing", "read_xspace"]
 
 _EAGER = "EagerLocalExecute: "
 _KERNEL_RUN = "EagerKernelExecute"
@@ -85,69 +82,6 @@ _MEMCPY_SIDES = {"MemcpyH2D": (True, False), "MemcpyD2H": (False, True), "Memcpy
                  "MemcpyP2P": (False, False)}
 _HOST_MEMORY = frozenset({"pageable", "pinned"})
 _HOST = "/device:CPU:0"
-
-
-class Session:
-    """One profiler session around a block: `Session.start()`, then `stop()` for its `XSpace`.
-
-    Attributes:
-      missing: why there is no profile ("" while there may be one): another profiler session was
-        active when it started, or the profiler could not start, stop or write its profile.
-    """
-
-    def __init__(self, logdir: Optional[str], missing: str = "") -> None:
-        self.logdir, self.missing = logdir, missing
-
-    @classmethod
-    def start(cls) -> "Session":
-        """Starts TensorFlow's profiler in a fresh folder, unless it cannot (then `missing` says why
-        and nothing starts). Another session is known by what TensorFlow's `start` raises
-        (`AlreadyExistsError`): that covers the sessions of its Python API and of its profiler
-        server alike, where a look at the Python API's state would miss the server's. (Refused by
-        a server's session, TensorFlow keeps its Python API's unstarted session object until a
-        `tf.profiler.experimental.stop()`; tfplace leaves TensorFlow's state as it is.)"""
-        logdir = tempfile.mkdtemp(prefix="tfplace-profile-")
-        try:
-            _tensorflow.profiler_start(logdir)
-        except _tensorflow.ProfilerError as error:
-            shutil.rmtree(logdir, ignore_errors=True)
-            said = _first_line(error)
-            if isinstance(error, _tensorflow.ProfilerBusy):
-                return cls(None, f"another TensorFlow profiler session was active (TensorFlow said: {said}); "
-                                 "TensorFlow runs one per process")
-            return cls(None, f"TensorFlow's profiler did not start in {logdir} (TensorFlow said: {said})")
-        return cls(logdir)
-
-    def stop(self) -> Optional[Any]:
-        """Stops the profiler and returns its `XSpace`; None when it never started, or when stopping
-        or reading failed (then `missing` says why). Safe after a block that raised."""
-        if self.logdir is None:
-            return None
-        logdir, self.logdir = self.logdir, None
-        try:
-            try:
-                _tensorflow.profiler_stop()
-            except _tensorflow.ProfilerError as error:
-                self.missing = f"TensorFlow's profiler could not stop and write to {logdir} " \
-                               f"(TensorFlow said: {_first_line(error)})"
-                return None
-            paths = [os.path.join(root, name) for root, _, names in os.walk(logdir)
-                     for name in names if name.endswith(".xplane.pb")]
-            try:
-                space = _tensorflow.read_xspaces(paths)
-            except OSError as error:
-                self.missing = f"the profile in {logdir} could not be read ({error})"
-                return None
-            if space is None:
-                self.missing = f"TensorFlow's profiler wrote no *.xplane.pb file into {logdir}"
-            return space
-        finally:
-            shutil.rmtree(logdir, ignore_errors=True)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 class Timing(NamedTuple):
