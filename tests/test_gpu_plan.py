@@ -5,7 +5,7 @@ import types
 import pytest
 
 from tfplace import ConfigurationError
-from tfplace._tensorflow import apply_fixed
+from tfplace._tensorflow import apply_gpus, set_logical_cpus
 from tfplace.config._gpu_inventory import map_cuda_visible, parse_nvidia_smi
 from tfplace.config._gpu_plan import GpuInfo, GpuPlan, plan_gpus
 
@@ -93,12 +93,15 @@ class _FakeConfig:
 
 def test_apply_layer_calls_tf_config():
     fake = _FakeConfig()
-    apply_fixed(plan_gpus(MIXED[:1] + [GpuInfo(1, "T4", 15360)], visible_gpus=[1], memory_limit_mb=1024), {"logical_cpus": 3}, fake)
+    plan = plan_gpus(MIXED[:1] + [GpuInfo(1, "T4", 15360)], visible_gpus=[1], memory_limit_mb=1024)
+    apply_gpus(plan.visible, plan.memory_growth, plan.memory_limits, fake)
+    set_logical_cpus(3, fake)
     assert fake.calls == [
         ("visible", ["gpu1"], "GPU"),
         ("logical", "gpu1", [("config", 1024)]),
         ("logical", "cpu0", [("config", None)] * 3),
     ]
     fake = _FakeConfig()
-    apply_fixed(plan_gpus(MIXED, memory_growth=True), {}, fake)
+    plan = plan_gpus(MIXED, memory_growth=True)
+    apply_gpus(plan.visible, plan.memory_growth, plan.memory_limits, fake)
     assert fake.calls == [("visible", ["gpu0", "gpu1"], "GPU"), ("growth", "gpu0", True), ("growth", "gpu1", True)]

@@ -80,3 +80,14 @@ def test_visible_gpus_from_environment_and_duplicates_rejected():
     assert _settings.resolve({}, {}, {"TFPLACE_VISIBLE_GPUS": ""})["visible_gpus"].value == ()
     with pytest.raises(ConfigurationError, match="distinct"):
         _settings.resolve({"visible_gpus": [1, 1]}, {}, {})
+
+
+def test_each_declaration_names_the_functions_that_apply_it_and_read_it_back():
+    """A setting is declared once: how it is applied and read back are named in its declaration."""
+    from tfplace import _tensorflow
+
+    for setting in _settings.SETTINGS:
+        named = [setting.state, setting.reads] + ([setting.apply] if setting.apply else [])
+        assert all(callable(getattr(_tensorflow, name, None)) for name in named if name), setting.name
+        assert setting.apply or setting.gpu, f"{setting.name} is applied by nothing"
+    assert [s.name for s in _settings.SETTINGS if not s.reads] == ["memory_fraction", "memory_limit_mb"]

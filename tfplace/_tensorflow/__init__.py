@@ -23,8 +23,9 @@ Example:
 from __future__ import annotations
 
 from tfplace._tensorflow._runtime import (
-    runtime_started, gpu_count, physical_device_names, physical_devices, logical_device_names, fixed_state,
-    settings_in_force, GpuSettings, apply_fixed, apply_runtime, build)
+    runtime_started, gpu_count, physical_device_names, physical_devices, logical_device_names, build,
+    set_log_placement, set_logical_cpus, set_soft_placement, set_device_policy, apply_gpus, log_placement,
+    logical_cpus, soft_placement, device_policy, visible_gpus, memory_growth, memory_limits, logical_gpus)
 from tfplace._tensorflow._eager import (
     device_name, thread_data, op_callbacks, add_op_callback, remove_op_callback, execute_with_callbacks,
     use_execute, Patch, STATUS_TO_EXCEPTION, SET_DEVICE, PY_FUNCTION_CALL, FROM_FUNC_GRAPH, dtype_enum,
@@ -43,7 +44,9 @@ from tfplace._tensorflow._profiler import (
 __all__ = [
     # runtime state and configuration (tf.config)
     "runtime_started", "gpu_count", "physical_device_names", "physical_devices", "logical_device_names",
-    "fixed_state", "settings_in_force", "GpuSettings", "apply_fixed", "apply_runtime", "build",
+    "build", "set_log_placement", "set_logical_cpus", "set_soft_placement", "set_device_policy", "apply_gpus",
+    "log_placement", "logical_cpus", "soft_placement", "device_policy", "visible_gpus", "memory_growth",
+    "memory_limits", "logical_gpus",
     # the eager context and op callbacks
     "device_name", "thread_data", "op_callbacks", "add_op_callback", "remove_op_callback", "execute_with_callbacks",
     "use_execute", "Patch", "STATUS_TO_EXCEPTION", "SET_DEVICE", "PY_FUNCTION_CALL", "FROM_FUNC_GRAPH",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Mapping, Optional, Protocol
+from typing import Any, Optional, Sequence
 
 import tensorflow as tf
 from tensorflow.python.eager import context as _context
@@ -61,92 +61,89 @@ def logical_device_names() -> tuple[str, ...]:
     return tuple(names)
 
 
-def fixed_state() -> dict[str, Any]:
-    """The state fixed at runtime start, as it stands now.
+# Each `configure()` setting's application and read-back, named in its declaration
+# (`tfplace.config._settings.Setting.apply`, `state`, `in_force`). `config` is the `tf.config` module,
+# replaceable to record the calls in tests.
 
-    Returns:
-      A dict with `visible_gpus` (indices of the visible physical GPUs),
-      `memory_growth` (None without a visible GPU, else the value shared by the
-      visible GPUs), `memory_limits` (per visible GPU, the MiB limit of each
-      logical device), `logical_cpus` and `log_placement`.
-    """
+def set_log_placement(on: bool) -> None:
+    """TensorFlow's own placement logging on or off (fixed at runtime start)."""
+    tf.debugging.set_log_device_placement(on)
+
+
+def set_logical_cpus(count: int, config: Any = tf.config) -> None:
+    """Splits the host CPU into `count` logical devices (before runtime start)."""
+    cpu = config.list_physical_devices("CPU")[0]
+    config.set_logical_device_configuration(cpu, [config.LogicalDeviceConfiguration() for _ in range(count)])
+
+
+def set_soft_placement(on: bool) -> None:
+    tf.config.set_soft_device_placement(on)
+
+
+def set_device_policy(policy: str) -> None:
+    tf.config.experimental.set_device_policy(policy)
+
+
+def apply_gpus(visible: Sequence[int], memory_growth: Optional[bool], memory_limits: Sequence[Sequence[int]],
+               config: Any = tf.config) -> None:
+    """Applies a GPU plan (`tfplace.config._gpu_plan.GpuPlan`'s fields) before runtime start: the visible
+    GPUs, then per visible GPU its memory growth (None: left as is) and its logical devices' MiB limits
+    (none: left as one device)."""
+    gpus = config.list_physical_devices("GPU")
+    if gpus:
+        config.set_visible_devices([gpus[i] for i in visible], "GPU")
+    for index, limits in zip(visible, memory_limits):
+        if memory_growth is not None:
+            config.experimental.set_memory_growth(gpus[index], memory_growth)
+        if limits:
+            config.set_logical_device_configuration(
+                gpus[index], [config.LogicalDeviceConfiguration(memory_limit=m) for m in limits])
+
+
+def log_placement() -> bool:
+    return bool(_context.context().log_device_placement)
+
+
+def logical_cpus() -> int:
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    return len(tf.config.get_logical_device_configuration(cpu) or [None])
+
+
+def soft_placement() -> bool:
+    return bool(tf.config.get_soft_device_placement())
+
+
+def device_policy() -> str:
+    return tf.config.experimental.get_device_policy()
+
+
+def _visible_gpu_devices() -> list[tuple[int, Any]]:
     gpus = tf.config.list_physical_devices("GPU")
     shown = {d.name for d in tf.config.get_visible_devices("GPU")}
-    visible = tuple(i for i, d in enumerate(gpus) if d.name in shown)
-    growth = {bool(tf.config.experimental.get_memory_growth(gpus[i])) for i in visible}
-    limits = tuple(
-        tuple(int(c.memory_limit or 0) for c in tf.config.get_logical_device_configuration(gpus[i]) or ())
-        for i in visible
-    )
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    return {
-        "visible_gpus": visible,
-        "memory_growth": growth.pop() if len(growth) == 1 else None,
-        "memory_limits": limits,
-        "logical_cpus": len(tf.config.get_logical_device_configuration(cpu) or [None]),
-        "log_placement": bool(_context.context().log_device_placement),
-    }
+    return [(i, d) for i, d in enumerate(gpus) if d.name in shown]
 
 
-def settings_in_force() -> dict[str, Any]:
-    """The `configure()` settings TensorFlow can report, by setting name (memory caps it cannot)."""
-    state = fixed_state()
-    gpu_counts = {len(limits) for limits in state["memory_limits"] if limits}
-    return {
-        "soft_placement": bool(tf.config.get_soft_device_placement()),
-        "device_policy": tf.config.experimental.get_device_policy(),
-        **{name: state[name] for name in ("log_placement", "memory_growth", "visible_gpus", "logical_cpus")},
-        **({"logical_gpus": gpu_counts.pop()} if len(gpu_counts) == 1 else {}),
-    }
+def visible_gpus() -> tuple[int, ...]:
+    """Indices of the visible physical GPUs."""
+    return tuple(i for i, _ in _visible_gpu_devices())
 
 
-class GpuSettings(Protocol):
-    """What `apply_fixed` reads of a GPU plan (`tfplace.config._gpu_plan.GpuPlan`)."""
-
-    @property
-    def visible(self) -> tuple[int, ...]: ...
-
-    @property
-    def memory_growth(self) -> Optional[bool]: ...
-
-    @property
-    def memory_limits(self) -> tuple[tuple[int, ...], ...]: ...
+def memory_growth() -> Optional[bool]:
+    """The memory growth the visible GPUs share (None without a visible GPU, or when they differ)."""
+    growth = {bool(tf.config.experimental.get_memory_growth(d)) for _, d in _visible_gpu_devices()}
+    return growth.pop() if len(growth) == 1 else None
 
 
-def apply_fixed(plan: Optional[GpuSettings], value: Mapping[str, Any], config: Any = tf.config) -> None:
-    """Applies the settings fixed at runtime start; call only before it.
-
-    Args:
-      plan: the GPU plan, or None to leave the GPUs alone.
-      value: the chosen settings by name; `logical_cpus` and `log_placement` are read
-        (the GPU settings arrive through `plan`), an absent one is left as is.
-      config: the `tf.config` module (replaceable to record the calls in tests).
-    """
-    if value.get("log_placement") is not None:
-        tf.debugging.set_log_device_placement(value["log_placement"])
-    if plan is not None:
-        gpus = config.list_physical_devices("GPU")
-        if gpus:
-            config.set_visible_devices([gpus[i] for i in plan.visible], "GPU")
-        for index, limits in zip(plan.visible, plan.memory_limits):
-            if plan.memory_growth is not None:
-                config.experimental.set_memory_growth(gpus[index], plan.memory_growth)
-            if limits:
-                config.set_logical_device_configuration(
-                    gpus[index], [config.LogicalDeviceConfiguration(memory_limit=m) for m in limits])
-    if value.get("logical_cpus") is not None:
-        cpu = config.list_physical_devices("CPU")[0]
-        config.set_logical_device_configuration(
-            cpu, [config.LogicalDeviceConfiguration() for _ in range(value["logical_cpus"])])
+def memory_limits() -> tuple[tuple[int, ...], ...]:
+    """Per visible GPU, the MiB limit of each of its logical devices (none: one unconfigured device)."""
+    return tuple(tuple(int(c.memory_limit or 0) for c in tf.config.get_logical_device_configuration(d) or ())
+                 for _, d in _visible_gpu_devices())
 
 
-def apply_runtime(value: Mapping[str, Any]) -> None:
-    """Applies the settings TensorFlow lets change at any time (`soft_placement`, `device_policy`);
-    an absent one is left as is."""
-    if value.get("soft_placement") is not None:
-        tf.config.set_soft_device_placement(value["soft_placement"])
-    if value.get("device_policy") is not None:
-        tf.config.experimental.set_device_policy(value["device_policy"])
+def logical_gpus() -> Optional[int]:
+    """The number of logical devices each visible GPU is split into, when they all are alike (else None)."""
+    counts = {len(limits) for limits in memory_limits() if limits}
+    return counts.pop() if len(counts) == 1 else None
 
 
 def build() -> dict[str, Any]:

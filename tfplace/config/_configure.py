@@ -20,7 +20,7 @@ from tfplace import _tensorflow
 from tfplace._errors import RuntimeInitializedError
 from tfplace.config import _gpu_inventory
 from tfplace.config._gpu_plan import GpuPlan, plan_gpus
-from tfplace.config._settings import BY_NAME, NAMES, SETTINGS, Sourced, describe, resolve
+from tfplace.config._settings import BY_NAME, SETTINGS, Sourced, describe, resolve
 
 __all__ = ["Config", "configure", "current"]
 
@@ -141,26 +141,33 @@ def configure(
     if _tensorflow.runtime_started():
         _check_in_force(plan, value, chosen)
     else:
-        _tensorflow.apply_fixed(plan, value)
+        if plan is not None:
+            _tensorflow.apply_gpus(plan.visible, plan.memory_growth, plan.memory_limits)
+        for setting in SETTINGS:
+            if setting.fixed and setting.apply and setting.name in value:
+                getattr(_tensorflow, setting.apply)(value[setting.name])
         asked = {s.state for s in SETTINGS if s.fixed and s.name in value}
-        _applied.update({s.name: value.get(s.name) for s in SETTINGS if s.fixed and s.state in asked})
-    _tensorflow.apply_runtime(value)
+        _applied.update({s.name: value.get(s.name) for s in SETTINGS if s.fixed and not s.reads and s.state in asked})
+    for setting in SETTINGS:  # those TensorFlow lets change at any time
+        if not setting.fixed and setting.name in value:
+            getattr(_tensorflow, setting.apply)(value[setting.name])
     return current(sources)
 
 
 def _check_in_force(plan: Optional[GpuPlan], value: dict[str, Any], chosen: dict[str, Sourced]) -> None:
     """Raises unless every fixed setting asked for is already in force."""
-    state = _tensorflow.fixed_state()
-    wanted = dict(value)
-    if plan is not None:
-        wanted.update(visible_gpus=plan.visible, memory_limits=plan.memory_limits,
-                      memory_growth=plan.memory_growth if state["visible_gpus"] else None)
     asked: dict[str, list[str]] = {}
     for setting in SETTINGS:
         if setting.fixed and setting.name in value:
             asked.setdefault(setting.state, []).append(setting.name)
+    state = {key: getattr(_tensorflow, key)() for key in asked}
+    wanted = {BY_NAME[names[0]].state: value[names[0]] for names in asked.values()}
+    if plan is not None:
+        gpus_visible = bool(_tensorflow.visible_gpus())
+        wanted.update(visible_gpus=plan.visible, memory_limits=plan.memory_limits,
+                      memory_growth=plan.memory_growth if gpus_visible else None)
     wrong = [f"{' and '.join(describe(chosen, n) for n in names)} cannot be applied: "
-             f"{BY_NAME[names[0]].in_force(state[key])}"
+             f"{BY_NAME[names[0]].says(state[key])}"
              for key, names in asked.items() if wanted[key] != state[key]]
     if wrong:
         raise RuntimeInitializedError(
@@ -172,9 +179,8 @@ def _check_in_force(plan: Optional[GpuPlan], value: dict[str, Any], chosen: dict
 
 def current(sources: Optional[Mapping[str, str]] = None) -> Config:
     """The `Config` in force now, without changing anything or starting the runtime."""
-    in_force = _tensorflow.settings_in_force()
     return Config(
-        **{name: in_force[name] if name in in_force else _applied.get(name) for name in NAMES},
+        **{s.name: getattr(_tensorflow, s.reads)() if s.reads else _applied.get(s.name) for s in SETTINGS},
         physical_devices=_tensorflow.physical_device_names(),
         logical_devices=_tensorflow.logical_device_names(),
         runtime_started=_tensorflow.runtime_started(),

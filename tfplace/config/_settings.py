@@ -97,12 +97,17 @@ class Setting:
       kind: its type.
       help: one sentence for flag and option help.
       fixed: True when TensorFlow fixes it at runtime start (applied before, checked after).
-      gpu: True when it is planned per GPU over the device inventory (`tfplace.config._gpu_plan`).
+      gpu: True when it is planned per GPU over the device inventory (`tfplace.config._gpu_plan`) and
+        applied with the other GPU settings (`tfplace._tensorflow.apply_gpus`).
       tensorflow_variable: an environment variable TensorFlow itself reads for it ("true" or
         "false"), below `TFPLACE_<NAME>` in priority; "" when none.
-      state: the key of `_tensorflow.fixed_state()` a fixed setting is checked against after start
-        (its name unless given; the memory caps share "memory_limits").
-      in_force: says that state, for the message of a setting that cannot be applied after start.
+      apply: the `tfplace._tensorflow` function that applies it, given its value ("" for the GPU
+        settings, applied together through the GPU plan).
+      state: the `tfplace._tensorflow` function reading the state a fixed setting is checked against
+        after start (its name unless given; the memory caps share `memory_limits`).
+      reads: the `tfplace._tensorflow` function reading its value in force for `Config` (its name
+        unless given; "" where TensorFlow cannot report it: `Config` says what `configure()` applied).
+      says: says the state in force, for the message of a setting that cannot be applied after start.
     """
 
     name: str
@@ -111,12 +116,16 @@ class Setting:
     fixed: bool
     gpu: bool = False
     tensorflow_variable: str = ""
+    apply: str = ""
     state: str = ""
-    in_force: Callable[[Any], str] = str
+    reads: Optional[str] = None
+    says: Callable[[Any], str] = str
 
     def __post_init__(self) -> None:
         if not self.state:
             object.__setattr__(self, "state", self.name)
+        if self.reads is None:
+            object.__setattr__(self, "reads", self.name)
 
     @property
     def environment(self) -> tuple[str, ...]:
@@ -157,23 +166,26 @@ def _limits(limits: Any) -> str:
 
 
 SETTINGS = (
-    Setting("soft_placement", BOOLEAN, "Let ops run elsewhere when the asked device lacks a kernel.", fixed=False),
+    Setting("soft_placement", BOOLEAN, "Let ops run elsewhere when the asked device lacks a kernel.", fixed=False,
+            apply="set_soft_placement"),
     Setting("log_placement", BOOLEAN, "Print TensorFlow's own placement lines on the terminal, as the guide "
-            "shows them (capture_placement() does not need them).", fixed=True, in_force=_on_off),
+            "shows them (capture_placement() does not need them).", fixed=True, apply="set_log_placement",
+            says=_on_off),
     Setting("device_policy", _choice("silent", "warn", "explicit"),
-            "What an implicit cross-device copy does: nothing, a log line, or an error.", fixed=False),
+            "What an implicit cross-device copy does: nothing, a log line, or an error.", fixed=False,
+            apply="set_device_policy"),
     Setting("memory_growth", BOOLEAN, "Allocate GPU memory as needed, on every visible GPU.", fixed=True, gpu=True,
-            tensorflow_variable="TF_FORCE_GPU_ALLOW_GROWTH", in_force=lambda v: f"memory growth is {v}"),
+            tensorflow_variable="TF_FORCE_GPU_ALLOW_GROWTH", says=lambda v: f"memory growth is {v}"),
     Setting("memory_fraction", FRACTION, "Cap each visible GPU at this share of its own memory.", fixed=True,
-            gpu=True, state="memory_limits", in_force=_limits),
+            gpu=True, state="memory_limits", reads="", says=_limits),
     Setting("memory_limit_mb", MIB, "Cap each visible GPU at this many MiB.", fixed=True, gpu=True,
-            state="memory_limits", in_force=_limits),
+            state="memory_limits", reads="", says=_limits),
     Setting("visible_gpus", INDICES, "Comma-separated indices of the GPUs TensorFlow may use.", fixed=True, gpu=True,
-            in_force=lambda v: f"visible GPUs are {list(v)}"),
+            says=lambda v: f"visible GPUs are {list(v)}"),
     Setting("logical_cpus", COUNT, "Split the host CPU into this many logical devices.", fixed=True,
-            in_force=lambda v: f"{v} logical CPU(s) exist"),
+            apply="set_logical_cpus", says=lambda v: f"{v} logical CPU(s) exist"),
     Setting("logical_gpus", COUNT, "Split each visible GPU into this many logical GPUs.", fixed=True, gpu=True,
-            state="memory_limits", in_force=_limits),
+            state="memory_limits", says=_limits),
 )
 BY_NAME = {setting.name: setting for setting in SETTINGS}
 NAMES = tuple(BY_NAME)
