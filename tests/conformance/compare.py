@@ -154,6 +154,15 @@ class Result:
     def eager_equal(self) -> bool:
         return not self.error and not self.eager_missing and not self.eager_extra
 
+    def _from_text_cell(self) -> str:
+        """The table's from_text cell: "same", "N diff", or what a log that says it is incomplete lacks."""
+        if not self.from_text_checked:
+            return "not checked"
+        lacking_allowed = self.complete is False and not self.complete_expected
+        lacks = [line for line in self.from_text_differences if lacking_allowed and line.startswith("from_text has")]
+        other = len(self.from_text_differences) - len(lacks)
+        return (f"{other} diff" if other else "same") + (f" (+{len(lacks)} the incomplete log lacks)" if lacks else "")
+
     def problems(self) -> list[str]:
         """Readable statements of every disagreement ([] when the capture conforms)."""
         name = f"{self.program} (TF_ENABLE_ONEDNN_OPTS={self.onednn})"
@@ -238,8 +247,7 @@ class Result:
                 "function transfers edges/capture": f"{self.sends}/{self.function_copies}"
                                                     + (f" ({len(self.bytes_wrong)} wrong bytes)" if self.bytes_wrong else ""),
                 "complete": complete,
-                "from_text": ("not checked" if not self.from_text_checked else "same" if not self.from_text_differences
-                              else f"{len(self.from_text_differences)} diff"),
+                "from_text": self._from_text_cell(),
                 "seconds": f"{self.seconds:.1f}"}
 
 
