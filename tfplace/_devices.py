@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
+import os
 import re
 import threading
 from typing import Any, Optional, Union
@@ -32,7 +34,7 @@ from tfplace._errors import DeviceNotFoundError, DeviceSpecError
 
 __all__ = [
     "Device", "parse_device", "cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus",
-    "device", "resolve", "to_device", "devices_of", "canonical_name", "requested_name",
+    "device", "resolve", "to_device", "devices_of", "canonical_name", "requested_name", "local_task",
 ]
 
 ACCEPTED_FORMS = "'GPU:1', '/gpu:1', '/device:GPU:1' or '/job:localhost/replica:0/task:0/device:GPU:1'"
@@ -146,13 +148,57 @@ def parse_device(spec: Union[str, Device, Any], *, origin: str = "tfplace.parse_
 
 
 _canonical: dict[str, str] = {}
+_task = [""]  # this process's task in a cluster, e.g. "/job:worker/replica:0/task:1"; "" in a single process
 
 
-def canonical_name(name: str) -> str:
-    """The canonical name of a device written any accepted way, e.g. `/device:CPU:0` (cached)."""
+def _tf_config_task() -> str:
+    """The task `TF_CONFIG` makes this process ("" when it names none)."""
+    try:
+        config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+        kind, index = config["task"]["type"], int(config["task"]["index"])
+        if not isinstance(kind, str) or kind not in config["cluster"]:
+            return ""
+    except (ValueError, TypeError, KeyError):
+        return ""
+    return f"/job:{kind}/replica:0/task:{index}"
+
+
+def _read_task() -> str:
+    """This process's task: the cluster its runtime joined, else the one its `TF_CONFIG` names."""
+    joined = _tensorflow.cluster_task()
+    return f"/job:{joined[0]}/replica:0/task:{joined[1]}" if joined else _tf_config_task()
+
+
+def local_task() -> str:
+    """The device prefix of this process's task in a cluster, e.g. `/job:worker/replica:0/task:1`
+    (the cluster its runtime joined, else the task its `TF_CONFIG` names); "" in a single process.
+
+    >>> import os
+    >>> local_task() if "TF_CONFIG" not in os.environ else ""
+    ''
+    """
+    task = _read_task()
+    if task != _task[0]:
+        _task[0] = task
+        _canonical.clear()
+    return task
+
+
+def canonical_name(name: str, *, origin: str = "a device name") -> str:
+    """The canonical name of a device written any accepted way (cached): `/device:CPU:0` in a single
+    process; in a task of a cluster, the full name, the task's own devices under `/job:localhost`
+    and under its job being one device (`/job:worker/replica:0/task:1/device:CPU:0`).
+
+    Raises:
+      DeviceSpecError: `name` is not a device written an accepted way; the message names `origin`.
+    """
     found = _canonical.get(name)
     if found is None:
-        found = _canonical[name] = parse_device(name).name
+        device = parse_device(name, origin=origin)
+        task = local_task()  # read again on each new name: the cluster forms while the program runs
+        local = (device.job, device.replica, device.task) == _LOCAL
+        found = _canonical[name] = (f"{task}/device:{device.device_type}:{device.index}" if task and local
+                                    else device.name)
     return found
 
 
@@ -178,17 +224,19 @@ def gpu(i: int = 0) -> Device:
 
 
 @functools.lru_cache(maxsize=8)
-def _existing(names: tuple[str, ...]) -> frozenset[Device]:
-    return frozenset(parse_device(name) for name in names)
+def _existing(names: tuple[str, ...], task: str = "") -> frozenset[Device]:
+    """The devices named, a cluster task's own devices also under `/job:localhost` (what `tf.device` accepts)."""
+    found = {parse_device(name) for name in names}
+    return frozenset(found | {Device(d.device_type, d.index) for d in found if task and d.full_name.startswith(task + "/")})
 
 
 def _exists(dev: Device) -> bool:
-    return dev in _existing(_tensorflow.logical_device_names())
+    return dev in _existing(_tensorflow.logical_device_names(), local_task())
 
 
 def num_gpus() -> int:
     """The number of GPUs TensorFlow will use, logical GPUs included (starts nothing)."""
-    return sum(1 for d in _existing(_tensorflow.logical_device_names()) if d.device_type == "GPU")
+    return sum(1 for d in _existing(_tensorflow.logical_device_names(), local_task()) if d.device_type == "GPU")
 
 
 def try_gpu(i: int = 0) -> Device:

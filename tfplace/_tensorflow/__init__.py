@@ -25,7 +25,7 @@ from __future__ import annotations
 from tfplace._tensorflow._runtime import (
     runtime_started, gpu_count, physical_device_names, physical_devices, logical_device_names, build,
     set_log_placement, set_logical_cpus, set_soft_placement, set_device_policy, apply_gpus, log_placement,
-    logical_cpus, soft_placement, device_policy, visible_gpus, memory_growth, memory_limits, logical_gpus)
+    logical_cpus, soft_placement, device_policy, visible_gpus, memory_growth, memory_limits, logical_gpus, cluster_task)
 from tfplace._tensorflow._eager import (
     device_name, thread_data, op_callbacks, add_op_callback, remove_op_callback, execute_with_callbacks,
     use_execute, Patch, STATUS_TO_EXCEPTION, SET_DEVICE, PY_FUNCTION_CALL, FROM_FUNC_GRAPH, dtype_enum,
@@ -46,7 +46,7 @@ __all__ = [
     "runtime_started", "gpu_count", "physical_device_names", "physical_devices", "logical_device_names",
     "build", "set_log_placement", "set_logical_cpus", "set_soft_placement", "set_device_policy", "apply_gpus",
     "log_placement", "logical_cpus", "soft_placement", "device_policy", "visible_gpus", "memory_growth",
-    "memory_limits", "logical_gpus",
+    "memory_limits", "logical_gpus", "cluster_task",
     # the eager context and op callbacks
     "device_name", "thread_data", "op_callbacks", "add_op_callback", "remove_op_callback", "execute_with_callbacks",
     "use_execute", "Patch", "STATUS_TO_EXCEPTION", "SET_DEVICE", "PY_FUNCTION_CALL", "FROM_FUNC_GRAPH",

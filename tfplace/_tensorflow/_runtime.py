@@ -100,6 +100,16 @@ def apply_gpus(visible: Sequence[int], memory_growth: Optional[bool], memory_lim
                 gpus[index], [config.LogicalDeviceConfiguration(memory_limit=m) for m in limits])
 
 
+def cluster_task() -> Optional[tuple[str, int]]:
+    """(job, task index) of this process in the cluster its runtime joined (MultiWorkerMirroredStrategy's
+    collective ops, a ParameterServerStrategy coordinator's `connect_to_cluster`); None when it joined none."""
+    ctx = _context.context()
+    server_def = ctx._server_def or ctx._collective_ops_server_def  # pylint: disable=protected-access
+    if server_def is None or not server_def.job_name:
+        return None
+    return server_def.job_name, int(server_def.task_index)
+
+
 def log_placement() -> bool:
     return bool(_context.context().log_device_placement)
 

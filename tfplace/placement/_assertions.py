@@ -13,7 +13,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from tfplace._devices import parse_device
+from tfplace._devices import canonical_name
 
 __all__ = ["assert_placed", "assert_not_placed"]
 
@@ -27,7 +27,7 @@ def assert_placed(log: Any, op: str, device: str) -> None:
     if not any(True for _ in _select(log, op, device)):
         where = ", ".join(log.devices_for(op)) or "no device"
         absent = _absent(log, device)
-        raise AssertionError(f"expected {op} on {parse_device(device).name}, but it was placed on {where}:\n"
+        raise AssertionError(f"expected {op} on {canonical_name(device)}, but it was placed on {where}:\n"
                              + (f"  ({absent})\n" if absent else "") + log.table(op))
 
 
@@ -41,7 +41,7 @@ def assert_not_placed(log: Any, op: str, device: str) -> None:
     hits = sum(1 for _ in _select(log, op, device))
     if hits:
         raise AssertionError(
-            f"expected no {op} on {parse_device(device).name}, but {hits} event(s) were placed there:\n"
+            f"expected no {op} on {canonical_name(device)}, but {hits} event(s) were placed there:\n"
             f"{log.table(op)}")
     absent = _absent(log, device)
     if absent:
@@ -53,13 +53,13 @@ def _absent(log: Any, device: str) -> str:
     """That `device` exists neither in this process nor in the log, with the devices that do; "" when it exists."""
     from tfplace import _tensorflow
 
-    wanted = parse_device(device, origin="PlacementLog's argument device")
-    existing = _tensorflow.logical_device_names()
-    if wanted.name in existing or any(r.device == wanted.name for r in log.records):
+    wanted = canonical_name(device, origin="PlacementLog's argument device")
+    existing = [canonical_name(name) for name in _tensorflow.logical_device_names()]
+    if wanted in existing or any(r.device == wanted for r in log.records):
         return ""
-    return f"{wanted.name} does not exist in this process; its devices are {', '.join(existing)}"
+    return f"{wanted} does not exist in this process; its devices are {', '.join(existing)}"
 
 
 def _select(log: Any, op: str, device: str) -> list[Any]:
-    where = parse_device(device, origin="PlacementLog's argument device").name
+    where = canonical_name(device, origin="PlacementLog's argument device")
     return [r for r in log.records if r.op == op and r.device == where]

@@ -314,8 +314,8 @@ def size(count: Optional[float]) -> str:
 
 
 def short_device(device: str) -> str:
-    """"/device:CPU:1" -> "CPU:1"."""
-    return device.replace("/device:", "") or "(unknown)"
+    """"/device:CPU:1" -> "CPU:1"; a cluster's full names stay whole ("/job:worker/replica:0/task:1/device:CPU:0")."""
+    return device[len("/device:"):] if device.startswith("/device:") else device or "(unknown)"
 
 
 def cost_lines(log: Log, *, top: int = 10) -> list[str]:

@@ -81,10 +81,12 @@ def copies(op: str, inputs: Sequence[Any], full: str, device: str) -> list[CopyR
         where = tensor.backing_device
         if on_host and "/device:CPU:" in where:
             continue  # host memory is any CPU's memory: TensorFlow reads it where it is
-        if where and where != (host if on_host else full):
+        target = host if on_host else full
+        # in a cluster's task, /job:localhost and the task's job name one device: compared by canonical name
+        if where and where != target and canonical_name(where) != canonical_name(target):
             dtype = _kernels.dtype_name(dtype)
             size = _tensorflow.dtype_size(dtype)
-            found.append(CopyRecord(op, index, canonical_name(where), canonical_name(host if on_host else full),
+            found.append(CopyRecord(op, index, canonical_name(where), canonical_name(target),
                                     dtype=dtype, bytes=None if size is None else size * tensor.shape.num_elements()))
     return found
 

@@ -29,7 +29,7 @@ from typing import Any, Iterator, NoReturn, Optional, Sequence, Union
 from absl import logging
 
 from tfplace import _tensorflow
-from tfplace._devices import Device, resolve
+from tfplace._devices import Device, canonical_name, resolve
 from tfplace._errors import ConfigurationError, ImplicitCopyError, PlacementError
 from tfplace.placement import _events, _explain, _function_sources, _graphs, _hooks, _kernel_table, _session
 from tfplace.placement._origins import ORIGINS, is_plumbing
@@ -133,7 +133,7 @@ class _DeviceGuard:
     sources = all_threads = False
 
     def __init__(self, wanted: Device, allow_ops: frozenset[str], origins: frozenset[str]) -> None:
-        self.wanted = wanted.name
+        self.wanted = canonical_name(wanted.name)
         self.allow_ops = allow_ops
         self.origins = origins
 

@@ -18,7 +18,7 @@ import warnings
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence, Union
 
-from tfplace._devices import parse_device
+from tfplace._devices import canonical_name, parse_device
 from tfplace.placement import _assertions, _log_json, _report
 from tfplace.placement._parsing import as_captured, parse_placement
 from tfplace.placement._records import CopyRecord, Kind, PlacementRecord
@@ -269,7 +269,7 @@ class PlacementLog:
         return cls(parsed.records, parsed.copies)
 
     def _select(self, op: Optional[str] = None, device: Optional[str] = None) -> Iterable[PlacementRecord]:
-        where = parse_device(device, origin="PlacementLog's argument device").name if device is not None else None
+        where = canonical_name(device, origin="PlacementLog's argument device") if device is not None else None
         return (r for r in self.records if (op is None or r.op == op) and (where is None or r.device == where))
 
     def devices_for(self, op: str) -> tuple[str, ...]:
