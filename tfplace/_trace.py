@@ -25,7 +25,9 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from collections import Counter
 from typing import Any, NamedTuple, Optional, Sequence
 
@@ -51,8 +53,15 @@ def run_script(path: str, args: Sequence[str], *, timing: bool = False,
       The placement log and the script's exit status (1 after an uncaught exception, whose traceback
       is printed; 128 + the signal's number after an interrupt).
     """
-    with capture_placement(sources=True, all_threads=True, timing=timing, memory=memory) as log:
-        status = _script.run_main(path, args)
+    from tfplace.cluster import _checks, _collectives
+
+    directory = os.environ.get(_checks.DIRECTORY)  # a task of `tfplace launch --trace`: publish for its checks
+    with contextlib.ExitStack() as stack:
+        publisher = stack.enter_context(_checks.publishing(directory))
+        stack.enter_context(_collectives.recording())
+        with capture_placement(sources=True, all_threads=True, timing=timing, memory=memory) as log:
+            status = _script.run_main(path, args)
+        publisher.exited(status)
     return log, status
 
 
@@ -177,11 +186,15 @@ def report(log: PlacementLog, found: Findings, *, top: int = _report.ROWS) -> st
 def to_json(log: PlacementLog, found: Findings, *, script: str, args: Sequence[str],
             exit_status: int) -> dict[str, Any]:
     """Every record and copy of the trace, the explanations and the GPU readiness, as JSON-ready data
-    (`gpu_readiness` is null when a GPU was visible)."""
+    (`gpu_readiness` is null when a GPU was visible; in a task of a cluster, `cluster`:
+    `tfplace.cluster._collectives.section`)."""
+    from tfplace.cluster import _collectives
+
+    cluster = _collectives.section(log)
     return {"script": script, "args": list(args), "exit_status": exit_status, "summary": log.summary(),
             **log.to_json(), "explanations": [e.to_json() for e in found.explanations],
             "gpu_readiness": None if found.readiness is None else [r.to_json() for r in found.readiness],
-            "gpu_readiness_source": found.readiness_source}
+            "gpu_readiness_source": found.readiness_source, **({"cluster": cluster} if cluster else {})}
 
 
 def write_json(path: str, data: dict[str, Any]) -> None:

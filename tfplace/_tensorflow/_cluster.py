@@ -1,0 +1,143 @@
+"""A cluster's runtime: the collective ops in a function, each function call as it starts, and the
+coordination service's key-value store tasks share. Part of `tfplace._tensorflow` (see its docstring)."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import tensorflow as tf
+from tensorflow.python.eager import context as _context
+from tensorflow.python.eager.polymorphic_function import atomic_function as _atomic_function
+from tensorflow.python.framework import function_def_to_graph as _function_def_to_graph
+
+from tfplace._tensorflow._eager import Patch
+
+# Every call of a traced function, as it starts (`AtomicFunction.call_flat`): the collectives it will join.
+CALL_FLAT = Patch(_atomic_function.AtomicFunction, "call_flat")
+
+# Collective ops that join a group of tasks: V1 carry the group in attributes, V2 in input tensors.
+COLLECTIVE_OPS = frozenset({
+    "CollectiveReduce", "CollectiveGather", "CollectiveBcastSend", "CollectiveBcastRecv",
+    "CollectiveReduceV2", "CollectiveGatherV2", "CollectiveBcastSendV2", "CollectiveBcastRecvV2",
+    "CollectiveAllToAllV2", "CollectiveReduceScatterV2"})
+_LOOPS = frozenset({"While", "StatelessWhile", "_While"})
+
+
+class Collective(NamedTuple):
+    """One collective op of a function: its group and what it moves per call.
+
+    `shape` is None where it is not static; `in_loop` when the op runs in a loop body (once per
+    iteration: a call's count is a lower bound).
+    """
+
+    op: str
+    node: str
+    group_size: Optional[int]
+    group_key: Optional[int]
+    instance_key: Optional[int]
+    dtype: str
+    shape: Optional[tuple]
+    hint: str
+    device: str
+    in_loop: bool = False
+
+
+def _value(op: Any, name: str) -> Optional[int]:
+    """A V1 op's attribute, or a V2 op's input tensor of that name, when it is a constant."""
+    try:
+        return int(op.get_attr(name))
+    except (ValueError, TypeError):
+        pass
+    names = [arg.name for arg in op.op_def.input_arg]
+    if name not in names:
+        return None
+    value = tf.get_static_value(op.inputs[names.index(name)])
+    return None if value is None else int(value)
+
+
+def _of_op(op: Any, in_loop: bool) -> Collective:
+    dtype = tf.as_dtype(op.get_attr("T")).name
+    if op.type in ("CollectiveBcastRecv", "CollectiveBcastRecvV2"):
+        tensor = op.outputs[0]
+    else:
+        tensor = op.inputs[0]
+    shape = tuple(tensor.shape.as_list()) if tensor.shape.is_fully_defined() else None
+    try:
+        hint = op.get_attr("communication_hint").decode()
+    except ValueError:
+        hint = ""
+    return Collective(op.type, op.name, _value(op, "group_size"), _value(op, "group_key"),
+                      _value(op, "instance_key"), dtype, shape, hint, op.device, in_loop)
+
+
+def _called(node: Any) -> list[tuple[str, bool]]:
+    """The functions a FunctionDef node calls (its function attributes), with whether they loop."""
+    found = []
+    for value in node.attr.values():
+        names = [value.func.name] if value.HasField("func") else [f.name for f in value.list.func]
+        found += [(name, node.op in _LOOPS) for name in names if name]
+    return found
+
+
+def collectives_in(name: str, definition: Any = None, graph: Any = None, _seen: Optional[set] = None,
+                   _in_loop: bool = False) -> tuple[Collective, ...]:
+    """The collective ops a call of function `name` runs, those of the functions it calls included
+    (its `FunctionDef`, or the one registered under `name`; the graph it was traced as, when given,
+    keeps every static shape). Empty for a function without them, or one this process cannot rebuild."""
+    seen = set() if _seen is None else _seen
+    seen.add(name)
+    try:
+        definition = definition if definition is not None else _context.context().get_function_def(name)
+    except Exception:  # pylint: disable=broad-except  # not registered (any more)
+        return ()
+    nodes = definition.node_def
+    found: list[Collective] = []
+    if any(node.op in COLLECTIVE_OPS for node in nodes):
+        try:
+            graph = graph if graph is not None else _function_def_to_graph.function_def_to_graph(definition)
+        except Exception:  # pylint: disable=broad-except  # an op or function this process lacks
+            graph = None
+        if graph is not None:
+            found += [_of_op(op, _in_loop) for op in graph.get_operations() if op.type in COLLECTIVE_OPS]
+    for node in nodes:
+        for called, loops in _called(node):
+            if called not in seen:
+                found += collectives_in(called, None, None, seen, _in_loop or loops)
+    return tuple(found)
+
+
+def call_name(function: Any) -> str:
+    """The registered name of an `AtomicFunction` (`__inference_step_52`)."""
+    name = function.name
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def call_definition(function: Any) -> Any:
+    """The `FunctionDef` of an `AtomicFunction`."""
+    return function.cached_definition
+
+
+def call_graph(function: Any) -> Any:
+    """The graph an `AtomicFunction` was traced as (static shapes kept), None when it was built otherwise."""
+    return getattr(function, "_cached_graph", None)  # pylint: disable=protected-access
+
+
+# The coordination service's key-value store (MultiWorkerMirroredStrategy's clusters have one) ------
+
+
+def store_set(key: str, value: str) -> None:
+    """Sets `key` in the cluster's key-value store (replacing what it held)."""
+    ctx = _context.context()
+    try:
+        ctx.delete_config_key_value(key)
+    except Exception:  # pylint: disable=broad-except  # not there yet
+        pass
+    ctx.set_config_key_value(key, value)
+
+
+def store_get(key: str, timeout_ms: int = 1) -> Optional[str]:
+    """`key`'s value in the cluster's key-value store; None when unset within `timeout_ms`, or no store."""
+    try:
+        return _context.context().get_config_key_value(key, timeout_ms)
+    except Exception:  # pylint: disable=broad-except  # unset (deadline), or no coordination service
+        return None

@@ -1,0 +1,379 @@
+"""Checks that name what breaks a cluster, before TensorFlow hangs or reports a crashed peer.
+
+Each task publishes what it is about to run (`Publisher`): at the start of every call of a function
+that joins collective groups, the groups (op, group size and key, device type, dtype, shape,
+communication hint, the user's line) and how many calls of it started and ended; the devices its
+graphs name; at exit, its status. `mismatch(states, statuses)` compares the tasks' states and says,
+in one line naming both tasks, what differs:
+
+* a collective group whose size, device type, dtype, shape or hint differs between tasks
+  (TensorFlow: "joining a group with size3, but that group has size 2", or a hang);
+* uneven calls: a task that ended after fewer calls of a group than a peer now waiting in it
+  (TensorFlow aborts the waiting peer about 10 s later, saying a task "crashed");
+* a device a graph names that no task of the cluster has.
+
+Under `tfplace launch --trace` tasks publish into a folder (`TFPLACE_CLUSTER_DIR`) that the launcher
+watches (`watch`); `tfplace.cluster_guard()` does the same inside a task started another way, through
+the coordination service's key-value store of the cluster, with a thread that ends the task (status
+3) with the line.
+
+Example:
+    >>> from tfplace.cluster._checks import mismatch
+    >>> group = {"op": "CollectiveReduceV2", "group_key": 1, "group_size": 2, "device_type": "CPU",
+    ...          "dtype": "float32", "shape": [8], "hint": "auto", "node": "CollectiveReduceV2",
+    ...          "source": "train.py:20", "function": "f"}
+    >>> states = {"worker:0": {"groups": [group], "calls": {"f": [3, 3]}},
+    ...           "worker:1": {"groups": [dict(group, group_size=3)], "calls": {"f": [1, 0]}}}
+    >>> print(mismatch(states, {"worker:0": None, "worker:1": None}))
+    tfplace: collective group 1 (CollectiveReduceV2) differs between worker:0 and worker:1: group size 2 vs 3 (worker:0 at train.py:20, worker:1 at train.py:20)
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any, Callable, Iterator, Optional
+
+__all__ = ["DIRECTORY", "MISMATCH_STATUS", "Publisher", "mismatch", "watch", "cluster_guard", "publishing"]
+
+DIRECTORY = "TFPLACE_CLUSTER_DIR"  # where tasks publish under `tfplace launch --trace`
+MISMATCH_STATUS = 3
+_STORE_KEY = "tfplace/check/"
+_COMPARED = (("group_size", "group size"), ("device_type", "device type"), ("hint", "communication hint"))
+_PER_TENSOR = (("dtype", "dtype"), ("shape", "shape"))
+
+
+# --- comparing -------------------------------------------------------------------------------------
+
+def _calls(state: dict[str, Any], key: Any) -> tuple[int, int]:
+    """(started, ended) calls of group `key` in a task: the sum over its functions that join it."""
+    functions = {g["function"] for g in state.get("groups", ()) if g["group_key"] == key}
+    started = ended = 0
+    for function in functions:
+        s, e = state.get("calls", {}).get(function, (0, 0))
+        started, ended = started + s, ended + e
+    return started, ended
+
+
+def _signature_mismatch(states: dict[str, dict[str, Any]]) -> Optional[str]:
+    first: dict[Any, tuple[str, dict]] = {}
+    tensors: dict[tuple, tuple[str, dict]] = {}
+    for task, state in sorted(states.items()):
+        for group in state.get("groups", ()):
+            key = group["group_key"]
+            if key is None:
+                continue
+            checks = [(first, key, _COMPARED), (tensors, (key, group["op"], group.get("instance_key"),
+                                                          group.get("node")), _PER_TENSOR)]
+            for seen, at, fields in checks:
+                if at not in seen:
+                    seen[at] = (task, group)
+                    continue
+                other_task, other = seen[at]
+                if other_task == task:
+                    continue
+                for field, words in fields:
+                    if other.get(field) != group.get(field):
+                        return (f"tfplace: collective group {key} ({group['op']}) differs between {other_task} and "
+                                f"{task}: {words} {_shown(other.get(field))} vs {_shown(group.get(field))} "
+                                f"({other_task} at {other.get('source') or 'an unknown line'}, {task} at "
+                                f"{group.get('source') or 'an unknown line'})")
+    return None
+
+
+def _shown(value: Any) -> str:
+    return "none" if value is None else "x".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _uneven(states: dict[str, dict[str, Any]], statuses: dict[str, Optional[int]]) -> Optional[str]:
+    for task, status in statuses.items():
+        state = states.get(task)
+        if status is None or state is None:
+            continue
+        for group in state.get("groups", ()):
+            key = group["group_key"]
+            done, _ = _calls(state, key)
+            for peer, other in states.items():
+                if peer == task or not any(g["group_key"] == key for g in other.get("groups", ())):
+                    continue
+                started, ended = _calls(other, key)
+                if started > done and started > ended:
+                    how = "exited" if status == 0 else f"ended with status {status}"
+                    return (f"tfplace: uneven calls of collective group {key} ({group['op']} at "
+                            f"{group.get('source') or 'an unknown line'}): {task} {how} after {done} call(s), "
+                            f"{peer} waits in call {started}; give every task the same number of steps "
+                            "(as many batches per worker), or stop them all at the same step")
+    return None
+
+
+def _device_mismatch(states: dict[str, dict[str, Any]], jobs: dict[str, int]) -> Optional[str]:
+    have = {d for state in states.values() for d in state.get("devices", ())}
+    published = {state.get("prefix") for state in states.values()}
+    for task, state in states.items():
+        for device, (function, source) in state.get("named", {}).items():
+            job, _, rest = device[len("/job:"):].partition("/")
+            index = int(rest.split("task:")[1].split("/")[0]) if "task:" in rest else 0
+            prefix = device.rpartition("/device:")[0]
+            if jobs and (job not in jobs or index >= jobs[job]):
+                return (f"tfplace: {task}'s function {function} (at {source or 'an unknown line'}) names device "
+                        f"{device}, which no task of the cluster has: its jobs are "
+                        + ", ".join(f"{name} ({count} task(s))" for name, count in sorted(jobs.items())))
+            if prefix in published and device not in have:
+                owner = next(t for t, s in states.items() if s.get("prefix") == prefix)
+                return (f"tfplace: {task}'s function {function} (at {source or 'an unknown line'}) names device "
+                        f"{device}, which {owner} does not have: its devices are "
+                        + ", ".join(sorted(d for d in have if d.startswith(prefix + "/"))))
+    return None
+
+
+def mismatch(states: dict[str, dict[str, Any]], statuses: dict[str, Optional[int]],
+             jobs: Optional[dict[str, int]] = None) -> Optional[str]:
+    """One line naming what breaks the cluster, or None. `states`: what each task published, by task
+    name ("worker:1"); `statuses`: each task's exit status, None while it runs; `jobs`: the cluster's
+    jobs and their task counts (from TF_CONFIG)."""
+    return (_signature_mismatch(states) or _uneven(states, statuses)
+            or _device_mismatch(states, jobs or {}))
+
+
+# --- publishing --------------------------------------------------------------------------------------
+
+class Publisher:
+    """What this task publishes: while it is started, every call of a function that joins collective
+    groups (through `tfplace._tensorflow.CALL_FLAT`); `write(state)` sends the whole state."""
+
+    def __init__(self, task: str, prefix: str, write: Callable[[str], None]) -> None:
+        self.task, self.write = task, write
+        self.state: dict[str, Any] = {"task": task, "prefix": prefix, "devices": [], "groups": [], "calls": {},
+                                      "named": {}, "exit": None}
+        self._known: dict[str, tuple[list, list]] = {}  # function -> (its groups, devices its nodes name)
+        self._lock = threading.Lock()
+
+    def publish(self) -> None:
+        with self._lock:
+            self.write(json.dumps(self.state))
+
+    def _about(self, function: Any) -> tuple[str, list, list]:
+        from tfplace import _tensorflow
+        from tfplace._devices import canonical_name
+        from tfplace.cluster._collectives import tensor_bytes
+
+        name = _tensorflow.call_name(function)
+        known = self._known.get(name)
+        if known is None:
+            definition = _tensorflow.call_definition(function)
+            groups = [{"op": c.op, "group_key": c.group_key, "group_size": c.group_size,
+                       "instance_key": c.instance_key, "node": c.node,
+                       "device_type": c.device.rpartition(":")[0].rpartition(":")[2] if c.device else "",
+                       "dtype": c.dtype, "shape": None if c.shape is None else list(c.shape), "hint": c.hint,
+                       "function": name, "bytes_per_call": tensor_bytes(c.dtype, c.shape), "in_loop": c.in_loop}
+                      for c in _tensorflow.collectives_in(name, definition, _tensorflow.call_graph(function))]
+            named = sorted({canonical_name(node.device) for node in definition.node_def
+                            if node.device.startswith("/job:")})
+            known = self._known[name] = (groups, named)
+        return name, known[0], known[1]
+
+    def call(self, function: Any, run: Callable[[], Any]) -> Any:
+        """Runs a function call (`run`), publishing its groups and calls around it when it joins any."""
+        name, groups, named = self._about(function)
+        if not groups and not named:
+            return run()
+        from tfplace._devices import canonical_name
+        from tfplace import _tensorflow
+        from tfplace.placement._sources import user_line
+
+        source = user_line()
+        with self._lock:
+            if not self.state["devices"]:
+                self.state["devices"] = sorted({canonical_name(n) for n in _tensorflow.logical_device_names()})
+            for device in named:
+                self.state["named"].setdefault(device, (name, source))
+            if name not in self.state["calls"]:
+                self.state["groups"] += [dict(g, source=source) for g in groups]
+                self.state["calls"][name] = [0, 0]
+            self.state["calls"][name][0] += 1
+        self.publish()
+        result = run()
+        with self._lock:
+            self.state["calls"][name][1] += 1
+        self.publish()
+        return result
+
+    def exited(self, status: int) -> None:
+        self.state["exit"] = status
+        self.publish()
+
+
+def _file_writer(directory: str, task: str) -> Callable[[str], None]:
+    """Writes the state whole into `directory/<task>.state.json` (a rename: readers never see half)."""
+    path = os.path.join(directory, f"{task}.state.json")
+    temporary = path + f".{os.getpid()}.tmp"
+
+    def write(text: str) -> None:
+        with open(temporary, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(temporary, path)
+
+    return write
+
+
+def _read_states(directory: str) -> dict[str, dict[str, Any]]:
+    states = {}
+    for name in os.listdir(directory):
+        if name.endswith(".state.json"):
+            try:
+                with open(os.path.join(directory, name), encoding="utf-8") as f:
+                    states[name[:-len(".state.json")]] = json.load(f)
+            except (OSError, ValueError):
+                pass
+    return states
+
+
+def cluster_jobs() -> dict[str, int]:
+    """The jobs of this process's `TF_CONFIG` cluster and their task counts ({} without one)."""
+    try:
+        cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster") or {}
+        return {job: len(tasks) for job, tasks in cluster.items() if isinstance(tasks, list)}
+    except (ValueError, AttributeError):
+        return {}
+
+
+def watch(directory: str, statuses: dict[str, Optional[int]], jobs: Optional[dict[str, int]] = None) -> Optional[str]:
+    """The launcher's check: what the tasks published in `directory`, compared (`mismatch`)."""
+    return mismatch(_read_states(directory), statuses, jobs)
+
+
+# --- in a task ---------------------------------------------------------------------------------------
+
+_active: list[Publisher] = []  # the publisher of this process while one is started (one per process)
+
+
+def _install(publisher: Publisher) -> None:
+    from tfplace import _tensorflow
+
+    _active.append(publisher)
+    if len(_active) == 1:
+        original = _tensorflow.CALL_FLAT
+
+        def call_flat(function: Any, *args: Any) -> Any:
+            if not _active:
+                return original.original(function, *args)
+            return _active[-1].call(function, lambda: original.original(function, *args))
+
+        original.install(call_flat)
+
+
+def _uninstall(publisher: Publisher) -> None:
+    from tfplace import _tensorflow
+
+    _active.remove(publisher)
+    if not _active:
+        _tensorflow.CALL_FLAT.remove()
+
+
+def last_state() -> Optional[dict[str, Any]]:
+    """The state the last `publishing()` block of this process kept (None before any)."""
+    return _last[0] if _last else None
+
+
+_last: list[dict[str, Any]] = []
+
+
+@contextlib.contextmanager
+def publishing(directory: Optional[str]) -> Iterator[Publisher]:
+    """Keeps this task's state while the block runs (`tfplace trace` lists its collective groups from it)
+    and, with a `directory` (`tfplace launch --trace`), publishes it there for the launcher's checks."""
+    from tfplace._devices import local_task
+    from tfplace.cluster._collectives import task_name
+
+    prefix = local_task()
+    task = task_name(prefix) or f"pid-{os.getpid()}"
+    publisher = Publisher(task, prefix, _file_writer(directory, task) if directory else lambda text: None)
+    _last[:] = [publisher.state]
+    _install(publisher)
+    try:
+        yield publisher
+    finally:
+        _uninstall(publisher)
+
+
+def _store_writer(task: str) -> Callable[[str], None]:
+    from tfplace import _tensorflow
+
+    return lambda text: _tensorflow.store_set(_STORE_KEY + task, text)
+
+
+def _guard_thread(publisher: Publisher, peers: list[str], jobs: dict[str, int], period: float,
+                  stop: threading.Event) -> None:
+    """Polls the peers' states; on a mismatch prints its line and ends the task with status 3."""
+    from tfplace import _tensorflow
+
+    last: dict[str, dict[str, Any]] = {}
+    while not stop.wait(period):
+        states = {publisher.task: publisher.state}
+        for peer in peers:
+            text = _tensorflow.store_get(_STORE_KEY + peer)
+            if text is not None:
+                last[peer] = json.loads(text)
+            if peer in last:
+                states[peer] = last[peer]
+        statuses = {task: state.get("exit") for task, state in states.items()}
+        found = mismatch(states, statuses, jobs)
+        if found is not None:
+            print(found, file=sys.__stderr__, flush=True)
+            os._exit(MISMATCH_STATUS)
+
+
+@contextlib.contextmanager
+def cluster_guard(*, period: float = 0.5) -> Iterator[None]:
+    """Checks this task against its peers while the block runs, as `tfplace launch --trace` does: a
+    collective group that differs between tasks, uneven calls of a group, a device no task has. On a
+    mismatch the task prints one line naming both tasks, what differs and the user's line, and exits
+    with status 3 (instead of TensorFlow's hang or late "crashed" error). Tasks exchange their state
+    through the cluster's coordination service (every task must enter the guard); under `tfplace
+    launch --trace` the launcher checks and the guard only publishes.
+
+    >>> import tfplace
+    >>> with tfplace.cluster_guard():   # in a task of a MultiWorkerMirroredStrategy cluster
+    ...     pass
+
+    Outside a cluster (no `TF_CONFIG` task, no cluster joined) it does nothing.
+    """
+    from tfplace._devices import local_task
+    from tfplace.cluster._collectives import task_name
+
+    directory = os.environ.get(DIRECTORY)
+    if directory:
+        with publishing(directory):
+            yield
+        return
+    prefix = local_task()
+    if not prefix:
+        yield
+        return
+    task = task_name(prefix)
+    jobs = cluster_jobs()
+    peers = [name for job, count in jobs.items() for i in range(count)
+             for name in [("chief" if job == "chief" else f"{job}:{i}")] if name != task and job != "ps"]
+    publisher = Publisher(task, prefix, _store_writer(task))
+    stop = threading.Event()
+    thread = threading.Thread(target=_guard_thread, args=(publisher, peers, jobs, period, stop),
+                              name="tfplace-cluster-guard", daemon=True)
+    _install(publisher)
+    publisher.publish()
+    atexit.register(publisher.exited, 0)
+    thread.start()
+    try:
+        yield
+    except BaseException:
+        publisher.exited(1)
+        raise
+    finally:
+        stop.set()
+        _uninstall(publisher)
+    publisher.exited(0)
+    atexit.unregister(publisher.exited)
