@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import warnings
 from typing import Any, Callable, Optional, Sequence
 
 import tensorflow as tf
@@ -23,6 +24,7 @@ from absl import logging
 from tfplace import _tensorflow
 from tfplace._devices import cpu, resolve, try_all_gpus
 from tfplace._errors import ConfigurationError
+from tfplace.placement._sources import user_stacklevel
 
 __all__ = ["split_batch", "replicate", "reduce_on", "strategy"]
 
@@ -112,6 +114,13 @@ def strategy(devices: Optional[Sequence[Any]] = None) -> tf.distribute.Strategy:
     config = _cluster()
     if config is not None and sum(len(v) for v in config["cluster"].values()) > 1:
         logging.info("tfplace: MultiWorkerMirroredStrategy: TF_CONFIG names a cluster %s", config["cluster"])
+        if _keras_3():
+            warnings.warn(
+                "tfplace.strategy(): TF_CONFIG names a cluster, so this is a MultiWorkerMirroredStrategy, under which "
+                f"Keras {_keras_version()}'s Model.fit does not run (keras-team/keras#20585; nor under "
+                "ParameterServerStrategy): train with a custom loop (strategy.run over "
+                "experimental_distribute_dataset), or use tf_keras (TF_USE_LEGACY_KERAS=1)",
+                UserWarning, stacklevel=user_stacklevel())
         return tf.distribute.MultiWorkerMirroredStrategy()
     if devices is None:
         chosen = try_all_gpus()
@@ -120,6 +129,15 @@ def strategy(devices: Optional[Sequence[Any]] = None) -> tf.distribute.Strategy:
     else:
         chosen = [resolve(d, fallback=False, origin="tfplace.strategy's argument devices") for d in devices]
     return _local_strategy(tuple(d.name for d in chosen))
+
+
+def _keras_version() -> str:
+    return getattr(tf.keras, "__version__", "") or getattr(tf.keras, "version", lambda: "")()
+
+
+def _keras_3() -> bool:
+    """Whether `tf.keras` is Keras 3 (not tf_keras, which `TF_USE_LEGACY_KERAS=1` selects)."""
+    return _keras_version().startswith("3")
 
 
 @functools.lru_cache(maxsize=None)
