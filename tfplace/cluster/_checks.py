@@ -146,8 +146,9 @@ class Publisher:
     """What this task publishes: while it is started, every call of a function that joins collective
     groups (through `tfplace._tensorflow.CALL_FLAT`); `write(state)` sends the whole state."""
 
-    def __init__(self, task: str, prefix: str, write: Callable[[str], None]) -> None:
-        self.task, self.write = task, write
+    def __init__(self, task: str, prefix: str, write: Callable[[str], None],
+                 first_call: Optional[Callable[[list], None]] = None) -> None:
+        self.task, self.write, self.first_call = task, write, first_call
         self.state: dict[str, Any] = {"task": task, "prefix": prefix, "devices": [], "groups": [], "calls": {},
                                       "named": {}, "exit": None}
         self._known: dict[str, tuple[list, list]] = {}  # function -> (its groups, devices its nodes name)
@@ -192,11 +193,14 @@ class Publisher:
                 self.state["devices"] = sorted({canonical_name(n) for n in _tensorflow.logical_device_names()})
             for device in named:
                 self.state["named"].setdefault(device, (name, source))
-            if name not in self.state["calls"]:
+            first = name not in self.state["calls"]
+            if first:
                 self.state["groups"] += [dict(g, source=source) for g in groups]
                 self.state["calls"][name] = [0, 0]
             self.state["calls"][name][0] += 1
         self.publish()
+        if first and self.first_call is not None and groups:
+            self.first_call(groups)
         result = run()
         with self._lock:
             self.state["calls"][name][1] += 1
@@ -307,25 +311,45 @@ def _store_writer(task: str) -> Callable[[str], None]:
     return lambda text: _tensorflow.store_set(_STORE_KEY + task, text)
 
 
-def _guard_thread(publisher: Publisher, peers: list[str], jobs: dict[str, int], period: float,
-                  stop: threading.Event) -> None:
-    """Polls the peers' states; on a mismatch prints its line and ends the task with status 3."""
-    from tfplace import _tensorflow
+class _Peers:
+    """The peers' states as this task last read them from the cluster's key-value store."""
 
-    last: dict[str, dict[str, Any]] = {}
-    while not stop.wait(period):
-        states = {publisher.task: publisher.state}
-        for peer in peers:
+    def __init__(self, publisher: Publisher, peers: list[str], jobs: dict[str, int]) -> None:
+        self.publisher, self.peers, self.jobs = publisher, peers, jobs
+        self.last: dict[str, dict[str, Any]] = {}
+
+    def check(self) -> None:
+        """Reads the peers' states; on a mismatch prints its line and ends the task with status 3."""
+        from tfplace import _tensorflow
+
+        for peer in self.peers:
             text = _tensorflow.store_get(_STORE_KEY + peer)
             if text is not None:
-                last[peer] = json.loads(text)
-            if peer in last:
-                states[peer] = last[peer]
-        statuses = {task: state.get("exit") for task, state in states.items()}
-        found = mismatch(states, statuses, jobs)
+                self.last[peer] = json.loads(text)
+        states = {self.publisher.task: self.publisher.state, **self.last}
+        found = mismatch(states, {task: state.get("exit") for task, state in states.items()}, self.jobs)
         if found is not None:
             print(found, file=sys.__stderr__, flush=True)
             os._exit(MISMATCH_STATUS)
+
+    def before_first_call(self, groups: list, wait: float = 5.0) -> None:
+        """Before a function first joins its groups: waits (up to `wait` s) for every peer to publish
+        them too, and compares, so that a mismatch is named before TensorFlow fails or hangs on it."""
+        keys = {g["group_key"] for g in groups if g["group_key"] is not None}
+        deadline = time.monotonic() + wait
+        while True:
+            self.check()
+            joined = [p for p in self.peers
+                      if keys <= {g["group_key"] for g in self.last.get(p, {}).get("groups", ())}]
+            if len(joined) == len(self.peers) or time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+
+
+def _guard_thread(peers: _Peers, period: float, stop: threading.Event) -> None:
+    """Polls the peers' states (`_Peers.check`) until `stop` is set."""
+    while not stop.wait(period):
+        peers.check()
 
 
 @contextlib.contextmanager
@@ -360,9 +384,11 @@ def cluster_guard(*, period: float = 0.5) -> Iterator[None]:
     peers = [name for job, count in jobs.items() for i in range(count)
              for name in [("chief" if job == "chief" else f"{job}:{i}")] if name != task and job != "ps"]
     publisher = Publisher(task, prefix, _store_writer(task))
+    watching = _Peers(publisher, peers, jobs)
+    publisher.first_call = watching.before_first_call
     stop = threading.Event()
-    thread = threading.Thread(target=_guard_thread, args=(publisher, peers, jobs, period, stop),
-                              name="tfplace-cluster-guard", daemon=True)
+    thread = threading.Thread(target=_guard_thread, args=(watching, period, stop), name="tfplace-cluster-guard",
+                              daemon=True)
     _install(publisher)
     publisher.publish()
     atexit.register(publisher.exited, 0)

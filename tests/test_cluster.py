@@ -1,0 +1,139 @@
+"""Clusters on 127.0.0.1: a MultiWorkerMirroredStrategy custom loop (tests/cluster/mwms_loop.py) on two
+worker processes, each traced; the names, collective groups and checks they give."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT
+
+LOOP = str(ROOT / "tests" / "cluster" / "mwms_loop.py")
+
+
+def line(marker: str) -> str:
+    """`/.../mwms_loop.py:N` of the loop's line that holds `marker` (as shown from another folder)."""
+    with open(LOOP, encoding="utf-8") as f:
+        return f"{LOOP}:{next(i for i, text in enumerate(f, 1) if marker in text)}"
+
+
+def _ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def run_workers(command: list[str], tmp_path, timeout: float = 120) -> list[subprocess.CompletedProcess]:
+    """Runs `command` (with `{i}` in an argument replaced by the worker's index) as two workers."""
+    hosts = [f"127.0.0.1:{p}" for p in _ports(2)]
+    procs = []
+    for i in range(2):
+        env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": {"worker": hosts}, "task": {"type": "worker", "index": i}})}
+        procs.append(subprocess.Popen([a.replace("{i}", str(i)) for a in command], env=env, cwd=tmp_path,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    done = []
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        try:
+            out, err = proc.communicate(timeout=max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise
+        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    return done
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    """Both workers of the loop under `tfplace trace --json`."""
+    folder = tmp_path_factory.mktemp("mwms")
+    done = run_workers([sys.executable, "-m", "tfplace", "trace", "--json=trace-{i}.json", LOOP], folder)
+    for d in done:
+        assert d.returncode == 0, d.stdout[-2000:] + d.stderr[-3000:]
+    return done, [json.loads((folder / f"trace-{i}.json").read_text()) for i in range(2)]
+
+
+@pytest.mark.placement
+def test_a_task_names_its_devices_whole_and_never_copies_between_its_own_names(traced):
+    done, traces = traced
+    for index, (run, trace) in enumerate(zip(done, traces)):
+        prefix = f"/job:worker/replica:0/task:{index}"
+        assert trace["copies"] == []  # /job:localhost and /job:worker/.../task:N are one device
+        devices = {r["device"] for r in trace["records"] if r["device"]}
+        assert devices == {f"{prefix}/device:CPU:0"}
+        assert f"{prefix}/device:CPU:0: " in run.stdout
+        assert f"{prefix}CPU:0" not in run.stdout
+        assert trace["cluster"]["task"] == f"worker:{index}"
+        assert trace["cluster"]["devices"] == [f"{prefix}/device:CPU:0"]
+
+
+@pytest.mark.placement
+def test_the_gradient_all_reduce_is_a_group_of_two_moving_the_gradient_bytes(traced):
+    _, traces = traced
+    for trace in traces:
+        reduces = [c for c in trace["cluster"]["collectives"] if c["op"] == "CollectiveReduceV2"
+                   and c["dtype"] == "float32"]
+        assert len(reduces) == 1, trace["cluster"]["collectives"]
+        group = reduces[0]
+        assert (group["group_size"], group["bytes_per_call"], group["calls"]) == (2, 4 * 2 * 4, 3)
+        assert group["source"].endswith(line("train_step(batches)"))  # the user's call of the step
+
+
+def _mismatch_line(done) -> list[str]:
+    return [line for d in done for line in d.stderr.splitlines() if line.startswith("tfplace: ")]
+
+
+def test_cluster_guard_names_a_group_size_that_differs_between_workers(tmp_path):
+    start = time.monotonic()
+    done = run_workers([sys.executable, LOOP, "--guard", "--group_size_for_worker_1=3"], tmp_path, timeout=90)
+    lines = _mismatch_line(done)
+    assert lines, [d.stderr[-2000:] for d in done]
+    assert lines[0].startswith("tfplace: collective group 100 (CollectiveReduceV2) differs between worker:0 and "
+                               "worker:1: group size 2 vs 3 (worker:0 at {at}, worker:1 at {at})".format(at=line("extra_all_reduce(tf.ones")))
+    assert 3 in [d.returncode for d in done]
+    assert time.monotonic() - start < 60
+
+
+def test_cluster_guard_names_uneven_steps_with_both_workers_and_their_calls(tmp_path):
+    done = run_workers([sys.executable, LOOP, "--guard", "--steps_for_worker_1=4"], tmp_path, timeout=90)
+    lines = _mismatch_line(done)
+    assert lines, [d.stderr[-2000:] for d in done]
+    assert lines[0].startswith(f"tfplace: uneven calls of collective group 1 (CollectiveReduceV2 at "
+                               f"{line('train_step(batches)')}): worker:0 exited after 3 call(s), worker:1 waits in call 4")
+    assert [d.returncode for d in done] == [0, 3]
+    assert "crashed" not in done[1].stderr  # stopped before TensorFlow's own late error
+
+
+@pytest.mark.placement
+def test_a_single_process_keeps_short_names(python):
+    found = python("""
+        import tensorflow as tf, tfplace
+        with tfplace.capture_placement() as log:
+            tf.matmul(tf.ones((2, 2)), tf.ones((2, 2)))
+        report([log.devices_for("MatMul"), tfplace.cpu().name])
+    """, env={"TF_CONFIG": ""})
+    assert found == [["/device:CPU:0"], "/device:CPU:0"]
+
+
+@pytest.mark.placement
+def test_tf_config_makes_names_full_and_asserts_accept_short_spellings(python):
+    config = {"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "task": {"type": "worker", "index": 1}}
+    found = python("""
+        import tensorflow as tf, tfplace
+        with tfplace.capture_placement() as log:
+            tf.matmul(tf.ones((2, 2)), tf.ones((2, 2)))
+        log.assert_placed("MatMul", "CPU:0")
+        report([log.devices_for("MatMul"), len(log.copies)])
+    """, env={"TF_CONFIG": json.dumps(config)})
+    assert found == [["/job:worker/replica:0/task:1/device:CPU:0"], 0]
