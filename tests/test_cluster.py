@@ -33,13 +33,15 @@ def _ports(count: int) -> list[int]:
     return ports
 
 
-def run_workers(command: list[str], tmp_path, timeout: float = 120) -> list[subprocess.CompletedProcess]:
+def run_workers(command: list[str], tmp_path, timeout: float = 120,
+                env: dict | None = None) -> list[subprocess.CompletedProcess]:
     """Runs `command` (with `{i}` in an argument replaced by the worker's index) as two workers."""
     hosts = [f"127.0.0.1:{p}" for p in _ports(2)]
     procs = []
     for i in range(2):
-        env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": {"worker": hosts}, "task": {"type": "worker", "index": i}})}
-        procs.append(subprocess.Popen([a.replace("{i}", str(i)) for a in command], env=env, cwd=tmp_path,
+        config = json.dumps({"cluster": {"worker": hosts}, "task": {"type": "worker", "index": i}})
+        procs.append(subprocess.Popen([a.replace("{i}", str(i)) for a in command], cwd=tmp_path,
+                                      env={**(os.environ if env is None else env), "TF_CONFIG": config},
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     done = []
     deadline = time.monotonic() + timeout
@@ -137,3 +139,24 @@ def test_tf_config_makes_names_full_and_asserts_accept_short_spellings(python):
         report([log.devices_for("MatMul"), len(log.copies)])
     """, env={"TF_CONFIG": json.dumps(config)})
     assert found == [["/job:worker/replica:0/task:1/device:CPU:0"], 0]
+
+
+@pytest.mark.conformance
+@pytest.mark.placement
+def test_conformance_each_worker_says_what_its_own_tensorflow_log_says(tmp_path):
+    """The MWMS custom loop scored against TensorFlow's log of each task, with job-aware names (a scorer
+    that folded /job:worker/... into /device:CPU:0 would hide the copies and names this checks)."""
+    from conformance import compare, tflog
+
+    done = run_workers([sys.executable, str(compare.HARNESS), LOOP, "capture-{i}.json"], tmp_path, timeout=180,
+                       env=compare.harness_env(None))
+    for index, run in enumerate(done):
+        assert run.returncode == 0, run.stderr[-3000:]
+        report = json.loads((tmp_path / f"capture-{index}.json").read_text())
+        task = f"/job:worker/replica:0/task:{index}"
+        result = compare.compare_logs(compare.Result(f"mwms-worker-{index}", "-"), tflog.parse(run.stderr, task),
+                                      report["capture"], report.get("sends"))
+        assert result.problems() == [], compare.describe(result)
+        assert result.nodes_total > 50 and result.eager_tf > 20
+        devices = {r["device"] for r in report["capture"]["records"] if r["device"]}
+        assert devices == {f"{task}/device:CPU:0"}

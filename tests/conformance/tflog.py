@@ -60,14 +60,25 @@ _DEVICE = re.compile(r"/device:([A-Za-z_]+):(\d+)$")
 _SHORT = re.compile(r"^/?([A-Za-z_]+):(\d+)$")
 
 
+TASK = [""]  # the task whose log is read, in a cluster (`parse(text, task=...)`); "" for a single process
+
+
 def canonical(device: str) -> str:
-    """`/job:localhost/replica:0/task:0/device:CPU:0` (or `CPU:0`, `/cpu:0`) -> `/device:CPU:0`; "" stays ""."""
+    """`/job:localhost/replica:0/task:0/device:CPU:0` (or `CPU:0`, `/cpu:0`) -> `/device:CPU:0`; "" stays "".
+
+    In a task of a cluster (`TASK`), names stay whole: the task's own devices under `/job:localhost`
+    get the task's name (`/job:worker/replica:0/task:1/device:CPU:0`), other tasks' keep theirs."""
     if not device:
         return ""
     m = _DEVICE.search(device) or _SHORT.match(device)
     if not m:
         return device
-    return f"/device:{m.group(1).upper()}:{m.group(2)}"
+    short = f"/device:{m.group(1).upper()}:{m.group(2)}"
+    if not TASK[0]:
+        return short
+    if device.startswith("/job:") and not device.startswith("/job:localhost/"):
+        return device.rpartition("/device:")[0] + short
+    return TASK[0] + short
 
 
 @lru_cache(maxsize=None)
@@ -251,8 +262,10 @@ def _looks_like_wrapper(rest: list[Node], executed: str) -> bool:
     return bool(tail) and tail[0].name == tail[0].op and registered_op(tail[0].op) == registered_op(executed)
 
 
-def parse(text: str) -> TfLog:
-    """Reads TensorFlow's stderr text (see the module doc)."""
+def parse(text: str, task: str = "") -> TfLog:
+    """Reads TensorFlow's stderr text (see the module doc); `task`: the device prefix of the cluster
+    task that wrote it (`/job:worker/replica:0/task:1`: names stay whole), "" for a single process."""
+    TASK[0] = task
     log = TfLog()
     lines = text.splitlines()
     begin = next((i for i, line in enumerate(lines) if line.startswith(BEGIN)), None)
