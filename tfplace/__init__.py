@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from tfplace._devices import (Device, cpu, device, devices_of, gpu, num_gpus, parse_device, to_device,
                                   try_all_gpus, try_gpu)
     from tfplace._replication import reduce_on, replicate, split_batch, strategy
-    from tfplace.cluster._checks import cluster_guard
+    from tfplace.cluster._guard import cluster_guard
     from tfplace.config._configure import Config, configure
     from tfplace.config._gpu_plan import GpuInfo, GpuPlan, plan_gpus
     from tfplace.placement._capture import capture_placement
@@ -55,7 +55,7 @@ _LAZY = {
     **dict.fromkeys(("Memory", "DeviceMemory", "LiveTensor", "live_tensors"), "tfplace.placement._memory"),
     **dict.fromkeys(("PlacementRecord", "CopyRecord"), "tfplace.placement._records"),
     **dict.fromkeys(("split_batch", "replicate", "reduce_on", "strategy"), "tfplace._replication"),
-    **dict.fromkeys(("cluster_guard",), "tfplace.cluster._checks"),
+    **dict.fromkeys(("cluster_guard",), "tfplace.cluster._guard"),
 }
 
 __all__ = [

@@ -1,0 +1,130 @@
+"""`tfplace.cluster_guard()`: the checks of `tfplace.cluster._checks` inside a task started any way.
+
+Each task publishes its state (`_checks.Publisher`) into the cluster's coordination-service key-value
+store and reads its peers'; before a function first joins its collective groups it waits briefly for
+every peer's groups and compares, and a thread compares again every `period` seconds. On a mismatch
+the task prints the one line and exits with status 3.
+
+Example:
+    >>> import tfplace
+    >>> with tfplace.cluster_guard():   # outside a cluster it does nothing
+    ...     pass
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+from tfplace.cluster import _checks
+from tfplace.cluster._checks import MISMATCH_STATUS, Publisher, mismatch
+
+__all__ = ["cluster_guard"]
+
+_STORE_KEY = "tfplace/check/"
+
+
+def _store_writer(task: str) -> Callable[[str], None]:
+    from tfplace import _tensorflow
+
+    return lambda text: _tensorflow.store_set(_STORE_KEY + task, text)
+
+
+class _Peers:
+    """The peers' states as this task last read them from the cluster's key-value store."""
+
+    def __init__(self, publisher: Publisher, peers: list[str], jobs: dict[str, int]) -> None:
+        self.publisher, self.peers, self.jobs = publisher, peers, jobs
+        self.last: dict[str, dict[str, Any]] = {}
+
+    def check(self) -> None:
+        """Reads the peers' states; on a mismatch prints its line and ends the task with status 3."""
+        from tfplace import _tensorflow
+
+        for peer in self.peers:
+            text = _tensorflow.store_get(_STORE_KEY + peer)
+            if text is not None:
+                self.last[peer] = json.loads(text)
+        states = {self.publisher.task: self.publisher.state, **self.last}
+        found = mismatch(states, {task: state.get("exit") for task, state in states.items()}, self.jobs)
+        if found is not None:
+            print(found, file=sys.__stderr__, flush=True)
+            os._exit(MISMATCH_STATUS)
+
+    def before_first_call(self, groups: list, wait: float = 5.0) -> None:
+        """Before a function first joins its groups: waits (up to `wait` s) for every peer to publish
+        them too, and compares, so that a mismatch is named before TensorFlow fails or hangs on it."""
+        keys = {g["group_key"] for g in groups if g["group_key"] is not None}
+        deadline = time.monotonic() + wait
+        while True:
+            self.check()
+            joined = [p for p in self.peers
+                      if keys <= {g["group_key"] for g in self.last.get(p, {}).get("groups", ())}]
+            if len(joined) == len(self.peers) or time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+
+
+def _guard_thread(peers: _Peers, period: float, stop: threading.Event) -> None:
+    """Polls the peers' states (`_Peers.check`) until `stop` is set."""
+    while not stop.wait(period):
+        peers.check()
+
+
+@contextlib.contextmanager
+def cluster_guard(*, period: float = 0.5) -> Iterator[None]:
+    """Checks this task against its peers while the block runs, as `tfplace launch --trace` does: a
+    collective group that differs between tasks, uneven calls of a group, a device no task has. On a
+    mismatch the task prints one line naming both tasks, what differs and the user's line, and exits
+    with status 3 (instead of TensorFlow's hang or late "crashed" error). Tasks exchange their state
+    through the cluster's coordination service (every task must enter the guard); under `tfplace
+    launch --trace` the launcher checks and the guard only publishes.
+
+    >>> import tfplace
+    >>> with tfplace.cluster_guard():   # in a task of a MultiWorkerMirroredStrategy cluster
+    ...     pass
+
+    Outside a cluster (no `TF_CONFIG` task, no cluster joined) it does nothing.
+    """
+    from tfplace._devices import local_task
+    from tfplace.cluster._collectives import task_name
+
+    directory = os.environ.get(_checks.DIRECTORY)
+    if directory:
+        with _checks.publishing(directory):
+            yield
+        return
+    prefix = local_task()
+    if not prefix:
+        yield
+        return
+    task = task_name(prefix)
+    jobs = _checks.cluster_jobs()
+    peers = [name for job, count in jobs.items() for i in range(count)
+             for name in [("chief" if job == "chief" else f"{job}:{i}")] if name != task and job != "ps"]
+    publisher = Publisher(task, prefix, _store_writer(task))
+    watching = _Peers(publisher, peers, jobs)
+    publisher.first_call = watching.before_first_call
+    stop = threading.Event()
+    thread = threading.Thread(target=_guard_thread, args=(watching, period, stop), name="tfplace-cluster-guard",
+                              daemon=True)
+    _checks.install(publisher)
+    publisher.publish()
+    atexit.register(publisher.exited, 0)
+    thread.start()
+    try:
+        yield
+    except BaseException:
+        publisher.exited(1)
+        raise
+    finally:
+        stop.set()
+        _checks.uninstall(publisher)
+    publisher.exited(0)
+    atexit.unregister(publisher.exited)
