@@ -11,13 +11,16 @@ under this strategy.
     TF_CONFIG='{"cluster": {"worker": ["host1:12345", "host2:12345"]}, "task": {"type": "worker", "index": 0}}' \\
         python examples/multi_worker.py --epochs=10
 
-Launcher (--launch_local=N): it exits non-zero as soon as one worker fails (the
-others would wait for it forever inside their collective ops), or after
---timeout seconds. Killed with SIGTERM or SIGINT (Ctrl-C), it passes the signal
-on to its workers, waits up to --kill_after seconds for them, SIGKILLs those
-still running and exits with status 128 + the signal's number (143 for SIGTERM,
-130 for SIGINT). On Linux, a worker is also killed when its launcher dies
-without a chance to stop it (SIGKILL).
+Launcher (--launch_local=N): this process becomes `tfplace launch --workers=N`
+(the same as `tfplace launch --workers=2 examples/multi_worker.py -- --epochs=2`),
+which prints each worker's lines prefixed with `[worker I] `. As soon as one
+worker fails it stops the others (they would wait for it forever inside their
+collective ops) and exits with that worker's status, after a line naming it;
+after --timeout seconds it stops them and exits with 124. Given SIGTERM, SIGINT
+(Ctrl-C) or SIGHUP, it passes SIGTERM (or the SIGINT) on to its workers, waits up
+to --kill_after seconds for them, SIGKILLs those still running and exits with
+status 128 + the signal's number (143 for SIGTERM, 130 for SIGINT). On Linux, a
+worker is also killed when its launcher dies without a chance to stop it.
 
 Worker: `TF_CONFIG` is checked before TensorFlow starts: text that is not such
 JSON, an address that is not host:port or a port outside 1..65535 ends the
@@ -42,7 +45,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import NamedTuple, NoReturn
@@ -51,11 +53,12 @@ from absl import app, flags
 
 from example_checks import FAILURE, fail, output_folder
 
-_LAUNCH = flags.DEFINE_integer("launch_local", 0, "Start this many workers on 127.0.0.1 and wait for them.",
-                               lower_bound=0)
-_TIMEOUT = flags.DEFINE_float("timeout", 600.0, "Launcher: seconds before giving up on the workers.", lower_bound=1)
+_LAUNCH = flags.DEFINE_integer("launch_local", 0, "Start this many workers on 127.0.0.1 and wait for them "
+                               "(tfplace launch --workers=N).", lower_bound=0)
+_TIMEOUT = flags.DEFINE_float("timeout", 600.0, "Launcher: seconds before stopping the workers (exit status 124).",
+                              lower_bound=1)
 _KILL_AFTER = flags.DEFINE_float(
-    "kill_after", 10.0, "Launcher: when it stops its workers (one failed, --timeout, or it got SIGTERM/SIGINT), "
+    "kill_after", 10.0, "Launcher: when it stops its workers (one failed, --timeout, or it got a signal), "
     "seconds between passing them SIGTERM (or the SIGINT it got) and SIGKILL for those still running.",
     lower_bound=0)
 _CONNECT_TIMEOUT = flags.DEFINE_float(
@@ -75,109 +78,20 @@ TF_CONFIG_FORM = ('JSON like {"cluster": {"worker": ["host:port", ...]}, "task":
                   "each port in 1..65535")
 
 
-def free_ports(count: int) -> list[int]:
-    """`count` distinct free TCP ports on 127.0.0.1."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-# --- the launcher -----------------------------------------------------------------------------
-
-def _die_with(launcher: int) -> None:
-    """Runs in each worker before it starts (Linux): the kernel SIGKILLs it when its launcher dies."""
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
-    if os.getppid() != launcher:  # the launcher died before prctl took effect
-        os._exit(1)
-
-
-def stop(workers: list[subprocess.Popen], signum: int, received: list[int]) -> None:
-    """Sends `signum` to the running workers, waits up to --kill_after seconds, SIGKILLs the rest.
-
-    A further signal to the launcher while it waits (a second Ctrl-C) kills them at once.
-    """
-    signals_before = len(received)
-    for proc in workers:
-        if proc.poll() is None:
-            proc.send_signal(signum)
-    deadline = time.monotonic() + _KILL_AFTER.value
-    while any(proc.poll() is None for proc in workers):
-        again = len(received) > signals_before
-        if again or time.monotonic() >= deadline:
-            running = ", ".join(str(proc.pid) for proc in workers if proc.poll() is None)
-            when = "at another signal" if again else f"--kill_after={_KILL_AFTER.value:g} s"
-            print(f"launcher: SIGKILL for worker pid(s) {running}, still running {when} after "
-                  f"{signal.Signals(signum).name}", flush=True)
-            for proc in workers:
-                if proc.poll() is None:
-                    proc.kill()
-            break
-        time.sleep(0.05)
-    for proc in workers:
-        proc.wait()
-
-
-def launch(count: int, script: str, argv: list[str]) -> int:
-    """Starts `count` workers running `script` with `argv` and their TF_CONFIG.
-
-    Returns 0 when all succeed, 1 when one fails or --timeout passes, and
-    128 + the signal's number when the launcher gets SIGTERM or SIGINT.
-    """
-    received: list[int] = []
-    for caught in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(caught, lambda number, frame: received.append(number))
-    hosts = [f"127.0.0.1:{port}" for port in free_ports(count)]
-    logs = Path(tempfile.mkdtemp(prefix="tfplace-workers-"))
-    passed = [a for a in argv if not a.startswith("--launch_local")]
-    workers, outs, launcher = [], [], os.getpid()
-    for index in range(count):
-        env = {**os.environ, "TF_CONFIG": json.dumps(
-            {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": index}})}
-        out = open(logs / f"worker-{index}.log", "w")
-        outs.append(out)
-        workers.append(subprocess.Popen(
-            [sys.executable, script, *passed], env=env, stdout=out, stderr=subprocess.STDOUT,
-            preexec_fn=(lambda: _die_with(launcher)) if sys.platform.startswith("linux") else None))
-    print(f"launched {count} workers (pids {', '.join(str(p.pid) for p in workers)}) on {', '.join(hosts)}; "
-          f"logs in {logs}", flush=True)
-    deadline = time.monotonic() + _TIMEOUT.value
-    status, signum = 0, int(signal.SIGTERM)  # what stop() sends when no signal came
-    while True:
-        if received:
-            signum = received[0]
-            print(f"launcher: received {signal.Signals(signum).name}; passing it to the workers", flush=True)
-            status = 128 + signum
-            break
-        codes = [proc.poll() for proc in workers]
-        failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
-        if failed:
-            index, code = failed[0]
-            print(f"worker {index} exited with status {code}; stopping the others", flush=True)
-            status = 1
-            break
-        if all(c == 0 for c in codes):
-            break
-        if time.monotonic() > deadline:
-            print(f"workers still running after --timeout={_TIMEOUT.value:g} s; stopping them", flush=True)
-            status = 1
-            break
-        time.sleep(0.2)
-    stop(workers, signum, received)
-    if received:  # also when the signal came while the launcher was already stopping them
-        status = 128 + received[0]
-    for out in outs:
-        out.close()
-    for index in range(count):
-        tail = (logs / f"worker-{index}.log").read_text(errors="replace").splitlines()[-3:]
-        print(f"--- worker {index} (exit {workers[index].returncode}):", *tail, sep="\n  ")
-    return status
+def launch(count: int, script: str, argv: list[str]) -> NoReturn:
+    """Becomes `tfplace launch --workers=count` running `script` with `argv` (less --launch_local) on each worker."""
+    passed: list[str] = []
+    rest = iter(argv)
+    for arg in rest:
+        if arg in ("--launch_local", "-launch_local"):
+            next(rest, None)  # its value
+        elif not re.match(r"--?launch_local=", arg):
+            passed.append(arg)
+    command = [sys.executable, "-m", "tfplace", "launch", f"--workers={count}", f"--timeout={_TIMEOUT.value:g}",
+               f"--kill_after={_KILL_AFTER.value:g}", script, "--", *passed]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, command)  # the same process: its pid, its signals, its exit status
 
 
 # --- a worker -----------------------------------------------------------------------------------
@@ -374,7 +288,7 @@ def main(argv: list[str]) -> None:
     if _REPORT_DIR.value:
         output_folder("report_dir", _REPORT_DIR.value)
     if _LAUNCH.value:
-        sys.exit(launch(_LAUNCH.value, argv[0], sys.argv[1:]))
+        launch(_LAUNCH.value, argv[0], sys.argv[1:])
     work()
 
 

@@ -1,16 +1,17 @@
-"""The `tfplace` command line: `tfplace devices`, `tfplace env`, `tfplace trace` and `tfplace diff`.
+"""The `tfplace` command line: `tfplace devices`, `tfplace env`, `tfplace trace`, `tfplace diff` and `tfplace launch`.
 
 Neither `devices` nor `env` starts TensorFlow's runtime or allocates GPU
 memory: devices are listed from the physical inventory and the pending
 configuration; TensorFlow's C++ INFO start-up lines are left out unless the user
 set `TF_CPP_MIN_LOG_LEVEL`. `trace` runs a script under a capture (see
 `tfplace._trace` and `tfplace._script`); `diff` compares two of its `--json` traces
-(see `tfplace._diff`).
+(see `tfplace._diff`); `launch` starts a cluster on 127.0.0.1 (see `tfplace.cluster._launch`).
 
     tfplace devices --logical_cpus=4     # the devices a program would see
     tfplace env --json                   # versions, build and placement env vars
     tfplace trace --logical_cpus=2 train.py --epochs=1
     tfplace diff laptop.json server.json  # exit 1 when a compute op moved or a transfer appeared
+    tfplace launch --workers=2 train.py   # each line prefixed with its task: [worker 1] ...
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ def _option(setting: Setting):
 TRACE_USAGE = ("tfplace trace [tfplace flags] [--json=FILE] [--plot=FILE.png] [--timing] [--memory] [--top=N] script.py [--] "
                "[args ...]")
 BOOLEANS = tuple(setting.name for setting in SETTINGS if setting.kind is BOOLEAN)
+LAUNCH_USAGE = ("tfplace launch --workers=N [--ps=M] [--chief] [--trace] [--timing] [--memory] [--json=FILE] "
+                "[--timeout=S] [--kill_after=S] [--top=N] [tfplace flags] script.py [--] [args ...]")
+LAUNCH_VALUED = ("--workers", "--ps", "--json", "--timeout", "--kill_after", "--top")
 
 
 class _AbslBoolean(argparse.Action):
@@ -96,6 +100,56 @@ def _add_trace(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument("script", help="the Python script to run")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     return parser
+
+
+def _number(option: str, kind: type, least: float, strict: bool = False) -> Any:
+    """An argparse type reading `--<option>` as a `kind` >= `least` (> with `strict`), saying what is allowed."""
+    def parse(text: str) -> Any:
+        value = kind(text) if re.fullmatch(r"\d+" if kind is int else r"\d*\.?\d+", text.strip()) else None
+        if value is None or value < least or (strict and value == least):
+            raise argparse.ArgumentTypeError(f"--{option}={text!r} (from option --{option}) is not allowed: expected "
+                                             f"{'a whole number' if kind is int else 'seconds'} "
+                                             f"{'>' if strict else '>='} {least:g}")
+        return value
+    return parse
+
+
+def _add_launch(commands: Any) -> argparse.ArgumentParser:
+    parser = commands.add_parser(
+        "launch", usage=LAUNCH_USAGE, allow_abbrev=False, help="start a cluster on 127.0.0.1 and watch it as one",
+        description="Starts a cluster on 127.0.0.1, each task a process with its TF_CONFIG, and prints each line a "
+                    "task prints prefixed with its task ([worker 1] ). Workers (and the chief) run script.py; ps tasks "
+                    "run tf.distribute.Server, and with --ps so do the workers while the chief coordinates. Exit "
+                    "status: 0 when every task running the script exits 0, else the first failing task's; 124 after "
+                    "--timeout, 128 + the signal's number after SIGINT, SIGTERM or SIGHUP (every task stopped: SIGTERM "
+                    "or the SIGINT, SIGKILL --kill_after s later). tfplace flags reach the tasks as tfplace trace's "
+                    "options under --trace, else as TFPLACE_<NAME> variables (read by tfplace.configure(), servers).")
+    parser.add_argument("--workers", metavar="N", required=True, type=_number("workers", int, 1), help="worker tasks")
+    parser.add_argument("--ps", metavar="M", default=0, type=_number("ps", int, 1),
+                        help="ps tasks, each a tf.distribute.Server (ParameterServerStrategy); implies --chief")
+    parser.add_argument("--chief", action="store_true", help="a chief task too, running the script (implied by --ps)")
+    parser.add_argument("--trace", action="store_true", help="run the script's tasks under tfplace trace, check the "
+                        "tasks against each other as they run (a mismatch stops the cluster: exit status 3) and "
+                        "print one report for the cluster")
+    for option in ("timing", "memory"):
+        parser.add_argument(f"--{option}", action="store_true", help=f"with --trace: trace --{option} in each task")
+    parser.add_argument("--json", metavar="FILE", help="with --trace: write the merged traces of the tasks as JSON")
+    parser.add_argument("--top", metavar="N", type=_number("top", int, 1), default=ROWS,
+                        help=f"with --trace: rows per section of the report (default {ROWS})")
+    parser.add_argument("--timeout", metavar="S", type=_number("timeout", float, 0, strict=True),
+                        help="seconds before every task is stopped (exit status 124); default: none")
+    parser.add_argument("--kill_after", metavar="S", type=_number("kill_after", float, 0), default=10.0,
+                        help="seconds from SIGTERM (or the SIGINT received) to SIGKILL in stopping tasks (default 10)")
+    _add_settings(parser, SETTINGS, "each task's configure()")
+    parser.add_argument("script", help="the Python script the worker tasks (or the chief) run")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    return parser
+
+
+def _launch(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: list[str]) -> int:
+    """Runs `tfplace launch` (`tfplace.cluster._launch.command`): usage errors exit 2 before any task starts."""
+    from tfplace.cluster._launch import command
+    return command(parser, args, passed, _given(args))
 
 
 def _absl_booleans(parser: argparse.ArgumentParser, argv: Sequence[str], own: Sequence[str] = ()) -> list[str]:
@@ -214,11 +268,10 @@ def _diff(args: argparse.Namespace) -> int:
     from tfplace import _diff as diffing
 
     try:
-        a, b = diffing.read(args.a), diffing.read(args.b)
+        found = diffing.diff(diffing.read(args.a), diffing.read(args.b))
     except diffing.DiffError as err:
         print(err, file=sys.stderr)
         return 2
-    found = diffing.diff(a, b)
     if args.json:
         print(json.dumps(diffing.to_json(found, args.a, args.b), indent=2))
     else:
@@ -294,25 +347,45 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     env = commands.add_parser("env", help="versions, build info and placement environment variables")
     env.add_argument("--json", action="store_true", help="print JSON")
     trace = _add_trace(commands)
+    launch = _add_launch(commands)
     compare = commands.add_parser(
         "diff", help="what moved between two tfplace trace --json runs (exit 1 if a compute op moved or a transfer "
                      "appeared)", allow_abbrev=False)
-    compare.add_argument("a", metavar="A.json", help="the earlier trace (tfplace trace --json=A.json ...)")
-    compare.add_argument("b", metavar="B.json", help="the later trace")
+    compare.add_argument("a", metavar="A.json", help="the earlier trace (tfplace trace --json=A.json ...), a task of a "
+                                                     "merged cluster (c.json:worker:0) or a merged cluster")
+    compare.add_argument("b", metavar="B.json", help="the later trace (or task, or cluster)")
     compare.add_argument("--json", action="store_true", help="print JSON")
     compare.add_argument("--top", type=int, default=ROWS, help=f"rows per section (default {ROWS})")
+    merging = commands.add_parser(
+        "merge", help="one report for a cluster: merge tfplace trace --json files, one per task", allow_abbrev=False,
+        description="Merges the traces of a cluster's tasks (one tfplace trace --json file per task) and reports what "
+                    "is uneven or costly, time and bytes per task and device, the traffic between tasks, then each "
+                    "task's own sections. Exit 2, naming the file, for a file that cannot be read, is not a trace, "
+                    "or is a second trace of one task.")
+    merging.add_argument("traces", nargs="+", metavar="TRACE.json", help="one tfplace trace --json file per task")
+    merging.add_argument("--json", metavar="FILE", help="write the merged cluster JSON (tfplace-cluster/1)")
+    merging.add_argument("--top", metavar="N", type=int, default=ROWS, help=f"rows per report section (default {ROWS})")
     argv = list(sys.argv[1:] if argv is None else argv)
     passed: list[str] = []
-    if argv[:1] == ["trace"] and "--" in argv:
+    if argv[:1] in (["trace"], ["launch"]) and "--" in argv:
         argv, passed = argv[:argv.index("--")], argv[argv.index("--") + 1:]
-    if argv[:1] in (["trace"], ["devices"]):
+    if argv[:1] in (["trace"], ["devices"], ["launch"]):
         argv = argv[:1] + (_absl_booleans(trace, argv[1:], ("--json", "--plot", "--top")) if argv[0] == "trace"
+                           else _absl_booleans(launch, argv[1:], LAUNCH_VALUED) if argv[0] == "launch"
                            else _absl_booleans(devices, argv[1:]))
     args = parser.parse_args(argv)
     if args.command == "trace":
         return _trace(trace, args, passed)
+    if args.command == "launch":
+        return _launch(launch, args, passed)
     if args.command == "diff":
         return _diff(args)
+    if args.command == "merge":
+        if args.top < 1:
+            merging.error(f"--top={args.top} (from option --top) is not allowed: expected a whole number >= 1")
+        from tfplace.cluster._report import command as merge_command
+
+        return merge_command(args.traces, json_path=args.json, top=args.top)
     environ = dict(os.environ)
     if environ.pop(_QUIET, None) is not None:  # the quiet run's child: report the user's environment
         environ.pop("TF_CPP_MIN_LOG_LEVEL", None)

@@ -8,6 +8,12 @@ or disappeared, and, when both runs were timed, each device's share of busy time
 The exit status makes it a CI gate: 1 when a compute op moved or a transfer appeared, 0 when
 nothing did, 2 for a file that cannot be read. Reading JSON only, it never imports TensorFlow.
 
+In a cluster, `c.json:worker:0` names one task's trace in a merged cluster JSON (`tfplace merge
+--json`), so two tasks diff as two traces (each task's own devices named short, `/device:CPU:0`: the
+same work on each task's own CPU is no move; other tasks' devices whole); two merged cluster JSON files diff task by task (matched by
+task name, with the bytes between each pair of tasks side by side); their status is the worst task's,
+1 when a task is in one cluster only.
+
 Example:
     >>> from tfplace._diff import diff, render
     >>> a = {"records": [{"op": "MatMul", "name": "", "device": "/device:CPU:0", "kind": "execute",
@@ -22,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter
 from typing import Any, Mapping, NamedTuple, Optional
@@ -30,7 +37,7 @@ from tfplace.placement._groups import category
 from tfplace.placement._records import Kind, Origin, PlacementRecord, is_function_call
 from tfplace.placement._report import ROWS
 
-__all__ = ["Moved", "Diff", "DiffError", "read", "diff", "render", "to_json"]
+__all__ = ["Moved", "Diff", "ClusterDiff", "DiffError", "read", "diff", "render", "to_json"]
 
 _NUMBERED = re.compile(r"_\d+$")
 
@@ -74,12 +81,42 @@ class Diff(NamedTuple):
     status: int
 
 
+class ClusterDiff(NamedTuple):
+    """What changed from cluster A to cluster B (two `tfplace merge --json` files), task by task.
+
+    Attributes:
+      tasks: task name -> the `Diff` of its two traces, for the tasks both clusters traced.
+      only_in: ("A" | "B", task) of the tasks one cluster has.
+      traffic: (from task, to task, A's bytes, B's bytes) of the pairs whose bytes between tasks differ.
+      status: the worst task's status; 1 when a task is in one cluster only.
+    """
+
+    tasks: dict[str, Diff]
+    only_in: tuple[tuple[str, str], ...]
+    traffic: tuple[tuple[str, str, int, int], ...]
+    status: int
+
+
+def _split(path: str) -> tuple[str, str]:
+    """("c.json", "worker:0") for "c.json:worker:0" when c.json is a file and the whole is not; else (path, "")."""
+    if not os.path.exists(path):
+        for at in (i for i, char in enumerate(path) if char == ":"):
+            if os.path.isfile(path[:at]):
+                return path[:at], path[at + 1:]
+    return path, ""
+
+
 def read(path: str) -> dict[str, Any]:
-    """The trace that `tfplace trace --json` wrote to `path`.
+    """The trace that `tfplace trace --json` wrote to `path`; `FILE:TASK` (`c.json:worker:0`) reads that
+    task's trace from a merged cluster JSON, and a merged cluster JSON is read whole.
 
     Raises:
-      DiffError: the file is missing, unreadable, not JSON, or not a tfplace trace.
+      DiffError: the file is missing, unreadable, not JSON, not a tfplace trace nor a merged cluster, or
+        has no trace of the task asked for.
     """
+    from tfplace.cluster import _merge
+
+    path, task = _split(path)
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
@@ -87,6 +124,25 @@ def read(path: str) -> dict[str, Any]:
         raise DiffError(f"tfplace diff: cannot read {path}: {err.strerror or err}") from None
     except ValueError as err:
         raise DiffError(f"tfplace diff: {path} is not JSON (truncated or another format?): {err}") from None
+    cluster = isinstance(data, dict) and data.get("format") == _merge.FORMAT and isinstance(data.get("tasks"), list)
+    if task and not cluster:
+        raise DiffError(f"tfplace diff: {path}:{task} names task {task!r}, but {path} is not a merged cluster: allowed "
+                        "is FILE:TASK for a file that tfplace merge --json=FILE wrote, e.g. c.json:worker:0")
+    if cluster and not task:
+        return data
+    if cluster:
+        try:
+            name = _merge.canonical_task(task, f"argument {path}:{task}")
+        except _merge.MergeError as err:
+            raise DiffError(f"tfplace diff: {err}") from None
+        found = {entry.get("task"): entry for entry in data["tasks"]}
+        if found.get(name, {}).get("trace") is None:
+            have = ", ".join(t for t, e in found.items() if e.get("trace") is not None) or "none"
+            raise DiffError(f"tfplace diff: {path} has no trace of task {name} (from argument {path}:{task}): its "
+                            f"traced tasks are {have}")
+        prefix = str(found[name].get("device_prefix") or _merge.prefix_of(name))
+        # the task's own devices named short: the same work on each task's own CPU:0 is no move
+        data = json.loads(json.dumps(found[name]["trace"]).replace(f'"{prefix}/device:', '"/device:'))
     if not isinstance(data, dict) or not isinstance(data.get("records"), list):
         raise DiffError(f"tfplace diff: {path} is JSON but not a tfplace trace (no list of records): allowed is what "
                         "tfplace trace --json=FILE writes")
@@ -156,8 +212,39 @@ def _shares(data: Mapping[str, Any]) -> dict[str, Optional[float]]:
     return {str(row.get("device")): row.get("share") for row in rows if isinstance(row, dict)}
 
 
-def diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> Diff:
-    """What changed from trace `a` to trace `b` (the data `tfplace trace --json` writes)."""
+def _pairs(cluster: Mapping[str, Any]) -> Counter:
+    """(from task, to task) -> bytes between them (the merged cluster's traffic rows)."""
+    found: Counter = Counter()
+    for row in cluster.get("traffic") or []:
+        found[(row.get("from_task"), row.get("to_task"))] += int(row.get("bytes") or 0)
+    return found
+
+
+def _clusters(a: Mapping[str, Any], b: Mapping[str, Any]) -> ClusterDiff:
+    traced = [{e.get("task"): e["trace"] for e in c.get("tasks") or [] if e.get("trace") is not None} for c in (a, b)]
+    tasks = {task: diff(trace, traced[1][task]) for task, trace in traced[0].items() if task in traced[1]}
+    only_in = tuple([("A", t) for t in traced[0] if t not in traced[1]] + [("B", t) for t in traced[1] if t not in traced[0]])
+    old, new = _pairs(a), _pairs(b)
+    traffic = tuple((*pair, old[pair], new[pair]) for pair in sorted({*old, *new}, key=str) if old[pair] != new[pair])
+    worst = max([found.status for found in tasks.values()] + [1 if only_in else 0])
+    return ClusterDiff(tasks, only_in, traffic, worst)
+
+
+def diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> Any:
+    """What changed from trace `a` to trace `b` (the data `tfplace trace --json` writes): a `Diff`; for two
+    merged clusters (`tfplace merge --json`), a `ClusterDiff`, task by task.
+
+    Raises:
+      DiffError: one is a merged cluster and the other a trace.
+    """
+    from tfplace.cluster._merge import FORMAT
+
+    kinds = [data.get("format") == FORMAT for data in (a, b)]
+    if kinds[0] != kinds[1]:
+        raise DiffError(f"tfplace diff: {'A' if kinds[0] else 'B'} is a merged cluster, the other one trace: allowed "
+                        "are two traces, two tasks of clusters (c.json:worker:0), or two merged cluster files")
+    if all(kinds):
+        return _clusters(a, b)
     before, after = _compute(a), _compute(b)
     moved = tuple(Moved(source, op, node, dict(before[key]), dict(after[key]))
                   for key in before if key in after and set(before[key]) != set(after[key])
@@ -184,7 +271,8 @@ def diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> Diff:
 
 
 def _short(device: str) -> str:
-    return device.replace("/device:", "") or "(unknown)"
+    """"/device:CPU:1" -> "CPU:1"; a full name (`/job:worker/replica:0/task:1/device:CPU:0`) whole."""
+    return (device[len("/device:"):] if device.startswith("/device:") else device) or "(unknown)"
 
 
 def _devices(found: Mapping[str, int]) -> str:
@@ -211,8 +299,24 @@ def _transfer(row: Mapping[str, Any]) -> str:
             f"{_short(str(row.get('to_device')))}, {each}, x{row.get('count')}")
 
 
-def render(found: Diff, name_a: str, name_b: str, *, top: int = ROWS) -> str:
-    """The diff as text: the verdict first, then each kind of change (at most `top` rows each)."""
+def _render_clusters(found: ClusterDiff, name_a: str, name_b: str, top: int) -> str:
+    changed = [task for task, d in found.tasks.items() if d.status]
+    lines = [f"tfplace diff {name_a} -> {name_b} (clusters, task by task): "
+             + (f"{len(changed)} task(s) changed: {', '.join(changed)}" if changed else "no task changed")
+             + "".join(f"; {task} only in {side}" for side, task in found.only_in)]
+    if found.traffic:
+        lines.append("bytes between tasks (A -> B):")
+        lines += [f"  {source} -> {target}: {old} B -> {new} B" for source, target, old, new in found.traffic[:top]]
+    for task, task_diff in found.tasks.items():
+        lines += [f"== {task}", render(task_diff, f"{name_a}:{task}", f"{name_b}:{task}", top=top)]
+    return "\n".join(lines)
+
+
+def render(found: Any, name_a: str, name_b: str, *, top: int = ROWS) -> str:
+    """The diff as text: the verdict first, then each kind of change (at most `top` rows each); a
+    `ClusterDiff` task by task."""
+    if isinstance(found, ClusterDiff):
+        return _render_clusters(found, name_a, name_b, top)
     changes = []
     if found.moved:
         changes.append(f"{len(found.moved)} compute op(s) moved")
@@ -251,8 +355,13 @@ def render(found: Diff, name_a: str, name_b: str, *, top: int = ROWS) -> str:
     return "\n".join(lines)
 
 
-def to_json(found: Diff, name_a: str, name_b: str) -> dict[str, Any]:
-    """The diff as JSON-ready data (`tfplace diff --json`)."""
+def to_json(found: Any, name_a: str, name_b: str) -> dict[str, Any]:
+    """The diff as JSON-ready data (`tfplace diff --json`); a `ClusterDiff`'s with one entry per task."""
+    if isinstance(found, ClusterDiff):
+        return {"a": name_a, "b": name_b, "status": found.status,
+                "tasks": {task: to_json(d, f"{name_a}:{task}", f"{name_b}:{task}") for task, d in found.tasks.items()},
+                "only_in": [list(entry) for entry in found.only_in],
+                "traffic": [{"from_task": s, "to_task": t, "a": old, "b": new} for s, t, old, new in found.traffic]}
     return {"a": name_a, "b": name_b, "status": found.status,
             "moved": [m._asdict() for m in found.moved], "appeared": list(found.appeared),
             "disappeared": list(found.disappeared), "changed": [{"a": old, "b": new} for old, new in found.changed],

@@ -1,0 +1,395 @@
+"""The text report of a merged cluster (`tfplace merge`, `tfplace launch --trace`).
+
+It leads with what is uneven or costly (failed tasks, uneven collective calls, missing group members,
+ps tasks holding uneven bytes, uneven work among a job's tasks, idle devices, the most bytes between
+tasks, incomplete logs), then where the time and bytes went per task and device, then the traffic
+between tasks (collective groups, variables per ps task, remote reads and writes, every row, the
+task-by-task bytes matrix), then each task's single-process sections as `tfplace trace` prints them
+(ops per device, ops not where asked and why, failed ops, GPU readiness, memory), read from its JSON
+without TensorFlow. Device names are printed whole.
+
+Example:
+    >>> from tfplace.cluster._merge import merge
+    >>> from tfplace.cluster._report import render
+    >>> record = {"op": "MatMul", "name": "", "device": "/job:worker/replica:0/task:0/device:CPU:0",
+    ...           "kind": "execute", "count": 4}
+    >>> merged = merge([("worker:0", {"format": "tfplace-log/2", "records": [record], "exit_status": 0})])
+    >>> print("\\n".join(render(merged).splitlines()[4:6]))
+      worker:0 (exit status 0): 4 op execution(s) on 1 device(s); sent 0 B to other tasks, received 0 B
+        /job:worker/replica:0/task:0/device:CPU:0: 4 op execution(s)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+from typing import Any, Mapping, NamedTuple, Optional, Sequence
+
+from tfplace import _script
+from tfplace.cluster._merge import MergeError, device_task, full_device, merge_files, task_key, task_name
+from tfplace.placement import _groups, _log_json, _report
+from tfplace.placement._cost import OpCost
+from tfplace.placement._records import ARGUMENT_OPS, PlacementRecord, is_function_call
+from tfplace.placement._report import ROWS
+
+__all__ = ["render", "device_figures", "size", "command"]
+
+_UNEVEN = 1.2  # largest / mean (or most / least) from which the report calls figures uneven
+
+
+def size(count: Optional[float]) -> str:
+    """Bytes as people read them: "512 B", "1.5 KiB" ("? B" when unknown)."""
+    if count is None:
+        return "? B"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return ""
+
+
+def _more(rows: Sequence[Any], top: int, indent: str) -> list[str]:
+    return [f"{indent}... and {len(rows) - top} more"] if len(rows) > top else []
+
+
+def _group(c: Mapping[str, Any]) -> str:
+    return f"{c['op']} group {c['group_key']}" if c.get("group_key") is not None else f"{c['op']} (eager: group not kept)"
+
+
+def _owner(device: str) -> str:
+    return task_name(device_task(device)) if device_task(device) else ""
+
+
+def device_figures(tasks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per device, on the task that owns it: executions, busy µs and share of the cluster's busy time (None
+    untimed), bytes sent and received by implicit transfers, whether it is one of its task's own devices
+    that the trace lists (`own`), and the tasks whose traces recorded it (`recorded_by`)."""
+    rows: dict[str, dict[str, Any]] = {}
+
+    def row(device: str) -> dict[str, Any]:
+        return rows.setdefault(device, {"task": _owner(device), "device": device, "executions": 0, "busy_us": None,
+                                        "share": None, "sent_bytes": 0, "received_bytes": 0, "own": False,
+                                        "recorded_by": []})
+
+    for entry in tasks:
+        trace, own = entry.get("trace") or {}, entry["device_prefix"]
+        for device in (trace.get("cluster") or {}).get("devices") or []:
+            row(full_device(device, own))["own"] = True
+        cost = trace.get("cost") or {}
+        figures = cost.get("devices")
+        if figures is None:  # a trace without its cost: executions of its eager records
+            figures = [{"device": r.get("device"), "executions": int(r.get("count", 1))}
+                       for r in trace.get("records") or [] if r.get("kind") == "execute"]
+        for figure in figures:
+            found = row(full_device(str(figure.get("device", "")), own))
+            found["executions"] += int(figure.get("executions") or 0)
+            if figure.get("busy_us") is not None:
+                found["busy_us"] = (found["busy_us"] or 0.0) + float(figure["busy_us"])
+            found["recorded_by"] += [entry["task"]] if entry["task"] not in found["recorded_by"] else []
+        for direction in cost.get("directions") or []:
+            row(full_device(str(direction.get("from_device", "")), own))["sent_bytes"] += int(direction.get("bytes") or 0)
+            row(full_device(str(direction.get("to_device", "")), own))["received_bytes"] += int(direction.get("bytes") or 0)
+    total = sum(r["busy_us"] or 0.0 for r in rows.values())
+    for found in rows.values():
+        found["share"] = found["busy_us"] / total if found["busy_us"] is not None and total else None
+    return sorted(rows.values(), key=lambda r: (task_key(r["task"]) if r["task"] else (9, "", 0), r["device"]))
+
+
+def _work(rows: Sequence[Mapping[str, Any]]) -> dict[str, tuple[int, Optional[float]]]:
+    """Per task: op executions and busy µs (None untimed) of the devices it owns."""
+    found: dict[str, tuple[int, Optional[float]]] = {}
+    for row in rows:
+        runs, busy = found.get(row["task"], (0, None))
+        timed = None if row["busy_us"] is None and busy is None else (busy or 0.0) + (row["busy_us"] or 0.0)
+        found[row["task"]] = (runs + row["executions"], timed)
+    return found
+
+
+def _findings(merged: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], top: int) -> list[str]:
+    """What is uneven or costly, each with what to do."""
+    lines = []
+    for entry in merged.get("tasks") or []:
+        status = entry.get("exit_status")
+        if entry.get("trace") is None:
+            lines.append(f"  {entry['task']}: no trace (exit status {status}): it ended before writing one; its "
+                         "figures below are what its peers saw")
+        elif isinstance(status, int) and status > 128 and entry["trace"].get("script") != "(server)":
+            lines.append(f"  {entry['task']} was stopped by signal {status - 128} (exit status {status})")
+        elif status not in (0, None) and not (isinstance(status, int) and status > 128):  # a server is stopped
+            lines.append(f"  {entry['task']} exited with status {status}: its traceback is in its output; its "
+                         "peers may have waited for it")
+    by_group: dict[Any, tuple[int, set[str]]] = {}
+    for c in merged.get("collectives") or []:
+        if c.get("uneven"):
+            most = next(t for t, n in c["calls_per_task"].items() if n == c["calls"])
+            fewer = ", ".join(f"{t} made {c['calls_per_task'][t]}" for t in c["uneven"])
+            lines.append(f"  uneven calls of {_group(c)}{' at ' + c['source'] if c['source'] else ''}: "
+                         f"{most} made {c['calls']}, {fewer}: a task with fewer steps (uneven data shards) leaves its "
+                         "peers waiting in the collective; give every worker the same number of steps")
+        size_, devices = by_group.get(c["group_key"], (c["group_size"] or 0, set()))
+        by_group[c["group_key"]] = (size_, devices | set(c["devices"]))
+    for key, (members, devices) in by_group.items():
+        if key is not None and 0 < len(devices) < members:
+            lines.append(f"  collective group {key} has size {members}, but the traces show {len(devices)} member "
+                         f"device(s) ({', '.join(sorted(devices))}): a task was not traced, or never ran it")
+    ps = merged.get("ps_bytes") or {}
+    if merged.get("ps_imbalance", 1.0) >= _UNEVEN and sum(ps.values()):
+        largest = max(ps, key=lambda p: ps[p])
+        lines.append(f"  ps tasks hold uneven bytes: {largest} holds {size(ps[largest])} of {size(sum(ps.values()))} "
+                     f"({merged['ps_imbalance']:.2f} x the mean): shard large variables "
+                     "(ParameterServerStrategy(variable_partitioner=...)) so each ps task holds a similar share")
+    work = _work(rows)
+    traced = [e["task"] for e in merged.get("tasks") or [] if e.get("trace") is not None]
+    for job in dict.fromkeys(t.partition(":")[0] for t in traced):
+        tasks = [t for t in traced if t.partition(":")[0] == job and t in work]
+        timed = all(work[t][1] is not None for t in tasks)
+        amount = {t: (work[t][1] / 1000 if timed else work[t][0]) for t in tasks}
+        if len(tasks) > 1 and 0 < max(amount.values()) >= _UNEVEN * min(amount.values()):
+            most, least = max(tasks, key=amount.get), min(tasks, key=amount.get)
+            unit = " ms busy" if timed else " op executions"
+            lines.append(f"  uneven work among {job} tasks: {most} {amount[most]:g}{unit}, {least} "
+                         f"{amount[least]:g}{unit}: balance the data (or the devices) each task gets")
+    idle = [r for r in rows if r["own"] and not r["executions"]]
+    lines += [f"  {r['device']} ({r['task']}) ran no op: nothing was placed on it" for r in idle[:top]]
+    traffic = [r for r in merged.get("traffic") or [] if r.get("bytes")]
+    if traffic:
+        r = traffic[0]
+        lines.append(f"  most bytes between tasks: {r['from_task']} -> {r['to_task']} {size(r['bytes'])}"
+                     f"{' per step' if r.get('per_step') else ''} ({r['what']})")
+    for entry in merged.get("tasks") or []:
+        reason = (entry.get("trace") or {}).get("incomplete_reason")
+        if reason:
+            lines.append(f"  {entry['task']}'s log is incomplete: {reason}")
+    return lines
+
+
+def _per_task(merged: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Per task its executions, busy share and bytes to and from other tasks; per device its figures."""
+    matrix = merged.get("matrix") or {"tasks": [], "bytes": []}
+    index = {t: i for i, t in enumerate(matrix["tasks"])}
+    entries = {e["task"]: e for e in merged.get("tasks") or []}
+    total_busy = sum(r["busy_us"] or 0 for r in rows)
+    lines = []
+    for task in sorted({*entries, *(r["task"] for r in rows if r["task"]), *index}, key=task_key):
+        mine = [r for r in rows if r["task"] == task]
+        entry = entries.get(task)
+        state = (f"exit status {entry.get('exit_status')}" if entry and entry.get("trace") is not None
+                 else f"no trace, exit status {entry.get('exit_status')}" if entry else "no trace of its own")
+        busy = sum(r["busy_us"] or 0 for r in mine)
+        timed = f", busy {busy / 1000:.1f} ms = {100 * busy / total_busy:.1f}% of the cluster's busy time" \
+            if any(r["busy_us"] is not None for r in mine) and total_busy else ""
+        sent = sum(matrix["bytes"][index[task]]) if task in index else 0
+        received = sum(row[index[task]] for row in matrix["bytes"]) if task in index else 0
+        ran = f"{sum(r['executions'] for r in mine)} op execution(s) on {len(mine)} device(s)" if mine else \
+            "no op recorded on its devices"
+        lines.append(f"  {task} ({state}): {ran}{timed}; sent {size(sent)} to other tasks, received {size(received)}")
+        for r in mine:
+            share = (f", busy {r['busy_us'] / 1000:.1f} ms = {100 * r['share']:.1f}%" if r["busy_us"] is not None
+                     and r["share"] is not None else "")
+            moved = (f", implicit transfers: sent {size(r['sent_bytes'])}, received {size(r['received_bytes'])}"
+                     if r["sent_bytes"] or r["received_bytes"] else "")
+            seen = f" (recorded by {', '.join(r['recorded_by'])})" if r["recorded_by"] not in ([], [task]) else ""
+            lines.append(f"    {r['device']}: {r['executions']} op execution(s){share}{moved}{seen}")
+    unowned = [r for r in rows if not r["task"]]
+    lines += [f"  (unknown device: {r['executions']} op execution(s), recorded by {', '.join(r['recorded_by'])})"
+              for r in unowned]
+    if all(r["busy_us"] is None for r in rows):
+        lines.append("  (no times: trace each task with --timing for busy time per device)")
+    return lines or ["  (no ops ran)"]
+
+
+def _traffic_lines(merged: Mapping[str, Any], top: int) -> list[str]:
+    """Collective groups, variables per ps task, remote reads and writes, every row, the bytes matrix."""
+    lines = []
+    collectives = merged.get("collectives") or []
+    if collectives:
+        lines.append("  collective groups (op, group key, size, dtype, bytes per call, calls):")
+    for c in collectives[:top]:
+        fewer = ", ".join(f"{t} made {c['calls_per_task'][t]}" for t in c.get("uneven") or [])
+        fewer = f" ({fewer})" if fewer else ""
+        lines.append(f"    {_group(c)}: size {c['group_size'] or '?'}, {c['dtype'] or 'dtype unknown'}, "
+                     f"{size(c['bytes_per_call'])} per call, {c['calls'] if c['calls'] is not None else '?'} call(s)"
+                     f"{fewer}, tasks {', '.join(c['tasks'])}{' at ' + c['source'] if c.get('source') else ''}")
+    lines += _more(collectives, top, "    ")
+    ps = merged.get("ps_bytes") or {}
+    if ps:
+        lines.append("  variables per ps task (ParameterServerStrategy):")
+    for prefix, held in ps.items():
+        mine = [v for v in merged.get("variables") or [] if device_task(v["device"]) == prefix]
+        names = ", ".join(f"{v['name']} {v.get('dtype') or ''}{list(v['shape']) if v.get('shape') is not None else ''} "
+                          f"{size(v.get('bytes'))}" for v in sorted(mine, key=lambda v: -(v.get("bytes") or 0))[:3])
+        lines.append(f"    {prefix}: {len(mine)} variable(s), {size(held)}"
+                     + (f": {names}{f' and {len(mine) - 3} more' if len(mine) > 3 else ''}" if mine else ""))
+    if ps:
+        lines.append(f"    bytes per ps task, largest / mean: {merged.get('ps_imbalance', 1.0):.2f} (1.00 is balanced)")
+    traffic = merged.get("traffic") or []
+    remote = [r for r in traffic if r.get("kind") == "remote"]
+    if remote:
+        lines.append("  remote reads and writes of variables (per step where the trace knew it):")
+    for r in remote[:top]:
+        step = " per step" if r.get("per_step") else ""
+        lines.append(f"    {r['from_task']} -> {r['to_task']}: {r['what']}, x{r['count']}{step}, {size(r['bytes'])}{step}")
+    lines += _more(remote, top, "    ")
+    lines.append("  between tasks, most bytes first:" if traffic else "  between tasks: nothing moved")
+    for r in traffic[:top]:
+        step = " per step" if r.get("per_step") else ""
+        lines.append(f"    {r['from_task']} -> {r['to_task']}: {size(r['bytes'])}{step} in {r['count'] if r['count'] is not None else '?'}"
+                     f" transfer(s): {r['what']}{' at ' + r['source'] if r.get('source') else ''}")
+    lines += _more(traffic, top, "    ")
+    matrix = merged.get("matrix") or {}
+    if traffic and matrix.get("tasks"):
+        width = max(10, *(len(t) + 2 for t in matrix["tasks"]))
+        lines.append("  bytes between tasks (row: from, column: to; per step where a row above is):")
+        lines.append("    " + "from \\ to".ljust(width) + "".join(t.rjust(width) for t in matrix["tasks"]))
+        for task, row in zip(matrix["tasks"], matrix["bytes"]):
+            cells = ("-" if task == other else size(amount) for other, amount in zip(matrix["tasks"], row))
+            lines.append("    " + task.ljust(width) + "".join(cell.rjust(width) for cell in cells))
+    return lines
+
+
+class _Explained(NamedTuple):
+    """An explanation read back from a trace's JSON."""
+
+    record: PlacementRecord
+    reason: str
+    message: str
+
+
+def _yours(record: PlacementRecord) -> bool:
+    """The user's code made the op and, where a device was asked for, the user's code asked for it."""
+    return record.origin == "user" and not (record.requested_by and ":" not in record.requested_by)
+
+
+def _task_lines(entry: Mapping[str, Any], top: int) -> list[str]:
+    """One task's single-process sections, as `tfplace trace` prints them."""
+    trace = entry.get("trace")
+    if trace is None:
+        return [f"== {entry['task']}: no trace (exit status {entry.get('exit_status')})"]
+    try:
+        records, copies, runs, _ = _log_json.from_json(trace)
+        explanations = [_Explained(_log_json._record_from(e["record"]), str(e["reason"]), str(e["message"]))
+                        for e in trace.get("explanations") or []]
+    except (KeyError, TypeError, ValueError) as err:
+        return [f"== {entry['task']}: its records cannot be read: {err}"]
+    script = " ".join([str(trace.get("script", "")), *map(str, trace.get("args") or [])]).strip()
+    placed = [r for r in records if r.op not in ARGUMENT_OPS and not is_function_call(r.op)]
+    transfers = trace.get("transfers") or []
+    moved = sum(int(t.get("count") or 0) for t in transfers) if transfers else len(copies)
+    lines = [f"== {entry['task']}{': ' + script if script else ''} (exit status {entry.get('exit_status')}): "
+             f"{len(placed)} op placement(s), {moved} implicit transfer(s)"]
+    if transfers:
+        lines.append("top transfers by bytes:")
+    for t in transfers[:top]:
+        node = f" (node {t['node']} of {t.get('function')})" if t.get("node") else ""
+        lines.append(f"  {t.get('source') or 'an unknown line'}  x{t.get('count')}  {size(t.get('total_bytes'))}  "
+                     f"{t.get('op')} input #{t.get('input_index')}{node} {t.get('from_device')} -> {t.get('to_device')}, "
+                     f"{size(t.get('bytes'))} each")
+    lines += _more(transfers, top, "  ")
+    cost = trace.get("cost") or {}
+    ops = {(o["device"], o["op"]): OpCost(o.get("executions", 0), o.get("time_us")) for o in cost.get("ops") or []}
+    lines.append("ops per device (your compute first, by " + ("time" if cost.get("timed") else "executions")
+                 + "; the rest one line each):")
+    for group in _groups.per_device(records, runs, ops):
+        if not group.device:
+            lines.append(f"  ({sum(group.others['plumbing'].values())} function node(s) removed by TensorFlow's graph "
+                         "optimizer before running, device unknown)")
+            continue
+        unit = " ms" if group.timed else ""
+        shown = ", ".join(f"{op} {amount:.1f}{unit}" if group.timed else f"{op} {amount:g}" for op, amount in group.compute[:top])
+        more = f", and {len(group.compute) - top} more op type(s)" if len(group.compute) > top else ""
+        lines.append(f"  {group.device}  "
+                     + (f"{len(group.compute)} compute op type(s): {shown}{more}" if group.compute else "no compute ops of yours"))
+        lines += [f"      {_groups.other_line(kind, n)}" for kind, n in group.others.items() if n]
+    if not records:
+        lines.append("  (no ops ran)")
+    for title, chosen in (("not where asked, and why (by source line)", [e for e in explanations if e.record.requested]),
+                          ("ops on the CPU while a GPU was visible", [e for e in explanations if not e.record.requested])):
+        groups = _report.explained(e for e in chosen if _yours(e.record))
+        if groups:
+            lines.append(f"{title}:")
+        lines += [f"  {g.source or ('function node ' + ', '.join(g.names) if g.names else 'an unknown line')}  {g.op} "
+                  f"x{g.count} on {g.device}: {g.reason}: {g.message}" for g in groups[:top]] + _more(groups, top, "  ")
+        causes = Counter((e.record.requested_by or e.record.origin, e.reason, e.record.op, e.record.device)
+                         for e in chosen if not _yours(e.record))
+        if causes:
+            lines.append(f"  placed by TensorFlow's and Keras' own code (nothing to change in yours):")
+        lines += [f"    {who}: {n} x {op} ran on {device} ({reason})"
+                  for (who, reason, op, device), n in causes.most_common(top)]
+    failed = _report.failed(records)
+    if failed:
+        lines.append("failed ops:")
+    lines += [f"  {g.source or 'an unknown line'}  {g.op} x{g.count} on {g.device}" for g in failed[:top]]
+    lines += _more(failed, top, "  ")
+    readiness = trace.get("gpu_readiness")
+    if readiness:
+        lines.append(f"GPU readiness: your ops that would still run on the CPU on a GPU machine "
+                     f"({trace.get('gpu_readiness_source') or 'tfplace kernel table'}):")
+    for r in (readiness or [])[:top]:
+        dtypes = " ".join(f"{n}={v}" for n, v in r.get("dtypes") or [])
+        lines.append(f"  {r.get('op')}{' ' + dtypes if dtypes else ''} at {', '.join((r.get('sources') or [])[:3]) or 'an unknown line'}: "
+                     f"{r.get('message')}")
+    memory = trace.get("memory") or {}
+    if memory.get("devices"):
+        lines.append("memory per device (peak and live at the end; the lines holding most):")
+    for m in memory.get("devices") or []:
+        lines.append(f"  {m['device']}: peak {size(m.get('peak_bytes'))}, live at the end {size(m.get('live_bytes'))}")
+        lines += [f"      {source or 'an unknown line'}  {size(held)}" for source, held in m.get("top") or []]
+    if trace.get("incomplete_reason"):
+        lines.append(f"incomplete log: {trace['incomplete_reason']}")
+    return lines
+
+
+def render(merged: Mapping[str, Any], top: int = ROWS) -> str:
+    """The report of a merged cluster (`tfplace.cluster._merge.merge`): what is uneven or costly, where the
+    time and bytes went per task and device, the traffic between tasks, then each task's own sections
+    (at most `top` rows per list)."""
+    tasks = merged.get("tasks") or []
+    ps = merged.get("ps_bytes") or {}
+    lines = [f"== tfplace merge: {len(tasks)} task(s) ({', '.join(e['task'] for e in tasks) or 'none'})"
+             + (f", {len(ps)} ps task(s)" if ps else "") + f"; {len(merged.get('collectives') or [])} collective "
+             f"group(s), {len(merged.get('variables') or [])} variable(s), "
+             f"{len(merged.get('traffic') or [])} traffic row(s) between tasks",
+             "what is uneven or costly (act on these first):"]
+    rows = device_figures(tasks)
+    lines += _findings(merged, rows, top) or ["  (nothing uneven: every task exited 0, collective calls are even, "
+                                        "nothing moved between tasks)"]
+    lines.append("where the time and bytes went, per task and device:")
+    lines += _per_task(merged, rows)
+    lines.append("traffic between tasks:")
+    lines += _traffic_lines(merged, top)
+    for entry in tasks:
+        lines += _task_lines(entry, top)
+    return "\n".join(lines)
+
+
+def command(paths: Sequence[str], *, json_path: Optional[str] = None, top: int = ROWS) -> int:
+    """`tfplace merge`: prints the report of the traces at `paths`, merged, and writes `json_path` whole.
+
+    Returns:
+      0, or 2 after one line on standard error naming the file that cannot be merged or written.
+    """
+    if json_path is not None:
+        target = os.path.realpath(json_path)
+        problem = ("is one of the traces to merge, which it would overwrite: allowed is another file"
+                   if any(os.path.realpath(p) == target for p in paths) else
+                   "cannot be written: allowed is a file in an existing folder"
+                   if os.path.isdir(target) or not os.path.isdir(os.path.dirname(target)) else "")
+        if problem:
+            print(f"tfplace merge: --json={json_path!r} (from option --json) {problem}", file=sys.stderr)
+            return 2
+    try:
+        merged = merge_files(list(paths))
+    except MergeError as err:
+        print(err, file=sys.stderr)
+        return 2
+    print(render(merged, top=top))
+    if json_path is not None:
+        def write(temporary: str) -> None:
+            with open(temporary, "w", encoding="utf-8") as out:
+                json.dump(merged, out, indent=1)
+
+        _script.write_whole(json_path, write)
+        print(f"tfplace merge: wrote {len(merged['tasks'])} task(s) to {json_path}")
+    return 0
