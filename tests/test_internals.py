@@ -69,9 +69,21 @@ INTERNALS = [
     ("tensorflow.tsl.profiler.protobuf.xplane_pb2", "XSpace", "timing: the profile TensorFlow's profiler writes"),
     ("tensorflow.python.framework.kernels", "get_all_registered_kernels",
      "scripts/gpu_kernel_table.py: the CUDA build's kernels"),
+    ("tensorflow.python.eager.polymorphic_function.atomic_function", "AtomicFunction.call_flat",
+     "clusters: each function call as it starts (the collective groups it joins)"),
+    ("tensorflow.python.framework.function_def_to_graph", "function_def_to_graph",
+     "clusters: a function's collective ops with their groups and shapes"),
+    ("tensorflow.python.eager.context", "context().get_config_key_value",
+     "cluster_guard: the coordination service's key-value store"),
+    ("tensorflow.python.eager.context", "context().set_config_key_value", "cluster_guard: publishing a task's state"),
+    ("tensorflow.python.eager.context", "context().delete_config_key_value", "cluster_guard: replacing it"),
+    ("tensorflow.python.eager.context", "context()._server_def", "cluster names: the cluster a coordinator joined"),
+    ("tensorflow.python.eager.context", "context()._collective_ops_server_def",
+     "cluster names: the cluster a MultiWorkerMirroredStrategy task joined"),
 ]
 # Attributes of objects rather than of modules, checked on real objects by the tests below.
-OBJECT_INTERNALS = ["_variant_tensor_attr", "_init_func", "_next_func", "_finalize_func", "_shape_tuple"]
+OBJECT_INTERNALS = ["_variant_tensor_attr", "_init_func", "_next_func", "_finalize_func", "_shape_tuple",
+                    "_cached_graph", "_server_def", "_collective_ops_server_def"]
 # Python's own private names `tfplace._tensorflow` uses (frames), and the tag it sets on an error it recorded.
 PYTHON_INTERNALS = ["_getframe", "_tfplace_recorded"]
 STATE_PACKAGE = ROOT / "tfplace" / "_tensorflow"  # the one place: tfplace/_tensorflow/*.py

@@ -3,6 +3,7 @@ coordination service's key-value store tasks share. Part of `tfplace._tensorflow
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any, NamedTuple, Optional
 
 import tensorflow as tf
@@ -20,7 +21,7 @@ COLLECTIVE_OPS = frozenset({
     "CollectiveReduce", "CollectiveGather", "CollectiveBcastSend", "CollectiveBcastRecv",
     "CollectiveReduceV2", "CollectiveGatherV2", "CollectiveBcastSendV2", "CollectiveBcastRecvV2",
     "CollectiveAllToAllV2", "CollectiveReduceScatterV2"})
-_LOOPS = frozenset({"While", "StatelessWhile", "_While"})
+_LOOPS = frozenset({"While", "StatelessWhile"})
 
 
 class Collective(NamedTuple):
@@ -141,3 +142,8 @@ def store_get(key: str, timeout_ms: int = 1) -> Optional[str]:
         return _context.context().get_config_key_value(key, timeout_ms)
     except Exception:  # pylint: disable=broad-except  # unset (deadline), or no coordination service
         return None
+
+
+def libc() -> Any:
+    """The C library (Linux), for `prctl`: a task of `tfplace launch` dies with its launcher."""
+    return ctypes.CDLL(None, use_errno=True)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import dataclasses
 import json
 import os
@@ -199,7 +198,7 @@ class _Cluster:
         cluster: dict[str, list[str]] = {}
         for task, host in zip(self.tasks, hosts):
             cluster.setdefault(task.job, []).append(host)
-        libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+        libc = _libc() if sys.platform.startswith("linux") else None
         launcher = os.getpid()
         for task in self.tasks:  # every process before any reader thread: no fork copies a held lock
             task.process = subprocess.Popen(
@@ -369,6 +368,12 @@ def launch(script: str, args: Sequence[str], options: Options) -> int:
             signal.signal(number, handler)
 
 
+def _libc() -> object:
+    from tfplace._tensorflow._cluster import libc
+
+    return libc()
+
+
 def command(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: Sequence[str],
             settings: Mapping[str, Any]) -> int:
     """`tfplace launch` from its parsed command line (`tfplace._cli`); `passed`: the arguments after `--`;
@@ -377,7 +382,10 @@ def command(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: S
     from tfplace._errors import ConfigurationError
     from tfplace.config._settings import Sourced, check_conflicts
 
-    own = {option for action in parser._actions if action.dest != "help" for option in action.option_strings}
+    from tfplace.config._settings import BOOLEAN, SETTINGS
+
+    own = {"--workers", "--ps", "--chief", "--trace", "--timing", "--memory", "--json", "--timeout", "--kill_after",
+           "--top", *(f"--{s.name}" for s in SETTINGS), *(f"--no{s.name}" for s in SETTINGS if s.kind is BOOLEAN)}
     for arg in args.args:
         if arg.split("=", 1)[0] in own:
             parser.error(f"{arg!r} comes after the script {args.script!r} (from the command line): tfplace launch's "
