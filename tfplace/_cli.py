@@ -152,6 +152,19 @@ def _launch(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: l
     return command(parser, args, passed, _given(args))
 
 
+def check_script(parser: argparse.ArgumentParser, args: argparse.Namespace, command: str, own: Sequence[str]) -> None:
+    """Usage errors of a command that runs a script: one of its options (`own`, or a tfplace flag) written
+    after the script, or a script that is not a file."""
+    options = {*own, *(f"--{name}" for name in NAMES), *(f"--no{name}" for name in BOOLEANS)}
+    for arg in args.args:
+        if arg.split("=", 1)[0] in options:
+            parser.error(f"{arg!r} comes after the script {args.script!r} (from the command line): tfplace {command}'s "
+                         f"options go before the script, as in: tfplace {command} {arg} {args.script} ...; to pass it "
+                         "to the script itself, put it after '--'")
+    if not os.path.isfile(args.script):
+        parser.error(f"script {args.script!r} (from argument script) is not a file: give the path of a Python script")
+
+
 def _absl_booleans(parser: argparse.ArgumentParser, argv: Sequence[str], own: Sequence[str] = ()) -> list[str]:
     """A command's arguments, with each `--name=value` of a boolean flag before the script (if any)
     read as `--name` or `--noname`; the script and its own arguments are left as they are. `own`: the
@@ -209,15 +222,7 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
 
     Every usage error is found before TensorFlow is imported and before the script runs.
     """
-    own = {"--json", "--plot", "--top", *(f"--{name}" for name in NAMES),
-           *(f"--no{name}" for name in BOOLEANS)}
-    for arg in args.args:
-        if arg.split("=", 1)[0] in own:
-            parser.error(f"{arg!r} comes after the script {args.script!r} (from the command line): tfplace trace's "
-                         f"options go before the script, as in: tfplace trace {arg} {args.script} ...; to pass it "
-                         "to the script itself, put it after '--'")
-    if not os.path.isfile(args.script):
-        parser.error(f"script {args.script!r} (from argument script) is not a file: give the path of a Python script")
+    check_script(parser, args, "trace", ("--json", "--plot", "--top"))
     if args.top < 1:
         parser.error(f"--top={args.top} (from option --top) is not allowed: expected a whole number >= 1")
     if args.plot and importlib.util.find_spec("matplotlib") is None:

@@ -378,21 +378,12 @@ def command(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: S
             settings: Mapping[str, Any]) -> int:
     """`tfplace launch` from its parsed command line (`tfplace._cli`); `passed`: the arguments after `--`;
     `settings`: the tfplace flags given. Every usage error exits 2 (`parser.error`) before any task starts."""
-    from tfplace._cli import _output_problem
+    from tfplace._cli import _output_problem, check_script
     from tfplace._errors import ConfigurationError
     from tfplace.config._settings import Sourced, check_conflicts
 
-    from tfplace.config._settings import BOOLEAN, SETTINGS
-
-    own = {"--workers", "--ps", "--chief", "--trace", "--timing", "--memory", "--json", "--timeout", "--kill_after",
-           "--top", *(f"--{s.name}" for s in SETTINGS), *(f"--no{s.name}" for s in SETTINGS if s.kind is BOOLEAN)}
-    for arg in args.args:
-        if arg.split("=", 1)[0] in own:
-            parser.error(f"{arg!r} comes after the script {args.script!r} (from the command line): tfplace launch's "
-                         f"options go before the script, as in: tfplace launch {arg} {args.script} ...; to pass it "
-                         "to the script itself, put it after '--'")
-    if not os.path.isfile(args.script):
-        parser.error(f"script {args.script!r} (from argument script) is not a file: give the path of a Python script")
+    check_script(parser, args, "launch", ("--workers", "--ps", "--chief", "--trace", "--timing", "--memory", "--json",
+                                          "--timeout", "--kill_after", "--top"))
     for option in ("json", "timing", "memory"):
         if getattr(args, option) and not args.trace:
             parser.error(f"--{option} (from option --{option}) needs --trace: allowed is tfplace launch --trace "

@@ -34,20 +34,9 @@ from tfplace.placement._cost import OpCost
 from tfplace.placement._records import ARGUMENT_OPS, PlacementRecord, is_function_call
 from tfplace.placement._report import ROWS
 
-__all__ = ["render", "device_figures", "size", "command"]
+__all__ = ["render", "device_figures", "command"]
 
 _UNEVEN = 1.2  # largest / mean (or most / least) from which the report calls figures uneven
-
-
-def size(count: Optional[float]) -> str:
-    """Bytes as people read them: "512 B", "1.5 KiB" ("? B" when unknown)."""
-    if count is None:
-        return "? B"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    return ""
 
 
 def _more(rows: Sequence[Any], top: int, indent: str) -> list[str]:
@@ -137,7 +126,7 @@ def _findings(merged: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], top:
     ps = merged.get("ps_bytes") or {}
     if merged.get("ps_imbalance", 1.0) >= _UNEVEN and sum(ps.values()):
         largest = max(ps, key=lambda p: ps[p])
-        lines.append(f"  ps tasks hold uneven bytes: {largest} holds {size(ps[largest])} of {size(sum(ps.values()))} "
+        lines.append(f"  ps tasks hold uneven bytes: {largest} holds {_report.size(ps[largest])} of {_report.size(sum(ps.values()))} "
                      f"({merged['ps_imbalance']:.2f} x the mean): shard large variables "
                      "(ParameterServerStrategy(variable_partitioner=...)) so each ps task holds a similar share")
     work = _work(rows)
@@ -156,7 +145,7 @@ def _findings(merged: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], top:
     traffic = [r for r in merged.get("traffic") or [] if r.get("bytes")]
     if traffic:
         r = traffic[0]
-        lines.append(f"  most bytes between tasks: {r['from_task']} -> {r['to_task']} {size(r['bytes'])}"
+        lines.append(f"  most bytes between tasks: {r['from_task']} -> {r['to_task']} {_report.size(r['bytes'])}"
                      f"{' per step' if r.get('per_step') else ''} ({r['what']})")
     for entry in merged.get("tasks") or []:
         reason = (entry.get("trace") or {}).get("incomplete_reason")
@@ -184,11 +173,11 @@ def _per_task(merged: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> l
         received = sum(row[index[task]] for row in matrix["bytes"]) if task in index else 0
         ran = f"{sum(r['executions'] for r in mine)} op execution(s) on {len(mine)} device(s)" if mine else \
             "no op recorded on its devices"
-        lines.append(f"  {task} ({state}): {ran}{timed}; sent {size(sent)} to other tasks, received {size(received)}")
+        lines.append(f"  {task} ({state}): {ran}{timed}; sent {_report.size(sent)} to other tasks, received {_report.size(received)}")
         for r in mine:
             share = (f", busy {r['busy_us'] / 1000:.1f} ms = {100 * r['share']:.1f}%" if r["busy_us"] is not None
                      and r["share"] is not None else "")
-            moved = (f", implicit transfers: sent {size(r['sent_bytes'])}, received {size(r['received_bytes'])}"
+            moved = (f", implicit transfers: sent {_report.size(r['sent_bytes'])}, received {_report.size(r['received_bytes'])}"
                      if r["sent_bytes"] or r["received_bytes"] else "")
             seen = f" (recorded by {', '.join(r['recorded_by'])})" if r["recorded_by"] not in ([], [task]) else ""
             lines.append(f"    {r['device']}: {r['executions']} op execution(s){share}{moved}{seen}")
@@ -210,7 +199,7 @@ def _traffic_lines(merged: Mapping[str, Any], top: int) -> list[str]:
         fewer = ", ".join(f"{t} made {c['calls_per_task'][t]}" for t in c.get("uneven") or [])
         fewer = f" ({fewer})" if fewer else ""
         lines.append(f"    {_group(c)}: size {c['group_size'] or '?'}, {c['dtype'] or 'dtype unknown'}, "
-                     f"{size(c['bytes_per_call'])} per call, {c['calls'] if c['calls'] is not None else '?'} call(s)"
+                     f"{_report.size(c['bytes_per_call'])} per call, {c['calls'] if c['calls'] is not None else '?'} call(s)"
                      f"{fewer}, tasks {', '.join(c['tasks'])}{' at ' + c['source'] if c.get('source') else ''}")
     lines += _more(collectives, top, "    ")
     ps = merged.get("ps_bytes") or {}
@@ -219,8 +208,8 @@ def _traffic_lines(merged: Mapping[str, Any], top: int) -> list[str]:
     for prefix, held in ps.items():
         mine = [v for v in merged.get("variables") or [] if device_task(v["device"]) == prefix]
         names = ", ".join(f"{v['name']} {v.get('dtype') or ''}{list(v['shape']) if v.get('shape') is not None else ''} "
-                          f"{size(v.get('bytes'))}" for v in sorted(mine, key=lambda v: -(v.get("bytes") or 0))[:3])
-        lines.append(f"    {prefix}: {len(mine)} variable(s), {size(held)}"
+                          f"{_report.size(v.get('bytes'))}" for v in sorted(mine, key=lambda v: -(v.get("bytes") or 0))[:3])
+        lines.append(f"    {prefix}: {len(mine)} variable(s), {_report.size(held)}"
                      + (f": {names}{f' and {len(mine) - 3} more' if len(mine) > 3 else ''}" if mine else ""))
     if ps:
         lines.append(f"    bytes per ps task, largest / mean: {merged.get('ps_imbalance', 1.0):.2f} (1.00 is balanced)")
@@ -230,12 +219,12 @@ def _traffic_lines(merged: Mapping[str, Any], top: int) -> list[str]:
         lines.append("  remote reads and writes of variables (per step where the trace knew it):")
     for r in remote[:top]:
         step = " per step" if r.get("per_step") else ""
-        lines.append(f"    {r['from_task']} -> {r['to_task']}: {r['what']}, x{r['count']}{step}, {size(r['bytes'])}{step}")
+        lines.append(f"    {r['from_task']} -> {r['to_task']}: {r['what']}, x{r['count']}{step}, {_report.size(r['bytes'])}{step}")
     lines += _more(remote, top, "    ")
     lines.append("  between tasks, most bytes first:" if traffic else "  between tasks: nothing moved")
     for r in traffic[:top]:
         step = " per step" if r.get("per_step") else ""
-        lines.append(f"    {r['from_task']} -> {r['to_task']}: {size(r['bytes'])}{step} in {r['count'] if r['count'] is not None else '?'}"
+        lines.append(f"    {r['from_task']} -> {r['to_task']}: {_report.size(r['bytes'])}{step} in {r['count'] if r['count'] is not None else '?'}"
                      f" transfer(s): {r['what']}{' at ' + r['source'] if r.get('source') else ''}")
     lines += _more(traffic, top, "    ")
     matrix = merged.get("matrix") or {}
@@ -244,7 +233,7 @@ def _traffic_lines(merged: Mapping[str, Any], top: int) -> list[str]:
         lines.append("  bytes between tasks (row: from, column: to; per step where a row above is):")
         lines.append("    " + "from \\ to".ljust(width) + "".join(t.rjust(width) for t in matrix["tasks"]))
         for task, row in zip(matrix["tasks"], matrix["bytes"]):
-            cells = ("-" if task == other else size(amount) for other, amount in zip(matrix["tasks"], row))
+            cells = ("-" if task == other else _report.size(amount) for other, amount in zip(matrix["tasks"], row))
             lines.append("    " + task.ljust(width) + "".join(cell.rjust(width) for cell in cells))
     return lines
 
@@ -283,9 +272,9 @@ def _task_lines(entry: Mapping[str, Any], top: int) -> list[str]:
         lines.append("top transfers by bytes:")
     for t in transfers[:top]:
         node = f" (node {t['node']} of {t.get('function')})" if t.get("node") else ""
-        lines.append(f"  {t.get('source') or 'an unknown line'}  x{t.get('count')}  {size(t.get('total_bytes'))}  "
+        lines.append(f"  {t.get('source') or 'an unknown line'}  x{t.get('count')}  {_report.size(t.get('total_bytes'))}  "
                      f"{t.get('op')} input #{t.get('input_index')}{node} {t.get('from_device')} -> {t.get('to_device')}, "
-                     f"{size(t.get('bytes'))} each")
+                     f"{_report.size(t.get('bytes'))} each")
     lines += _more(transfers, top, "  ")
     cost = trace.get("cost") or {}
     ops = {(o["device"], o["op"]): OpCost(o.get("executions", 0), o.get("time_us")) for o in cost.get("ops") or []}
@@ -314,7 +303,7 @@ def _task_lines(entry: Mapping[str, Any], top: int) -> list[str]:
         causes = Counter((e.record.requested_by or e.record.origin, e.reason, e.record.op, e.record.device)
                          for e in chosen if not _yours(e.record))
         if causes:
-            lines.append(f"  placed by TensorFlow's and Keras' own code (nothing to change in yours):")
+            lines.append("  placed by TensorFlow's and Keras' own code (nothing to change in yours):")
         lines += [f"    {who}: {n} x {op} ran on {device} ({reason})"
                   for (who, reason, op, device), n in causes.most_common(top)]
     failed = _report.failed(records)
@@ -334,8 +323,8 @@ def _task_lines(entry: Mapping[str, Any], top: int) -> list[str]:
     if memory.get("devices"):
         lines.append("memory per device (peak and live at the end; the lines holding most):")
     for m in memory.get("devices") or []:
-        lines.append(f"  {m['device']}: peak {size(m.get('peak_bytes'))}, live at the end {size(m.get('live_bytes'))}")
-        lines += [f"      {source or 'an unknown line'}  {size(held)}" for source, held in m.get("top") or []]
+        lines.append(f"  {m['device']}: peak {_report.size(m.get('peak_bytes'))}, live at the end {_report.size(m.get('live_bytes'))}")
+        lines += [f"      {source or 'an unknown line'}  {_report.size(held)}" for source, held in m.get("top") or []]
     if trace.get("incomplete_reason"):
         lines.append(f"incomplete log: {trace['incomplete_reason']}")
     return lines

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import html as _html
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from tfplace._devices import parse_device
 from tfplace.placement import _explain, _groups, _report
-from tfplace.placement._report import ROWS
+from tfplace.placement._report import ROWS, size
 from tfplace.placement._memory import NOT_COUNTED
 from tfplace.placement._origins import is_plumbing
 from tfplace.placement._records import CopyRecord, PlacementRecord
@@ -300,17 +300,6 @@ def text(log: Log, explanations: Sequence["Explanation"]) -> str:
         lines.append("  memory per device:")
         lines += [f"  {line}" for line in counted.lines()]
     return "\n".join(lines)
-
-
-def size(count: Optional[float]) -> str:
-    """Bytes as people read them: "512 B", "256.0 KiB", "1.5 GiB" ("? B" when unknown)."""
-    if count is None:
-        return "? B"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    return ""
 
 
 def short_device(device: str) -> str:

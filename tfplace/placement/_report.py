@@ -27,7 +27,7 @@ from typing import Any, Iterable, NamedTuple, Optional, Sequence, TypeVar
 from tfplace.placement import _groups
 from tfplace.placement._records import Kind, PlacementRecord
 
-__all__ = ["ROWS", "Group", "Explained", "failed", "explained", "first", "summary", "placements"]
+__all__ = ["size", "ROWS", "Group", "Explained", "failed", "explained", "first", "summary", "placements"]
 
 ROWS = 20
 
@@ -117,3 +117,14 @@ def placements(records: Sequence[PlacementRecord], op: Optional[str] = None
         if record.op != op and _groups.category(record) != "compute":
             others.setdefault(_groups.category(record), Counter())[record.op] += 1
     return sorted(counts.items(), key=lambda item: (item[0][0] != op, -item[1], item[0])), others
+
+
+def size(count: Optional[float]) -> str:
+    """Bytes as people read them: "512 B", "256.0 KiB", "1.5 GiB" ("? B" when unknown)."""
+    if count is None:
+        return "? B"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return ""
