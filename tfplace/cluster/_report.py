@@ -171,8 +171,10 @@ def _per_task(merged: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> l
             if any(r["busy_us"] is not None for r in mine) and total_busy else ""
         sent = sum(matrix["bytes"][index[task]]) if task in index else 0
         received = sum(row[index[task]] for row in matrix["bytes"]) if task in index else 0
+        server = bool(entry and (entry.get("trace") or {}).get("script") == "(server)")
         ran = f"{sum(r['executions'] for r in mine)} op execution(s) on {len(mine)} device(s)" if mine else \
-            "no op recorded on its devices"
+            ("no op recorded on its devices: a server logs what it places only when the coordinator logs "
+             "placement; add --log_placement to see the functions it ran" if server else "no op recorded on its devices")
         lines.append(f"  {task} ({state}): {ran}{timed}; sent {_report.size(sent)} to other tasks, received {_report.size(received)}")
         for r in mine:
             share = (f", busy {r['busy_us'] / 1000:.1f} ms = {100 * r['share']:.1f}%" if r["busy_us"] is not None
