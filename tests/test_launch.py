@@ -297,41 +297,48 @@ def test_under_trace_a_mismatch_of_the_checks_stops_the_cluster_with_3(tmp_path)
     assert time.monotonic() - start < 30
 
 
-COORDINATOR = """
-import tensorflow as tf
-
-resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-strategy = tf.distribute.ParameterServerStrategy(resolver)
-coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-with strategy.scope():
-    total = tf.Variable(0.0)
+PSS_LOOP = str(Path(__file__).parent / "cluster" / "pss_loop.py")
+W, PS = "/job:worker/replica:0/task:{}/device:CPU:0", "/job:ps/replica:0/task:{}/device:CPU:0"
 
 
-@tf.function
-def step():
-    total.assign_add(1.0)
-    return total.read_value()
-
-
-for _ in range(3):
-    coordinator.schedule(step)
-coordinator.join()
-print("total", total.numpy(), "on", total.device, flush=True)
-"""
-
-
-def test_a_parameter_server_cluster_runs_traced_and_merged(tmp_path):
+@pytest.mark.placement
+def test_a_parameter_server_cluster_traced_has_its_variables_steps_and_reads_where_tensorflow_put_them(tmp_path):
+    """The PSS tutorial's custom loop with 2 workers and 2 ps tasks: every task's trace merged into one."""
     start = time.monotonic()
-    coordinator = script(tmp_path, "coordinator.py", COORDINATOR)
-    done = launch("--ps=1", "--workers=1", "--trace", "--json=cluster.json", coordinator, cwd=tmp_path, timeout=120)
+    done = launch("--ps=2", "--workers=2", "--trace", "--json=cluster.json", PSS_LOOP, cwd=tmp_path, timeout=150)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "[chief] total 3.0 on /job:ps/replica:0/task:0/device:CPU:0" in done.stdout.splitlines()
-    assert re.search(r"^\[ps 0\] tfplace server: ps 0 serving at grpc://127\.0\.0\.1:\d+$", done.stdout, re.M)
-    assert re.search(r"^\[worker 0\] tfplace server: worker 0 serving at", done.stdout, re.M)
+    assert f"kernel on {PS.format(0)}; bias on {PS.format(1)}" in done.stdout
+    assert not re.search(r"placer\.cc|SessionOptions|^\[\w+ ?\d?\] \S+: \(\w+\): /job:", done.stdout + done.stderr, re.M)
     folder = Path(re.search(r"; traces in (\S+)", done.stderr)[1])
-    assert {"chief.json", "worker-0.json", "ps-0.json"} <= {p.name for p in folder.glob("*.json")}  # each task's trace
+    assert not folder.exists()  # merged: the tasks' own files are gone
     merged = json.loads((tmp_path / "cluster.json").read_text())
-    assert merged["format"] == "tfplace-cluster/1"
-    assert {task["task"]: task["exit_status"] for task in merged["tasks"]} == {"chief": 0, "worker:0": 0, "ps:0": 0}
-    assert [v["device"] for v in merged["variables"]] == ["/job:ps/replica:0/task:0/device:CPU:0"]
-    assert time.monotonic() - start < 60
+    assert [(v["name"], v["device"], v["bytes"]) for v in merged["variables"]] == [
+        ("kernel:0", PS.format(0), 32), ("bias:0", PS.format(1), 8)]
+    assert merged["ps_bytes"] == {"/job:ps/replica:0/task:0": 32, "/job:ps/replica:0/task:1": 8}
+    assert merged["ps_imbalance"] == pytest.approx(1.6)
+    traces = {task["task"]: task["trace"] for task in merged["tasks"]}
+    assert list(traces) == ["chief", "worker:0", "worker:1", "ps:0", "ps:1"]
+    matmuls = {r["device"] for name in ("worker:0", "worker:1") for r in traces[name]["records"] if r["op"] == "MatMul"}
+    assert matmuls and matmuls <= {W.format(0), W.format(1)}  # each worker's own log: its server placed the step
+    reads = [r for r in merged["traffic"] if r["kind"] == "remote" and "ReadVariableOp kernel:0" in r["what"]]
+    assert {(r["from_task"], r["per_step"], r["bytes"]) for r in reads} <= {("ps:0", True, 32)}
+    assert {r["to_task"] for r in reads} <= {"worker:0", "worker:1"} and sum(r["steps"] for r in reads) == 4
+    writes = [r for r in merged["traffic"] if r["kind"] == "remote" and "AssignSubVariableOp bias:0" in r["what"]]
+    assert {(r["to_task"], r["bytes"]) for r in writes} == {("ps:1", 8)}
+    reason = traces["chief"]["incomplete_reason"]
+    assert "another task's device" in reason and "placed before the block opened" not in reason
+
+    # the same traces merged by tfplace merge give the same cluster and the same report
+    paths = []
+    for name, trace in traces.items():
+        paths.append(tmp_path / f"{name.replace(':', '-')}.json")
+        paths[-1].write_text(json.dumps(trace))
+    again = subprocess.run([*TFPLACE, "merge", "--json=again.json", *map(str, paths)], capture_output=True, text=True,
+                           cwd=tmp_path, timeout=60)
+    assert again.returncode == 0, again.stderr
+    again_merged = json.loads((tmp_path / "again.json").read_text())
+    assert [entry.pop("file") for entry in again_merged["tasks"]] == list(map(str, paths))
+    assert again_merged == merged
+    report = done.stdout[done.stdout.index("== tfplace merge:"):]
+    assert again.stdout.startswith(report.rstrip("\n"))
+    assert time.monotonic() - start < 120

@@ -30,6 +30,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import runpy
 import signal
@@ -41,7 +42,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 from tfplace.placement._sources import end_at_user
 
 __all__ = ["Interrupted", "stopping_signals", "interrupt_status", "exit_status", "run_main", "Output",
-           "flush_script_output", "write_whole"]
+           "flush_script_output", "write_whole", "write_json"]
 
 STOPPING = (signal.SIGTERM, signal.SIGHUP)
 
@@ -208,3 +209,13 @@ def write_whole(path: str, write: Callable[[str], None]) -> None:
         with contextlib.suppress(OSError):
             os.remove(temporary)
         raise
+
+
+
+def write_json(path: str, data: Any) -> None:
+    """Writes JSON data (a trace, a merged cluster) to `path`, whole or not at all (`write_whole`)."""
+    def write(temporary: str) -> None:
+        with open(temporary, "w", encoding="utf-8") as out:
+            json.dump(data, out, indent=1)
+
+    write_whole(path, write)

@@ -26,7 +26,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections import Counter
 from typing import Any, NamedTuple, Optional, Sequence
@@ -39,7 +38,7 @@ from tfplace.placement._explain import Explanation, Readiness
 from tfplace.placement._log import PlacementLog
 from tfplace.placement._records import ARGUMENT_OPS, is_function_call
 
-__all__ = ["run_script", "Findings", "findings", "report", "to_json", "write_json", "plot"]
+__all__ = ["run_script", "Findings", "findings", "report", "to_json", "plot"]
 
 
 def run_script(path: str, args: Sequence[str], *, timing: bool = False,
@@ -195,15 +194,6 @@ def to_json(log: PlacementLog, found: Findings, *, script: str, args: Sequence[s
             **log.to_json(), "explanations": [e.to_json() for e in found.explanations],
             "gpu_readiness": None if found.readiness is None else [r.to_json() for r in found.readiness],
             "gpu_readiness_source": found.readiness_source, **({"cluster": cluster} if cluster else {})}
-
-
-def write_json(path: str, data: dict[str, Any]) -> None:
-    """Writes `to_json()`'s data to `path`, whole or not at all (`_script.write_whole`)."""
-    def write(temporary: str) -> None:
-        with open(temporary, "w", encoding="utf-8") as out:
-            json.dump(data, out, indent=1)
-
-    _script.write_whole(path, write)
 
 
 # What the plot draws as one band each, after the user's compute ops: label and colour.

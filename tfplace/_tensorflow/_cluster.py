@@ -123,6 +123,58 @@ def call_graph(function: Any) -> Any:
     return getattr(function, "_cached_graph", None)  # pylint: disable=protected-access
 
 
+class VariableAccess(NamedTuple):
+    """A read or write of a variable a function takes as its `argument`-th input (a captured handle).
+
+    `dtype` and `shape` are those of what moves per call: the value read, or the value written (an
+    assignment's value, an update's gradient); `shape` is None where it is not static.
+    """
+
+    op: str
+    node: str
+    argument: int
+    read: bool
+    dtype: str
+    shape: Optional[tuple]
+
+
+_READS = frozenset({"ReadVariableOp", "ResourceGather", "ResourceGatherNd"})
+_WRITTEN = ("value", "delta", "grad", "updates")  # the input of a write that carries what moves
+
+
+def _moved(op: Any) -> Optional[Any]:
+    """The tensor a variable op moves: a read's output, a write's value (None for other ops)."""
+    if op.type in _READS:
+        return op.outputs[0]
+    if op.type.endswith("VariableOp") and op.type.startswith("Assign") or op.type.startswith(
+            ("ResourceApply", "ResourceSparseApply", "ResourceScatter")):
+        names = [arg.name for arg in op.op_def.input_arg]
+        return next((op.inputs[names.index(n)] for n in _WRITTEN if n in names), None)
+    return None
+
+
+def variable_accesses(function: Any) -> tuple[VariableAccess, ...]:
+    """The reads and writes of variables an `AtomicFunction`'s graph makes through its inputs (the handles
+    it captured), with what each moves; empty for a function without its traced graph."""
+    graph = call_graph(function)
+    if graph is None:
+        return ()
+    positions = {tensor.ref(): i for i, tensor in enumerate(graph.inputs) if tensor.dtype == tf.resource}
+    found = []
+    for op in graph.get_operations():
+        moved = _moved(op) if positions else None
+        if moved is None:
+            continue
+        handle = op.inputs[0]
+        while handle.op.type == "Identity" and handle.op.inputs:
+            handle = handle.op.inputs[0]
+        if handle.ref() in positions:
+            shape = tuple(moved.shape.as_list()) if moved.shape.is_fully_defined() else None
+            found.append(VariableAccess(op.type, op.name, positions[handle.ref()], op.type in _READS,
+                                        moved.dtype.name, shape))
+    return tuple(found)
+
+
 # The coordination service's key-value store (MultiWorkerMirroredStrategy's clusters have one) ------
 
 

@@ -33,7 +33,7 @@ import contextlib
 import json
 import os
 import threading
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 __all__ = ["DIRECTORY", "MISMATCH_STATUS", "Publisher", "mismatch", "watch", "publishing", "install", "uninstall",
            "cluster_jobs", "last_state"]
@@ -146,8 +146,9 @@ class Publisher:
                  first_call: Optional[Callable[[list], None]] = None) -> None:
         self.task, self.write, self.first_call = task, write, first_call
         self.state: dict[str, Any] = {"task": task, "prefix": prefix, "devices": [], "groups": [], "calls": {},
-                                      "named": {}, "exit": None}
+                                      "named": {}, "remote": {}, "exit": None}
         self._known: dict[str, tuple[list, list]] = {}  # function -> (its groups, devices its nodes name)
+        self._accesses: dict[str, tuple] = {}  # function -> its variable accesses (`_tensorflow.variable_accesses`)
         self._lock = threading.Lock()
 
     def publish(self) -> None:
@@ -174,9 +175,37 @@ class Publisher:
             known = self._known[name] = (groups, named)
         return name, known[0], known[1]
 
-    def call(self, function: Any, run: Callable[[], Any]) -> Any:
-        """Runs a function call (`run`), publishing its groups and calls around it when it joins any."""
+    def _remote(self, function: Any, name: str, args: Sequence[Any]) -> None:
+        """Counts the call's reads and writes of variables on another task than the one it runs on."""
+        from tfplace import _tensorflow
+        from tfplace._devices import canonical_name, local_task
+        from tfplace.cluster._collectives import task_of, tensor_bytes, variable_name
+
+        accesses = self._accesses.get(name)
+        if accesses is None:
+            accesses = self._accesses[name] = _tensorflow.variable_accesses(function)
+        if not accesses:
+            return
+        runs_on = canonical_name(_tensorflow.device_name() or local_task())
+        for access in accesses:
+            handle = args[access.argument] if access.argument < len(args) else None
+            held = canonical_name(getattr(handle, "device", "") or "")
+            if not task_of(held) or task_of(held) == task_of(runs_on):
+                continue
+            source, target = (held, runs_on) if access.read else (runs_on, held)
+            key = " ".join((source, target, access.op, access.node, name))
+            with self._lock:  # "remote": variables read or written on another task, by access
+                entry = self.state["remote"].setdefault(key, {
+                    "from_device": source, "to_device": target, "count": 0, "function": name,
+                    "what": f"{access.op} {variable_name(handle) or access.node}",
+                    "bytes_per_call": tensor_bytes(access.dtype, access.shape)})
+                entry["count"] += 1
+
+    def call(self, function: Any, args: Sequence[Any], run: Callable[[], Any]) -> Any:
+        """Runs a function call (`run`, with `args`), publishing its groups and calls around it when it joins
+        any; counts its reads and writes of variables on other tasks."""
         name, groups, named = self._about(function)
+        self._remote(function, name, args)
         if not groups and not named:
             return run()
         from tfplace._devices import canonical_name
@@ -262,7 +291,7 @@ def install(publisher: Publisher) -> None:
         def call_flat(function: Any, *args: Any) -> Any:
             if not _active:
                 return original.original(function, *args)
-            return _active[-1].call(function, lambda: original.original(function, *args))
+            return _active[-1].call(function, args, lambda: original.original(function, *args))
 
         original.install(call_flat)
 

@@ -22,7 +22,7 @@ from tfplace import _tensorflow
 from tfplace._devices import canonical_name, local_task
 from tfplace.placement._log import PlacementLog
 
-__all__ = ["task_name", "task_of", "Variables", "recording", "section", "tensor_bytes"]
+__all__ = ["task_name", "task_of", "Variables", "recording", "section", "tensor_bytes", "variable_name"]
 
 _TASK = re.compile(r"^/job:([^/]+)/replica:\d+/task:(\d+)")
 
@@ -58,6 +58,7 @@ class Variables:
 
     def __init__(self) -> None:
         self.made: list[dict[str, Any]] = []
+        self.handles: dict[int, tuple[Any, str]] = {}  # id of a variable's handle -> (the handle, its name)
 
     def creator(self, next_creator: Any, **kwargs: Any) -> Any:
         variable = next_creator(**kwargs)
@@ -68,6 +69,9 @@ class Variables:
                 dtype = variable.dtype.name
                 self.made.append({"name": variable.name, "shape": None if shape is None else list(shape),
                                   "dtype": dtype, "bytes": tensor_bytes(dtype, shape), "device": device})
+                handle = getattr(variable, "handle", None)
+                if handle is not None:
+                    self.handles[id(handle)] = (handle, variable.name)
         return variable
 
 
@@ -81,6 +85,20 @@ def recording() -> Iterator[Variables]:
     _recorded[:] = [variables]
     with _tensorflow.variable_creator_scope(variables.creator):
         yield variables
+
+
+def variable_name(handle: Any) -> str:
+    """The name of the variable whose handle this is, among those `recording()` kept ("" when unknown)."""
+    known = _recorded[0].handles.get(id(handle)) if _recorded else None
+    return known[1] if known is not None and known[0] is handle else ""
+
+
+def _remote_entries(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The reads and writes of variables on other tasks the publisher counted, per step (one call of the
+    function that makes them): `count` and `bytes` per step, `steps` the calls."""
+    return [{"from_device": r["from_device"], "to_device": r["to_device"], "what": r["what"], "count": 1,
+             "bytes": r["bytes_per_call"], "per_step": True, "steps": r["count"], "function": r["function"]}
+            for r in (state.get("remote") or {}).values()]
 
 
 def _eager_entries(log: PlacementLog) -> list[dict[str, Any]]:
@@ -102,7 +120,8 @@ def _eager_entries(log: PlacementLog) -> list[dict[str, Any]]:
 def section(log: PlacementLog, variables: Optional[Variables] = None) -> Optional[dict[str, Any]]:
     """The trace's `"cluster"` entry in a task of a cluster (None in a single process): `task`,
     `device_prefix`, `devices` (the task's own), `collectives`, `variables` (made on other tasks; by
-    default those the last `recording()` kept)."""
+    default those the last `recording()` kept), `remote` (reads and writes of variables on other tasks
+    per step, by the functions this task called)."""
     if variables is None and _recorded:
         variables = _recorded[0]
     prefix = local_task()
@@ -125,4 +144,5 @@ def section(log: PlacementLog, variables: Optional[Variables] = None) -> Optiona
     return {"task": task_name(prefix), "device_prefix": prefix,
             "devices": [d for d in devices if task_of(d) == prefix],
             "collectives": collectives + _eager_entries(log),
-            "variables": list(variables.made) if variables is not None else []}
+            "variables": list(variables.made) if variables is not None else [],
+            "remote": _remote_entries(state)}

@@ -20,11 +20,12 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -36,7 +37,7 @@ from typing import IO, Any, Mapping, Optional, Sequence
 
 from tfplace.cluster._server import is_placement_line, write_trace  # pure Python at import, as is this module
 
-__all__ = ["Options", "Task", "plan", "free_ports", "settings_text", "launch", "command"]
+__all__ = ["Options", "Task", "plan", "free_ports", "settings_text", "launch"]
 
 
 
@@ -128,8 +129,16 @@ def _command(task: Task, script: str, args: Sequence[str], options: Options, fol
         return [sys.executable, script, *args]
     return [sys.executable, "-m", "tfplace", "trace",
             *(f"--{name}={value}" for name, value in settings_text(options.settings).items()),
-            *(["--timing"] if options.timing else []), *(["--memory"] if options.memory else []),
+            *(["--log_placement"] if _logs_for_servers(options) else []),
+            *(["--timing"] if options.timing else []), *(["--memory"] if options.memory else []), "--quiet",
             f"--json={task.file(folder, '.json')}", script, "--", *args]
+
+
+def _logs_for_servers(options: Options) -> bool:
+    """Under --trace with ps tasks and no --log_placement given: the coordinator logs placement so that the
+    servers log the functions it runs on them (their traces come from those lines); its own placement lines
+    are then kept out of the output, as the servers' are."""
+    return options.trace and options.ps > 0 and "log_placement" not in options.settings
 
 
 def _environment(task: Task, cluster: dict[str, list[str]], options: Options, folder: str) -> dict[str, str]:
@@ -153,6 +162,8 @@ def _task_start(launcher: int, libc: Any) -> None:
             os._exit(1)
 
 
+# The first line of the session options a server prints when it logs placement (a multi-line proto follows).
+_SESSION_OPTIONS = re.compile(rb"eager_service_impl\.cc:\d+\] SessionOptions:")
 _WRITING = threading.Lock()  # whole lines on the launcher's standard output and error, from any thread
 
 
@@ -174,12 +185,17 @@ def _say(text: str) -> None:
 def _forward(pipe: IO[bytes], prefix: bytes, stream: IO[str], keep: Optional[IO[bytes]], hide: bool) -> None:
     """Passes each line of `pipe` on to `stream` after `prefix`; writes it to `keep` too, if given; with
     `hide`, TensorFlow's placement lines are not passed on."""
+    options = False  # within the session options a server logs when it logs placement (up to a blank line)
     for line in iter(pipe.readline, b""):
         line = line if line.endswith(b"\n") else line + b"\n"
         if keep is not None:
             keep.write(line)  # unbuffered
-        if not (hide and is_placement_line(line)):
-            _write(stream, prefix + line)
+        if hide:
+            started = _SESSION_OPTIONS.search(line) is not None
+            if options or started or is_placement_line(line):
+                options = started or (options and line.strip() != b"")
+                continue
+        _write(stream, prefix + line)
     pipe.close()
     if keep is not None:
         keep.close()
@@ -207,8 +223,8 @@ class _Cluster:
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=lambda: _task_start(launcher, libc))
         for task in self.tasks:
             assert task.process is not None and task.process.stdout and task.process.stderr
-            hide = self.options.trace and not task.runs_script
-            log = open(task.file(self.folder, ".log"), "wb", buffering=0) if hide else None  # its reader closes it
+            hide = self.options.trace and (not task.runs_script or _logs_for_servers(self.options))
+            log = open(task.file(self.folder, ".log"), "wb", buffering=0) if hide and not task.runs_script else None
             for pipe, stream, keep in ((task.process.stdout, sys.stdout, None), (task.process.stderr, sys.stderr, log)):
                 thread = threading.Thread(target=_forward, daemon=True, name=f"tfplace launch {task.label}",
                                           args=(pipe, f"[{task.label}] ".encode(), stream, keep, hide))
@@ -317,9 +333,9 @@ def _run(cluster: _Cluster) -> int:
     return status
 
 
-def _report(cluster: _Cluster) -> None:
+def _report(cluster: _Cluster) -> bool:
     """Under --trace, once the tasks ended: each server's trace from its log, then the merged report and
-    `--json` (or the list of the tasks' trace files where they cannot be merged)."""
+    `--json`; or the list of the tasks' trace files where they cannot be merged (then False: they are kept)."""
     statuses = {name: 0 if name in cluster.stopped else status for name, status in cluster.statuses().items()}
     for task in (task for task in cluster.tasks if not task.runs_script):
         try:
@@ -332,16 +348,19 @@ def _report(cluster: _Cluster) -> None:
         from tfplace.cluster._merge import merge_files
         from tfplace.cluster._report import render
         merged = merge_files(paths, statuses)
+        for entry in merged["tasks"]:
+            entry.pop("file", None)  # the tasks' files are temporary: removed once merged
         text = render(merged, top=cluster.options.top)
     except Exception as error:  # not there yet, or a trace that cannot be merged: the files are there
-        _say(f"the traces were not merged ({type(error).__name__}: {error}); the tasks' traces:\n{listing}")
-        return
+        _say(f"the traces were not merged ({type(error).__name__}: {error}); the tasks' traces are kept:\n{listing}")
+        return False
     _write(sys.stdout, (text.rstrip("\n") + "\n").encode("utf-8", "backslashreplace"))
     if cluster.options.json:
-        from tfplace._trace import write_json  # any JSON data, whole or not at all (_script.write_whole)
+        from tfplace._script import write_json  # whole or not at all
 
         write_json(cluster.options.json, merged)
         _say(f"wrote the merged traces of {len(paths)} task(s) to {cluster.options.json}")
+    return True
 
 
 def launch(script: str, args: Sequence[str], options: Options) -> int:
@@ -359,8 +378,8 @@ def launch(script: str, args: Sequence[str], options: Options) -> int:
     try:
         cluster.start(os.path.abspath(script), args)
         status = _run(cluster)
-        if options.trace:
-            _report(cluster)
+        if options.trace and _report(cluster):
+            shutil.rmtree(folder, ignore_errors=True)
         return status
     finally:
         cluster.stop(signal.SIGKILL)  # nothing is left running, whatever happened above
@@ -372,28 +391,3 @@ def _libc() -> object:
     from tfplace._tensorflow._cluster import libc
 
     return libc()
-
-
-def command(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: Sequence[str],
-            settings: Mapping[str, Any]) -> int:
-    """`tfplace launch` from its parsed command line (`tfplace._cli`); `passed`: the arguments after `--`;
-    `settings`: the tfplace flags given. Every usage error exits 2 (`parser.error`) before any task starts."""
-    from tfplace._cli import _output_problem, check_script
-    from tfplace._errors import ConfigurationError
-    from tfplace.config._settings import Sourced, check_conflicts
-
-    check_script(parser, args, "launch", ("--workers", "--ps", "--chief", "--trace", "--timing", "--memory", "--json",
-                                          "--timeout", "--kill_after", "--top"))
-    for option in ("json", "timing", "memory"):
-        if getattr(args, option) and not args.trace:
-            parser.error(f"--{option} (from option --{option}) needs --trace: allowed is tfplace launch --trace "
-                         f"--{option}{'=FILE' if option == 'json' else ''} ...")
-    if args.json is not None and (problem := _output_problem("json", args.json, args.script)) is not None:
-        parser.error(f"--json={args.json!r} (from option --json) cannot be written: {problem}")
-    try:
-        check_conflicts({name: Sourced(value, f"option --{name}") for name, value in settings.items()})
-    except ConfigurationError as err:
-        parser.error(str(err))
-    options = Options(**{field.name: getattr(args, field.name) for field in dataclasses.fields(Options)
-                         if field.name != "settings"}, settings=dict(settings))
-    return launch(args.script, [*args.args, *passed], options)

@@ -263,8 +263,11 @@ def _remote(tasks: Sequence[Mapping[str, Any]], moved: _Traffic) -> None:
             seen.add(key)
             access = "read" if "Read" in what or "Gather" in what else "write" if any(
                 w in what for w in ("Assign", "Apply", "Scatter")) else "access"
-            moved.add(_owner(source), _owner(target), r.get("count"), r.get("bytes"), f"{what}: remote variable {access}",
-                      "remote", per_step=r.get("per_step"))
+            label = f"{what}: remote variable {access}"
+            moved.add(_owner(source), _owner(target), r.get("count"), r.get("bytes"), label, "remote",
+                      per_step=r.get("per_step"))
+            if r.get("steps") is not None and (row := moved.rows.get((_owner(source), _owner(target), label))):
+                row["steps"] = max(row.get("steps") or 0, int(r["steps"]))
 
 
 def _tensors(tasks: Sequence[Mapping[str, Any]], moved: _Traffic) -> None:

@@ -21,20 +21,16 @@ Example:
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 from collections import Counter
 from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
-from tfplace import _script
-from tfplace.cluster._merge import MergeError, device_task, full_device, merge_files, task_key, task_name
+from tfplace.cluster._merge import device_task, full_device, task_key, task_name
 from tfplace.placement import _groups, _log_json, _report
 from tfplace.placement._cost import OpCost
 from tfplace.placement._records import ARGUMENT_OPS, PlacementRecord, is_function_call
 from tfplace.placement._report import ROWS
 
-__all__ = ["render", "device_figures", "command"]
+__all__ = ["render", "device_figures"]
 
 _UNEVEN = 1.2  # largest / mean (or most / least) from which the report calls figures uneven
 
@@ -174,7 +170,8 @@ def _per_task(merged: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> l
         server = bool(entry and (entry.get("trace") or {}).get("script") == "(server)")
         ran = f"{sum(r['executions'] for r in mine)} op execution(s) on {len(mine)} device(s)" if mine else \
             ("no op recorded on its devices: a server logs what it places only when the coordinator logs "
-             "placement; add --log_placement to see the functions it ran" if server else "no op recorded on its devices")
+             "placement (tfplace launch --trace --ps=M has it log unless --nolog_placement is given)" if server
+             else "no op recorded on its devices")
         lines.append(f"  {task} ({state}): {ran}{timed}; sent {_report.size(sent)} to other tasks, received {_report.size(received)}")
         for r in mine:
             share = (f", busy {r['busy_us'] / 1000:.1f} ms = {100 * r['share']:.1f}%" if r["busy_us"] is not None
@@ -221,7 +218,9 @@ def _traffic_lines(merged: Mapping[str, Any], top: int) -> list[str]:
         lines.append("  remote reads and writes of variables (per step where the trace knew it):")
     for r in remote[:top]:
         step = " per step" if r.get("per_step") else ""
-        lines.append(f"    {r['from_task']} -> {r['to_task']}: {r['what']}, x{r['count']}{step}, {_report.size(r['bytes'])}{step}")
+        steps = f" ({r['steps']} step(s))" if r.get("steps") else ""
+        lines.append(f"    {r['from_task']} -> {r['to_task']}: {r['what']}, x{r['count']}{step}, "
+                     f"{_report.size(r['bytes'])}{step}{steps}")
     lines += _more(remote, top, "    ")
     lines.append("  between tasks, most bytes first:" if traffic else "  between tasks: nothing moved")
     for r in traffic[:top]:
@@ -353,34 +352,3 @@ def render(merged: Mapping[str, Any], top: int = ROWS) -> str:
     for entry in tasks:
         lines += _task_lines(entry, top)
     return "\n".join(lines)
-
-
-def command(paths: Sequence[str], *, json_path: Optional[str] = None, top: int = ROWS) -> int:
-    """`tfplace merge`: prints the report of the traces at `paths`, merged, and writes `json_path` whole.
-
-    Returns:
-      0, or 2 after one line on standard error naming the file that cannot be merged or written.
-    """
-    if json_path is not None:
-        target = os.path.realpath(json_path)
-        problem = ("is one of the traces to merge, which it would overwrite: allowed is another file"
-                   if any(os.path.realpath(p) == target for p in paths) else
-                   "cannot be written: allowed is a file in an existing folder"
-                   if os.path.isdir(target) or not os.path.isdir(os.path.dirname(target)) else "")
-        if problem:
-            print(f"tfplace merge: --json={json_path!r} (from option --json) {problem}", file=sys.stderr)
-            return 2
-    try:
-        merged = merge_files(list(paths))
-    except MergeError as err:
-        print(err, file=sys.stderr)
-        return 2
-    print(render(merged, top=top))
-    if json_path is not None:
-        def write(temporary: str) -> None:
-            with open(temporary, "w", encoding="utf-8") as out:
-                json.dump(merged, out, indent=1)
-
-        _script.write_whole(json_path, write)
-        print(f"tfplace merge: wrote {len(merged['tasks'])} task(s) to {json_path}")
-    return 0

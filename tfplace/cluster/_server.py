@@ -7,7 +7,7 @@ joins it; it never exits on its own. The tfplace settings in the environment (`T
 `tfplace launch --logical_cpus=2` passes them) go into the server's `ConfigProto`:
 `TFPLACE_LOGICAL_CPUS=N` gives it N CPU devices, `TFPLACE_LOG_PLACEMENT=1` (set under `tfplace
 launch --trace`) logs the placement of the graphs it runs with its own options (the functions a
-coordinator runs on it are logged when the coordinator logs placement: `--trace --log_placement`).
+coordinator runs on it are logged when the coordinator logs placement, as `--trace --ps=M` has it do).
 SIGTERM and SIGINT end it at once (their default actions again once it serves: a Python handler
 would wait for `join()`).
 
@@ -93,10 +93,10 @@ def trace_json(log_text: str, status: int) -> dict[str, Any]:
 
 def write_trace(log_path: str, json_path: str, status: int) -> None:
     """Writes the trace of the server whose standard error is saved at `log_path` to `json_path`, whole."""
-    from tfplace import _trace
+    from tfplace import _script
 
     with open(log_path, encoding="utf-8", errors="replace") as log:
-        _trace.write_json(json_path, trace_json(log.read(), status))
+        _script.write_json(json_path, trace_json(log.read(), status))
 
 
 def main() -> int:

@@ -27,6 +27,7 @@ import warnings
 from typing import Any, Iterator, Optional, Sequence
 
 from tfplace import _tensorflow
+from tfplace._devices import local_task
 from tfplace.placement import _events, _function_sources, _graphs, _hooks, _placed, _session
 from tfplace.placement._log import PlacementLog
 from tfplace.placement._records import Kind, PlacementRecord, is_function_call
@@ -55,11 +56,16 @@ class _Recorder:
             self.placed_here.add(record.op)
         elif record.op not in self.placed_here:
             self.placed_here.add(record.op)  # one reason per function
-            self.log.mark_incomplete(
-                f"the block ran function {record.op}, which TensorFlow placed before the block opened; "
-                "TensorFlow places a function once, at its first call (per device), so its nodes are not in "
-                "this log. Open the capture before the function's first call to record them",
-                stacklevel=user_stacklevel())
+            task = local_task()
+            if task and record.device.startswith("/job:") and not record.device.startswith(task + "/"):
+                reason = (f"the block ran function {record.op} on {record.device}, another task's device: that "
+                          "task's runtime places it, so its nodes are in that task's log, not this one (under "
+                          "tfplace launch --trace --log_placement, in that task's trace)")
+            else:
+                reason = (f"the block ran function {record.op}, which TensorFlow placed before the block opened; "
+                          "TensorFlow places a function once, at its first call (per device), so its nodes are not "
+                          "in this log. Open the capture before the function's first call to record them")
+            self.log.mark_incomplete(reason, stacklevel=user_stacklevel())
 
     def on_outputs(self, record: PlacementRecord, outputs: Sequence[Any]) -> None:
         self.census.add_outputs(record.source if self.sources else "", outputs)
