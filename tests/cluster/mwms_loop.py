@@ -1,7 +1,8 @@
 """TensorFlow's "Custom training loop with MultiWorkerMirroredStrategy" tutorial, in small: a linear
 model whose gradient (a 4x2 float32 kernel: 32 bytes) is all-reduced across the workers each step.
 
-    --steps_for_worker_1=N   worker 1 runs N steps instead of 3 (uneven data shards)
+    --steps=N                each worker runs N steps (default 3); the time per step after the first is printed
+    --steps_for_worker_1=N   worker 1 runs N steps instead (uneven data shards)
     --group_size_for_worker_1=N   worker 1 also all-reduces with collective ops in a group of size N
     --guard                  run the loop under tfplace.cluster_guard()
 """
@@ -9,11 +10,13 @@ import argparse
 import contextlib
 import json
 import os
+import time
 
 import tensorflow as tf
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--steps_for_worker_1", type=int, default=3)
+parser.add_argument("--steps", type=int, default=3)
+parser.add_argument("--steps_for_worker_1", type=int, default=0)
 parser.add_argument("--group_size_for_worker_1", type=int, default=0)
 parser.add_argument("--guard", action="store_true")
 flags = parser.parse_args()
@@ -44,12 +47,15 @@ def extra_all_reduce(x):
                                         group_key=100, instance_key=1)
 
 
-steps = flags.steps_for_worker_1 if index == 1 else 3
+steps = flags.steps_for_worker_1 if index == 1 and flags.steps_for_worker_1 else flags.steps
 if flags.guard:
     import tfplace
 with tfplace.cluster_guard() if flags.guard else contextlib.nullcontext():
     if flags.group_size_for_worker_1:
         extra_all_reduce(tf.ones(4))
-    for _ in range(steps):
+    for step in range(steps):
+        if step == 1:
+            started = time.perf_counter()
         train_step(batches)
-print(f"worker {index}: done, kernel sum {float(tf.reduce_sum(kernel)):.4f}")
+per_step = f"; {(time.perf_counter() - started) * 1000 / (steps - 1):.3f} ms per step" if steps > 1 else ""
+print(f"worker {index}: done, kernel sum {float(tf.reduce_sum(kernel)):.4f}{per_step}")

@@ -140,20 +140,50 @@ def mismatch(states: dict[str, dict[str, Any]], statuses: dict[str, Optional[int
 
 class Publisher:
     """What this task publishes: while it is started, every call of a function that joins collective
-    groups (through `tfplace._tensorflow.CALL_FLAT`); `write(state)` sends the whole state."""
+    groups (through `tfplace._tensorflow.CALL_FLAT`). `write(state)` sends the whole state: at once for a
+    function's first call (its groups, before it can block) and at exit, else from a thread at most every
+    `interval` seconds while something changed (a task blocked in a collective has published its calls
+    within `interval`). Without `write`, the state is only kept (`tfplace trace`'s cluster section)."""
 
-    def __init__(self, task: str, prefix: str, write: Callable[[str], None],
-                 first_call: Optional[Callable[[list], None]] = None) -> None:
-        self.task, self.write, self.first_call = task, write, first_call
+    def __init__(self, task: str, prefix: str, write: Optional[Callable[[str], None]],
+                 first_call: Optional[Callable[[list], None]] = None, interval: float = 0.2) -> None:
+        self.task, self.write, self.first_call, self.interval = task, write, first_call, interval
         self.state: dict[str, Any] = {"task": task, "prefix": prefix, "devices": [], "groups": [], "calls": {},
                                       "named": {}, "remote": {}, "exit": None}
         self._known: dict[str, tuple[list, list]] = {}  # function -> (its groups, devices its nodes name)
         self._accesses: dict[str, tuple] = {}  # function -> its variable accesses (`_tensorflow.variable_accesses`)
         self._lock = threading.Lock()
+        self._changed = False
+        self._stopped = threading.Event()
+        self._thread: Optional[threading.Thread] = None
 
     def publish(self) -> None:
+        """Sends the state now."""
+        if self.write is None:
+            return
         with self._lock:
-            self.write(json.dumps(self.state))
+            text, self._changed = json.dumps(self.state), False
+        self.write(text)
+
+    def _later(self) -> None:
+        """The state changed: the publishing thread sends it within `interval`."""
+        if self.write is None:
+            return
+        self._changed = True
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._publishing, daemon=True, name="tfplace cluster publisher")
+            self._thread.start()
+
+    def _publishing(self) -> None:
+        while not self._stopped.wait(self.interval):
+            if self._changed:
+                self.publish()
+
+    def stop(self) -> None:
+        """Ends the publishing thread, sending what changed last."""
+        self._stopped.set()
+        if self._changed:
+            self.publish()
 
     def _about(self, function: Any) -> tuple[str, list, list]:
         from tfplace import _tensorflow
@@ -186,7 +216,8 @@ class Publisher:
             accesses = self._accesses[name] = _tensorflow.variable_accesses(function)
         if not accesses:
             return
-        runs_on = canonical_name(_tensorflow.device_name() or local_task())
+        asked = _tensorflow.device_name() or next(iter(_tensorflow.logical_device_names()), "") or local_task()
+        runs_on = canonical_name(asked) if asked != local_task() else asked
         for access in accesses:
             handle = args[access.argument] if access.argument < len(args) else None
             held = canonical_name(getattr(handle, "device", "") or "")
@@ -208,29 +239,36 @@ class Publisher:
         self._remote(function, name, args)
         if not groups and not named:
             return run()
-        from tfplace._devices import canonical_name
-        from tfplace import _tensorflow
-        from tfplace.placement._sources import user_line
-
-        source = user_line()
         with self._lock:
-            if not self.state["devices"]:
-                self.state["devices"] = sorted({canonical_name(n) for n in _tensorflow.logical_device_names()})
-            for device in named:
-                self.state["named"].setdefault(device, (name, source))
             first = name not in self.state["calls"]
             if first:
-                self.state["groups"] += [dict(g, source=source) for g in groups]
-                self.state["calls"][name] = [0, 0]
+                self._first(name, groups, named)
             self.state["calls"][name][0] += 1
-        self.publish()
-        if first and self.first_call is not None and groups:
-            self.first_call(groups)
+        if first:
+            self.publish()
+            if self.first_call is not None and groups:
+                self.first_call(groups)
+        else:
+            self._later()
         result = run()
         with self._lock:
             self.state["calls"][name][1] += 1
-        self.publish()
+        self._later()
         return result
+
+    def _first(self, name: str, groups: list, named: list) -> None:
+        """A function's first call: its groups and the devices it names, with the user's line."""
+        from tfplace import _tensorflow
+        from tfplace._devices import canonical_name
+        from tfplace.placement._sources import user_line
+
+        source = user_line()
+        if not self.state["devices"]:
+            self.state["devices"] = sorted({canonical_name(n) for n in _tensorflow.logical_device_names()})
+        for device in named:
+            self.state["named"].setdefault(device, (name, source))
+        self.state["groups"] += [dict(g, source=source) for g in groups]
+        self.state["calls"][name] = [0, 0]
 
     def exited(self, status: int) -> None:
         self.state["exit"] = status
@@ -321,10 +359,11 @@ def publishing(directory: Optional[str]) -> Iterator[Publisher]:
 
     prefix = local_task()
     task = task_name(prefix) or f"pid-{os.getpid()}"
-    publisher = Publisher(task, prefix, _file_writer(directory, task) if directory else lambda text: None)
+    publisher = Publisher(task, prefix, _file_writer(directory, task) if directory else None)
     _last[:] = [publisher.state]
     install(publisher)
     try:
         yield publisher
     finally:
         uninstall(publisher)
+        publisher.stop()

@@ -126,5 +126,6 @@ def cluster_guard(*, period: float = 0.5) -> Iterator[None]:
     finally:
         stop.set()
         _checks.uninstall(publisher)
+        publisher.stop()
     publisher.exited(0)
     atexit.unregister(publisher.exited)
