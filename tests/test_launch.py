@@ -134,7 +134,7 @@ def test_timeout_stops_every_task_with_124(tmp_path):
                   cwd=tmp_path)
     assert done.returncode == 124, done.stderr
     assert "tfplace launch: tasks still running after --timeout=1 s; stopping every task" in done.stderr
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 20  # three interpreters start on a loaded machine
     assert not [pid for pid in started_pids(done.stderr).values() if alive(pid)]
 
 

@@ -151,7 +151,7 @@ class Publisher:
         self.state: dict[str, Any] = {"task": task, "prefix": prefix, "devices": [], "groups": [], "calls": {},
                                       "named": {}, "remote": {}, "exit": None}
         self._known: dict[str, tuple[list, list]] = {}  # function -> (its groups, devices its nodes name)
-        self._accesses: dict[str, tuple] = {}  # function -> its variable accesses (`_tensorflow.variable_accesses`)
+        self._remote_keys: dict[tuple[str, str], list[str]] = {}  # (function, device asked) -> its "remote" keys
         self._lock = threading.Lock()
         self._changed = False
         self._stopped = threading.Event()
@@ -206,31 +206,43 @@ class Publisher:
         return name, known[0], known[1]
 
     def _remote(self, function: Any, name: str, args: Sequence[Any]) -> None:
-        """Counts the call's reads and writes of variables on another task than the one it runs on."""
+        """Counts the call's reads and writes of variables on another task than the one it runs on (the
+        handles a function captured are the same at every call: found once per function and device)."""
+        from tfplace import _tensorflow
+
+        asked = _tensorflow.device_name()
+        keys = self._remote_keys.get((name, asked))
+        if keys is None:
+            keys = self._remote_keys[(name, asked)] = self._remote_accesses(function, name, args, asked)
+        if keys:
+            with self._lock:  # "remote": variables read or written on another task, by access
+                for key in keys:
+                    self.state["remote"][key]["count"] += 1
+
+    def _remote_accesses(self, function: Any, name: str, args: Sequence[Any], asked: str) -> list[str]:
         from tfplace import _tensorflow
         from tfplace._devices import canonical_name, local_task
         from tfplace.cluster._collectives import task_of, tensor_bytes, variable_name
 
-        accesses = self._accesses.get(name)
-        if accesses is None:
-            accesses = self._accesses[name] = _tensorflow.variable_accesses(function)
+        accesses = _tensorflow.variable_accesses(function)
         if not accesses:
-            return
-        asked = _tensorflow.device_name() or next(iter(_tensorflow.logical_device_names()), "") or local_task()
+            return []
+        asked = asked or next(iter(_tensorflow.logical_device_names()), "") or local_task()
         runs_on = canonical_name(asked) if asked != local_task() else asked
+        keys = []
         for access in accesses:
             handle = args[access.argument] if access.argument < len(args) else None
             held = canonical_name(getattr(handle, "device", "") or "")
             if not task_of(held) or task_of(held) == task_of(runs_on):
                 continue
             source, target = (held, runs_on) if access.read else (runs_on, held)
-            key = " ".join((source, target, access.op, access.node, name))
-            with self._lock:  # "remote": variables read or written on another task, by access
-                entry = self.state["remote"].setdefault(key, {
+            keys.append(" ".join((source, target, access.op, access.node, name)))
+            with self._lock:
+                self.state["remote"].setdefault(keys[-1], {
                     "from_device": source, "to_device": target, "count": 0, "function": name,
                     "what": f"{access.op} {variable_name(handle) or access.node}",
                     "bytes_per_call": tensor_bytes(access.dtype, access.shape)})
-                entry["count"] += 1
+        return keys
 
     def call(self, function: Any, args: Sequence[Any], run: Callable[[], Any]) -> Any:
         """Runs a function call (`run`, with `args`), publishing its groups and calls around it when it joins
