@@ -30,6 +30,7 @@ SUITES = [
     ("memory per device", "bench_memory", "run()"),
     ("replication", "bench_replication", "run()"),
     ("startup: the pytest plugin and the command line", "bench_startup", "run()"),
+    ("clusters: tfplace launch --trace", "bench_cluster", "run()"),
     ("conformance: captures against TensorFlow's own placement log", "conformance.py", "run()"),
 ]
 
