@@ -79,8 +79,8 @@ class Hook:
         op, kind, record = known
         origin = Origin.INPUT if record.origin == Origin.INPUT else _origins.live(1) or Origin.USER
         by = getattr(asked, "by", "") if record.requested else ""
-        if by or origin != record.origin:
-            noted = (record, origin, by)
+        if by or origin != record.origin:  # keyed on the cached record's identity: hashing a record is slow
+            noted = (id(record), origin, by)  # (the caches are cleared together: an id is never stale)
             record = session.noted.get(noted) or session.noted.setdefault(
                 noted, record._replace(origin=origin, requested_by=by))
         placed = False
@@ -133,7 +133,7 @@ class Hook:
             elif copies:
                 copies = [copy._replace(source=source) for copy in copies]
             if self.sources:
-                sourced = (record, source)
+                sourced = (id(record), source)
                 record = session.sourced.get(sourced) or session.sourced.setdefault(sourced, record._replace(source=source))
         for call, sources in self.calls:  # a listener that did not ask for sources gets none
             call(record if sources else plain, copies)

@@ -123,6 +123,12 @@ def _sized(dtype: Any, shape: Optional[tuple]) -> tuple[int, str, str]:
     return (math.prod(shape) * each if known and each else 0), dtype.name, dims
 
 
+class _Counted(weakref.ref):
+    """A weak reference to a counted tensor or variable, with its id (`key`) and `entry`."""
+
+    __slots__ = ("key", "entry")
+
+
 # The lines of the tensors a memory capture saw made, by id, while they live (for `live_tensors()`,
 # after the capture too): `_session.runtime().made`.
 
@@ -132,7 +138,9 @@ class Census:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._entries: dict[int, tuple[_Entry, weakref.ref]] = {}  # id of a counted object alive -> its entry
+        self._entries: dict[int, _Counted] = {}  # id of a counted object alive -> its reference, with its entry
+        self._made: dict[tuple, Optional[_Entry]] = {}  # (device, dtype, shape, line) -> the entry of such tensors
+        self._sources = _session.runtime().made  # the lines of tensors alive, for live_tensors()
         self._live: dict[str, int] = {}
         self._peak: dict[str, int] = {}
         self._line_live: dict[tuple[str, str], int] = {}
@@ -146,10 +154,17 @@ class Census:
 
     def add_outputs(self, source: str, outputs: Iterable[Any]) -> None:
         """Counts the tensors an eager op or a function call returned (`source`: the user's line, or "")."""
+        made = self._made
         for tensor in outputs:
-            size, dtype, dims = _sized(tensor.dtype, _tensorflow.shape_tuple(tensor))
-            if size:
-                self._add(tensor, _Entry(canonical_name(tensor.backing_device), size, source, "tensor", dtype, dims))
+            key = (tensor.backing_device, _tensorflow.dtype_enum(tensor), _tensorflow.shape_tuple(tensor), source)
+            entry = made.get(key)
+            if entry is None:  # entries are shared by the tensors of one device, dtype, shape and line
+                size, dtype, dims = _sized(tensor.dtype, key[2])
+                entry = made[key] = _Entry(canonical_name(key[0]), size, source, "tensor", dtype, dims) if size else None
+                if len(made) > 100_000:
+                    made.clear()
+            if entry is not None:
+                self._add(tensor, entry)
 
     def add_variable(self, variable: Any, source: str) -> None:
         """Counts a variable the block created (each replica's, for a distributed one)."""
@@ -160,13 +175,14 @@ class Census:
 
     def _add(self, obj: Any, entry: _Entry) -> None:
         key = id(obj)
-        device, size, source = entry.device, entry.size, entry.source
-        line = (device, source)
+        device, size = entry.device, entry.size
+        line = (device, entry.source)
         with self._lock:
             if key in self._entries or self._final is not None:
                 return  # the same object returned again (an identity), or the block is over
             # A weak reference, kept while the object lives, whose callback drops the entry when it is freed.
-            self._entries[key] = (entry, weakref.ref(obj, functools.partial(self._freed, key)))
+            ref = self._entries[key] = _Counted(obj, self._freed)
+            ref.key, ref.entry = key, entry
             self._tracked += 1
             live = self._live[device] = self._live.get(device, 0) + size
             if live > self._peak.get(device, 0):
@@ -174,23 +190,22 @@ class Census:
             live = self._line_live[line] = self._line_live.get(line, 0) + size
             if live > self._line_peak.get(line, 0):
                 self._line_peak[line] = live
-            if source:
-                _session.runtime().made[key] = source
+            if entry.source:
+                self._sources[key] = entry.source
 
-    def _freed(self, key: int, _: weakref.ref) -> None:
+    def _freed(self, ref: "_Counted") -> None:
         with self._lock:
-            _session.runtime().made.pop(key, None)
-            found = self._entries.pop(key, None)
-            if found is None or self._final is not None:
+            self._sources.pop(ref.key, None)
+            if self._entries.pop(ref.key, None) is None or self._final is not None:
                 return
-            entry = found[0]
+            entry = ref.entry
             self._live[entry.device] -= entry.size
             self._line_live[(entry.device, entry.source)] -= entry.size
 
     def largest(self, device: str, count: int = _TOP) -> list[_Entry]:
         """The largest counted tensors and variables alive now on `device`."""
         with self._lock:
-            found = [entry for entry, _ in self._entries.values() if entry.device == device]
+            found = [ref.entry for ref in self._entries.values() if ref.entry.device == device]
         return sorted(found, key=lambda entry: -entry.size)[:count]
 
     def oom_note(self, error: BaseException) -> str:
