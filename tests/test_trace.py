@@ -187,3 +187,37 @@ def test_report_groups_cpu_ops_by_line_and_says_why_they_ran_there():
                                            "    train.py:30  x1  ? B  Mul input #0 GPU:1 -> GPU:0, ? B each"]
     short = report(log, Findings(True, tuple(found)), top=1).splitlines()
     assert short[short.index("  top transfers by bytes:") + 2] == "    ... and 1 more"
+
+
+LEGACY_KERAS = """
+import importlib.util, os, sys
+os.environ["TF_USE_LEGACY_KERAS"] = "1"  # as TensorFlow's mixed-precision and parameter-server guides do
+import tensorflow as tf
+print("tensorflow.keras from", str(tf.__path__[0]).split("site-packages")[-1])  # None: tf_keras not installed
+if importlib.util.find_spec("tf_keras") is not None:
+    from tensorflow.keras import layers
+    print("layers from", layers.Dense.__module__.split(".")[0])
+print("ran", tf.add(1, 2).numpy())
+"""
+
+
+def test_a_script_that_asks_for_legacy_keras_before_importing_tensorflow_runs_as_under_python(tmp_path):
+    """The trace starts when the script imports TensorFlow: what the script set before applies."""
+    (tmp_path / "legacy.py").write_text(LEGACY_KERAS)
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    plain = subprocess.run([sys.executable, "legacy.py"], capture_output=True, text=True, cwd=tmp_path, env=env)
+    traced = trace("--json=t.json", "legacy.py", cwd=tmp_path, env=env)
+    assert plain.returncode == traced.returncode == 0, traced.stderr[-2000:]
+    shown = [line for line in traced.stdout.splitlines() if line.startswith(("tensorflow.keras from", "layers", "ran"))]
+    assert shown == plain.stdout.splitlines() and "/keras/api" not in shown[0]  # not Keras 3's
+    records = json.loads((tmp_path / "t.json").read_text())["records"]
+    assert any(r["op"] == "AddV2" for r in records)
+
+
+def test_a_script_that_never_imports_tensorflow_is_run_and_said_to_have_nothing_to_trace(tmp_path):
+    (tmp_path / "plain.py").write_text("import sys\nprint('plain', sys.argv[1:])\nsys.exit(3)\n")
+    done = trace("--json=t.json", "plain.py", "a", cwd=tmp_path, env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"})
+    assert done.returncode == 3 and done.stdout == "plain ['a']\n"
+    assert "tfplace trace: plain.py did not import TensorFlow: nothing to trace (no report, no files)" in done.stderr
+    assert not (tmp_path / "t.json").exists()
+    assert not any(line.rsplit("|", 1)[-1].strip() == "tensorflow" for line in done.stderr.splitlines())

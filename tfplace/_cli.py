@@ -19,6 +19,7 @@ one (see `tfplace.cluster._cli`). How arguments are read: `tfplace._arguments`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -90,28 +91,49 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
         check_conflicts({name: Sourced(value, f"option --{name}") for name, value in settings.items()})
     except ConfigurationError as err:
         parser.error(str(err))
-    import tfplace
-    from tfplace import _script, _trace
+    from tfplace import _script
 
-    try:
-        tfplace.configure(**settings)
-    except tfplace.Error as err:
-        parser.error(str(err))
     script_args = [*args.args, *passed]
     out = _script.Output()  # standard output now: the report reaches it whatever the script does to sys.stdout
     started = os.getpid()
-    with _script.stopping_signals():
-        log, status = _trace.run_script(args.script, script_args, timing=args.timing, memory=args.memory)
+    opened: dict[str, Any] = {}
+    with _script.stopping_signals(), contextlib.ExitStack() as stack:
+        def start() -> None:  # when the script imports TensorFlow: what it set before applies, as under python
+            import tfplace
+            from tfplace import _trace
+
+            try:
+                tfplace.configure(**settings)
+            except tfplace.Error as err:
+                opened["error"] = f"tfplace trace: error: {err}"
+                raise SystemExit(2) from None
+            opened["tracing"] = stack.enter_context(_trace.tracing(timing=args.timing, memory=args.memory))
+
+        with _script.after_import("tensorflow", start):
+            status = _script.run_main(args.script, script_args)
         if os.getpid() != started:  # a child the script forked, ending with sys.exit(): its parent reports
             return status
-        try:
-            _outputs(out, log, args, script_args, status, outputs, gpus_visible=tfplace.num_gpus() > 0)
-        except KeyboardInterrupt as error:  # a second interrupt: files are whole or absent, the rest is skipped
-            _note(f"tfplace trace: interrupted ({error or 'SIGINT'}) while writing its report and files; "
-                  "those not yet written were left as they were")
-            return _script.interrupt_status(error)
-        finally:
-            out.close()
+        if "error" in opened:
+            _note(opened["error"])
+            return 2
+        if "tracing" in opened:
+            opened["tracing"].exited(status)
+    if "tracing" not in opened:  # TensorFlow now would start after Python's shutdown of the script's threads
+        _note(f"tfplace trace: {args.script} did not import TensorFlow: nothing to trace (no report"
+              f"{', no files' if outputs else ''})")
+        out.close()
+        return status
+    import tfplace
+
+    log = opened["tracing"].log
+    try:
+        _outputs(out, log, args, script_args, status, outputs, gpus_visible=tfplace.num_gpus() > 0)
+    except KeyboardInterrupt as error:  # a second interrupt: files are whole or absent, the rest is skipped
+        _note(f"tfplace trace: interrupted ({error or 'SIGINT'}) while writing its report and files; "
+              "those not yet written were left as they were")
+        return _script.interrupt_status(error)
+    finally:
+        out.close()
     return status
 
 

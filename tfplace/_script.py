@@ -12,6 +12,10 @@
   descriptor; fd 1 itself is never closed, redirected or replaced), so that the report reaches the
   terminal or pipe whatever the script did to `sys.stdout`. A closed pipe (`| head -1`) loses the
   report, never the exit status.
+* `after_import(name, then)`: inside it, `then()` runs once module `name` has been imported (at once
+  if it already is): `tfplace trace` starts its capture when the script imports TensorFlow, so that
+  what the script sets before (`TF_USE_LEGACY_KERAS=1`: `tf.keras` is `tf_keras`) works as under
+  `python script.py`.
 * `write_whole(path, write)` writes a file under a temporary name in its folder and renames it: the
   file is whole or absent, never truncated, even when a second signal stops the writing.
 
@@ -30,6 +34,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import importlib.abc
 import json
 import os
 import runpy
@@ -42,7 +47,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 from tfplace.placement._sources import end_at_user
 
 __all__ = ["Interrupted", "stopping_signals", "interrupt_status", "exit_status", "run_main", "Output",
-           "flush_script_output", "write_whole", "write_json"]
+           "flush_script_output", "write_whole", "write_json", "after_import"]
 
 STOPPING = (signal.SIGTERM, signal.SIGHUP)
 
@@ -219,3 +224,62 @@ def write_json(path: str, data: Any) -> None:
             json.dump(data, out, indent=1)
 
     write_whole(path, write)
+
+class _Then:
+    """A module's loader that calls `then()` once the module has run (else the loader itself)."""
+
+    def __init__(self, loader: Any, then: Callable[[], None]) -> None:
+        self._loader, self._then = loader, then
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._loader.exec_module(module)
+        module.__loader__ = module.__spec__.loader = self._loader  # as if this wrapper had never been
+        self._then()
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Finds module `name` as the other finders do, with a loader that calls `then()` after it ran."""
+
+    def __init__(self, name: str, then: Callable[[], None]) -> None:
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)  # once; the finders below find the module itself
+        for finder in sys.meta_path:
+            spec = finder.find_spec(fullname, path, target) if hasattr(finder, "find_spec") else None
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _Then(spec.loader, self.then)
+                return spec
+        return None
+
+
+@contextlib.contextmanager
+def after_import(name: str, then: Callable[[], None]) -> Iterator[None]:
+    """Inside the block, `then()` runs right after module `name` is first imported (at once if it already is).
+
+    >>> ran = []
+    >>> with after_import("json", lambda: ran.append("json")):
+    ...     pass
+    >>> ran
+    ['json']
+    """
+    if name in sys.modules:
+        then()
+        yield
+        return
+    finder = _AfterImport(name, then)
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        if finder in sys.meta_path:
+            sys.meta_path.remove(finder)

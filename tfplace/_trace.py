@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections import Counter
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Optional, Sequence
 
 from tfplace import _script
 from tfplace.placement import _display, _explain, _groups, _report
@@ -38,19 +38,29 @@ from tfplace.placement._explain import Explanation, Readiness
 from tfplace.placement._log import PlacementLog
 from tfplace.placement._records import ARGUMENT_OPS, is_function_call
 
-__all__ = ["run_script", "Findings", "findings", "report", "to_json", "plot"]
+__all__ = ["Tracing", "tracing", "Findings", "findings", "report", "to_json", "plot"]
 
 
-def run_script(path: str, args: Sequence[str], *, timing: bool = False,
-               memory: bool = False) -> tuple[PlacementLog, int]:
-    """Runs `path` as `__main__` with `sys.argv = [path, *args]` (`_script.run_main`) under a capture with
-    sources and all threads (and TensorFlow's profiler, with `timing`; counting tensors per device,
-    with `memory`); the capture closes after the
-    script's non-daemon threads ended, so their ops are in the log.
+class Tracing(NamedTuple):
+    """An open trace: its placement log, and `exited(status)` to say how the script ended."""
 
-    Returns:
-      The placement log and the script's exit status (1 after an uncaught exception, whose traceback
-      is printed; 128 + the signal's number after an interrupt).
+    log: PlacementLog
+    exited: Callable[[int], None]
+
+
+@contextlib.contextmanager
+def tracing(*, timing: bool = False, memory: bool = False) -> Iterator[Tracing]:
+    """What `tfplace trace` runs a script under: a capture with sources and all threads (and
+    TensorFlow's profiler, with `timing`; counting tensors per device, with `memory`); in a task of a
+    cluster, its checks' publishing and the variables it makes on other tasks. Close it after the
+    script's non-daemon threads ended, so that their ops are in the log.
+
+    >>> import tensorflow as tf
+    >>> with tracing() as opened:
+    ...     _ = tf.ones(2) + 1
+    ...     opened.exited(0)
+    >>> "AddV2" in {r.op for r in opened.log.records}
+    True
     """
     from tfplace.cluster import _checks, _collectives
 
@@ -59,9 +69,7 @@ def run_script(path: str, args: Sequence[str], *, timing: bool = False,
         publisher = stack.enter_context(_checks.publishing(directory))
         stack.enter_context(_collectives.recording())
         with capture_placement(sources=True, all_threads=True, timing=timing, memory=memory) as log:
-            status = _script.run_main(path, args)
-        publisher.exited(status)
-    return log, status
+            yield Tracing(log, publisher.exited)
 
 
 def _is_op_type(op: str) -> bool:
