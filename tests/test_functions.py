@@ -120,6 +120,45 @@ def test_failed_eager_op_is_recorded_where_it_ran_and_the_error_propagates(pytho
     assert out["failed"] == [["MatMul", "/device:CPU:0", ""], ["MatMul", "/device:CPU:1", "/device:CPU:1"]]
 
 
+def test_a_call_tensorflow_rejects_before_running_is_no_failed_record(python):
+    """A concrete function given an argument of the wrong dtype: TensorFlow logs no execution of it."""
+    out = python("""
+        import tensorflow as tf, tfplace
+
+        @tf.function(input_signature=[tf.TensorSpec([2], tf.float32)])
+        def double(x):
+            return x * 2
+        concrete = double.get_concrete_function()
+        with tfplace.capture_placement() as log:
+            try:
+                concrete(tf.constant([1, 2], tf.int32))
+            except tf.errors.InvalidArgumentError as err:
+                raised = str(err).split(" as input")[0]
+        report({"raised": raised, "failed": [r.op for r in log.records if r.kind == "failed"]})
+    """)
+    assert out["raised"].startswith("cannot compute __inference_double_") and out["failed"] == []
+
+
+def test_an_empty_function_called_first_in_the_block_leaves_the_log_complete(python):
+    """A function with only a Python side effect: TensorFlow places nothing, at its first call or later."""
+    out = python("""
+        import tensorflow as tf, tfplace
+        noted = []
+
+        @tf.function
+        def note():
+            noted.append(1)
+
+        with tfplace.capture_placement() as log:
+            note()
+            note()
+        with tfplace.capture_placement() as again:
+            note()
+        report([log.complete, log.incomplete_reason, again.complete, len(noted)])
+    """)
+    assert out == [True, "", True, 1]
+
+
 def test_copies_follow_where_the_memory_is(tmp_path):
     out = run_file(tmp_path, TWO_CPUS + """
         with tfplace.capture_placement() as strings:

@@ -56,6 +56,8 @@ class _Recorder:
             self.placed_here.add(record.op)
         elif record.op not in self.placed_here:
             self.placed_here.add(record.op)  # one reason per function
+            if _placed.places_nothing(record.op):
+                return
             task = local_task()
             if task and record.device.startswith("/job:") and not record.device.startswith(task + "/"):
                 reason = (f"the block ran function {record.op} on {record.device}, another task's device: that "

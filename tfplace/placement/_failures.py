@@ -28,6 +28,9 @@ __all__ = ["record_failure", "status_to_exception", "execute"]
 # An eager op that raises: TensorFlow's message names the op ("[Op:MatMul]") and, when a
 # kernel ran, its device ("{{function_node __wrapped__MatMul_device_/job:.../device:CPU:0}}").
 _FAILED_OP = re.compile(r"\[Op:([^\]\s]+)\]")
+# A function call TensorFlow rejected before running it (an argument of the wrong dtype): it logs no
+# execution of it.
+_REJECTED = re.compile(r"cannot compute \S+ as input #\d+\(zero-based\) was expected to be a ")
 _FAILED_DEVICE = re.compile(r"__wrapped__\w*?_device_(/job:[^/}]+/replica:\d+/task:\d+/device:[A-Za-z_]+:\d+)")
 
 
@@ -42,6 +45,8 @@ def record_failure(error: BaseException, dtypes: Optional[tuple[tuple[str, str],
     if op is None:
         return
     _tensorflow.mark_recorded(error)
+    if _REJECTED.match(message):  # no execution: no record
+        return
     device = _FAILED_DEVICE.search(message)
     requested = _tensorflow.device_name()
     where = device[1] if device else requested or _eager.HOST

@@ -8,6 +8,7 @@ Grappler, and an XLA function's nodes compiled whole.
 * `compiled_records(function, device)`: XLA functions (`jit_compile=True`) are compiled whole on the
   device of the call, never placed.
 * `noted(record, note)`: a record with its node's line, origin and requester.
+* `places_nothing(function)`: a function without nodes, arguments or results (TensorFlow places nothing).
 
 Example:
     >>> from tfplace.placement import _placed
@@ -31,7 +32,8 @@ from tfplace.placement import _function_sources, _instantiation, _kernels, _orig
 from tfplace.placement._lowering import PlacerNode
 from tfplace.placement._records import Kind, PlacementRecord
 
-__all__ = ["placed_records", "noted", "without_sources", "function_def", "is_xla", "compiled_records"]
+__all__ = ["placed_records", "noted", "without_sources", "function_def", "places_nothing", "is_xla",
+           "compiled_records"]
 
 
 # Grappler names a node it rewrites "<Optimizer>/<Rewrite>_<original name>[/<part>]".
@@ -126,6 +128,14 @@ def function_def(name: str, library: Optional[function_pb2.FunctionDefLibrary]) 
         return _tensorflow.function_def(name)
     except Exception:  # pylint: disable=broad-except  # not registered in this context
         return None
+
+
+def places_nothing(name: str) -> bool:
+    """True for a function without nodes, arguments or results (only Python side effects when traced):
+    TensorFlow has nothing of it to place, at its first call or later."""
+    definition = function_def(name, None)
+    return definition is not None and not definition.node_def and not definition.signature.input_arg \
+        and not definition.signature.output_arg
 
 
 @functools.lru_cache(maxsize=1024)
