@@ -72,6 +72,10 @@ def not_inlined(x):
 def implementation(x):
     return x * 3.0
 
+@tf.function
+def scaled_ones(n):                                                          # called without a tensor input
+    return tf.ones(()) * n
+
 @tf.function(jit_compile=True)
 def jitted(x):
     return x * x + 1.0
@@ -96,7 +100,7 @@ def f(x, i):
     e = jitted(implementation(d))
     s = tf.parallel_stack([x, d])
     n = tf.raw_ops.AccumulateNV2(inputs=[x, e], shape=[])
-    return acc + c + tf.reduce_sum(s) + n
+    return acc + c + tf.reduce_sum(s) + n + scaled_ones(3)
 
 @tf.function
 def no_args():

@@ -104,7 +104,7 @@ def _inline(graph: Graph, caller: Node, keep_fetchable: bool) -> None:
         raise ValueError(f"node {caller.name!r}: an input of the call is not connected")
     call_device, prefix = caller.device, f"Func/{caller.name}/"
     input_control_node = None
-    if caller.controls:
+    if caller.controls or not caller.inputs:  # a call without inputs has one from the graph's source node
         input_control_node = graph.add(graph.new_name(prefix + "input_control_node"), "NoOp", device=call_device,
                                        controls=[edge.source for edge in caller.controls])
     inputs = []
