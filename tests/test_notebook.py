@@ -134,6 +134,11 @@ CELLS = {
     "bad_level": '%%placement --transfer-guard=nope\nprint("ran")',
     "bad_option": '%%placement --source\nprint("ran")',
     "bad_device": '%%placement --device-guard=GPU:7\nprint("ran")',
+    "bad_perfetto": '%%placement --perfetto=cell.txt\nprint("ran")',
+    "perfetto": ('%%placement --sources --perfetto=cell.json\nwith tf.device("CPU:0"):\n    w = tf.ones((2, 2))\n'
+                 'with tf.device("CPU:1"):\n    y = tf.matmul(w, w)'),
+    "perfetto_file": ('import json\nevents = json.load(open("cell.json"))["traceEvents"]\n'
+                      'sorted({e["args"].get("line", "") for e in events if e["ph"] == "X" and e["name"] == "MatMul"})'),
     "device_guard": "%%placement --device-guard=CPU:1\n\ny = tf.ones(2) * 2.0",
     "why": ('%%placement --sources\nwith tf.device("GPU:0"):\n    m = tf.ones((2, 2)) * 2.0\ntry:\n'
             "    tf.matmul(tf.ones((2, 3)), tf.ones((2, 3)))\nexcept tf.errors.InvalidArgumentError:\n"
@@ -146,7 +151,7 @@ CELLS = {
     "memory": '%%placement --memory --sources\nwith tf.device("CPU:1"):\n    held = tf.zeros((256, 256))',
     "oom": "%%placement --memory --sources\nkept = tf.ones((512, 512))\ntf.zeros((2**40,))",
 }
-FAILING = ("copy", "bad_level", "bad_option", "bad_device", "device_guard", "oom")
+FAILING = ("copy", "bad_level", "bad_option", "bad_device", "bad_perfetto", "device_guard", "oom")
 # The README's example cell and what it says the magic shows.
 README_CELL, README_SHOWN = re.search(r"## Notebooks\n.*?```\n(%%placement.*?)```\n.*?```\n(PlacementLog: .*?)\n```",
                                       (ROOT / "README.md").read_text(encoding="utf-8"), re.S).groups()
@@ -247,6 +252,7 @@ def test_transfer_guard_disallow_fails_the_cell_naming_its_line(magic):
     ("bad_level", "--transfer-guard=nope is not a level"),
     ("bad_option", "unrecognized arguments: --source"),
     ("bad_device", "device GPU:7 (from tfplace.device_guard's argument device)"),
+    ("bad_perfetto", "--perfetto=cell.txt does not end .json or .json.gz"),
 ])
 def test_a_bad_option_is_one_usage_line_and_the_cell_does_not_run(magic, name, said):
     cell = magic[name]
@@ -255,8 +261,15 @@ def test_a_bad_option_is_one_usage_line_and_the_cell_does_not_run(magic, name, s
     line, = stream(cell, "stderr").splitlines()
     assert line.startswith(f"UsageError: %%placement received {CELLS[name].splitlines()[0][len('%%placement '):]!r}: ")
     assert said in line
-    assert ("allowed: %%placement [--sources] [--timing] [--memory] [--transfer-guard=LEVEL] [--device-guard=DEVICE]"
-            in line)
+    assert ("allowed: %%placement [--sources] [--timing] [--memory] [--perfetto=FILE] [--transfer-guard=LEVEL] "
+            "[--device-guard=DEVICE]" in line)
+
+
+def test_perfetto_writes_the_cells_timeline_with_its_lines(magic):
+    number = magic["perfetto"].execution_count
+    assert "tfplace: wrote the cell's timeline to cell.json (open it in ui.perfetto.dev or chrome://tracing)" in \
+        stream(magic["perfetto"])
+    assert magic["perfetto_file"].outputs[0].data["text/plain"] == repr([f"In[{number}]:5"])
 
 
 def test_device_guard_fails_the_cell_naming_its_line(magic):

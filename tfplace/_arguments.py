@@ -132,6 +132,8 @@ def output_problem(option: str, path: str, script: str) -> Optional[str]:
     if not os.access(folder, os.W_OK):
         return (f"its folder {os.path.dirname(path) or '.'!r} cannot be written (no permission; the file is written "
                 "there under a temporary name, then renamed); allowed is a file in a folder you can write")
+    if option == "perfetto" and not path.endswith((".json", ".json.gz")):
+        return f"it ends {os.path.splitext(path)[1] or 'without an extension'}; allowed are .json and .json.gz"
     if option == "plot":
         formats = plot_formats()
         extension = os.path.splitext(path)[1][1:].lower()

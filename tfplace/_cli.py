@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import itertools
 import json
 import os
 import re
@@ -37,8 +38,8 @@ from tfplace.placement._report import ROWS
 
 __all__ = ["main"]
 
-TRACE_USAGE = ("tfplace trace [tfplace flags] [--json=FILE] [--plot=FILE.png] [--timing] [--memory] [--top=N] [--quiet] "
-               "script.py [--] [args ...]")
+TRACE_USAGE = ("tfplace trace [tfplace flags] [--json=FILE] [--plot=FILE.png] [--perfetto=FILE.json[.gz]] [--timing] "
+               "[--memory] [--top=N] [--quiet] script.py [--] [args ...]")
 
 
 def _add_trace(commands: Any) -> argparse.ArgumentParser:
@@ -55,6 +56,9 @@ def _add_trace(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument("--json", metavar="FILE", help="write every record and copy as JSON")
     parser.add_argument("--plot", metavar="FILE.png", help="draw ops per device (needs matplotlib: .[plot]); "
                                                           "the extension picks the format: .png, .svg, .pdf, ...")
+    parser.add_argument("--perfetto", metavar="FILE.json[.gz]",
+                        help="write a timeline that ui.perfetto.dev and chrome://tracing open (ops per device in order, "
+                             "transfers as arrows with bytes, live bytes per device with --memory)")
     parser.add_argument("--timing", action="store_true",
                         help="run the script under TensorFlow's profiler: busy time per device and op, time shares")
     parser.add_argument("--memory", action="store_true",
@@ -71,21 +75,24 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
 
     Every usage error is found before TensorFlow is imported and before the script runs.
     """
-    check_script(parser, args, "trace", ("--json", "--plot", "--top", "--quiet"))
+    check_script(parser, args, "trace", ("--json", "--plot", "--perfetto", "--top", "--quiet"))
     if args.top < 1:
         parser.error(f"--top={args.top} (from option --top) is not allowed: expected a whole number >= 1")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         parser.error("--plot needs matplotlib, which is not installed: pip install 'tfplace[plot]' "
                      "(or pip install matplotlib)")
-    for option in ("json", "plot"):
+    for option in ("json", "plot", "perfetto"):
         path = getattr(args, option)
         problem = None if path is None else output_problem(option, path, args.script)
         if problem is not None:
             parser.error(f"--{option}={path!r} (from option --{option}) cannot be written: {problem}")
-    outputs = {option: os.path.abspath(getattr(args, option)) for option in ("json", "plot") if getattr(args, option)}
-    if len(outputs) == 2 and os.path.realpath(outputs["json"]) == os.path.realpath(outputs["plot"]):
-        parser.error(f"--json={args.json!r} and --plot={args.plot!r} (from options --json and --plot) name the same "
-                     f"file {os.path.realpath(outputs['json'])}: allowed are two different files, one per output")
+    outputs = {option: os.path.abspath(getattr(args, option)) for option in ("json", "plot", "perfetto")
+               if getattr(args, option)}
+    for (one, a), (other, b) in itertools.combinations(outputs.items(), 2):
+        if os.path.realpath(a) == os.path.realpath(b):
+            parser.error(f"--{one}={getattr(args, one)!r} and --{other}={getattr(args, other)!r} (from options "
+                         f"--{one} and --{other}) name the same file {os.path.realpath(a)}: allowed are different "
+                         "files, one per output")
     settings = given(args)
     try:
         check_conflicts({name: Sourced(value, f"option --{name}") for name, value in settings.items()})
@@ -175,6 +182,10 @@ def _outputs(out: Any, log: Any, args: argparse.Namespace, script_args: Sequence
         _script.write_json(paths["json"], _trace.to_json(log, found, script=args.script, args=script_args,
                                                         exit_status=status))
         args.quiet or out.write(f"tfplace trace: wrote {len(log.records)} records and {len(log.copies)} copies to {paths['json']}\n")
+    if "perfetto" in paths:
+        log.to_perfetto(paths["perfetto"])
+        args.quiet or out.write(f"tfplace trace: wrote a timeline of {len(log.records)} records to {paths['perfetto']} "
+                                "(open it in ui.perfetto.dev or chrome://tracing)\n")
     if "plot" in paths:
         _trace.plot(log, paths["plot"], top=args.top,
                     title=f"{'time' if args.timing else 'op executions'} per device: {os.path.basename(args.script)}")
@@ -237,7 +248,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv[:1] in (["trace"], ["launch"]) and "--" in argv:
         argv, passed = argv[:argv.index("--")], argv[argv.index("--") + 1:]
     if argv[:1] in (["trace"], ["devices"], ["launch"]):
-        argv = argv[:1] + (absl_booleans(trace, argv[1:], ("--json", "--plot", "--top")) if argv[0] == "trace"
+        argv = argv[:1] + (absl_booleans(trace, argv[1:], ("--json", "--plot", "--perfetto", "--top")) if argv[0] == "trace"
                            else absl_booleans(launch, argv[1:], LAUNCH_VALUED) if argv[0] == "launch"
                            else absl_booleans(devices, argv[1:]))
     args = parser.parse_args(argv)

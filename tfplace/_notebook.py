@@ -11,7 +11,7 @@ Usage, in IPython or Jupyter:
 
     %load_ext tfplace
 
-    %%placement [--sources] [--timing] [--memory] [--transfer-guard=LEVEL] [--device-guard=DEVICE]
+    %%placement [--sources] [--timing] [--memory] [--perfetto=FILE] [--transfer-guard=LEVEL] [--device-guard=DEVICE]
     with tf.device("CPU:1"):
         c = tf.matmul(a, b)
     c
@@ -26,6 +26,8 @@ Options:
 * `--memory`: the tensors and variables the cell makes are counted per device
   (`capture_placement(memory=True)`): the display shows each device's peak and live bytes and
   the lines holding most, and an out-of-memory error gets a note listing the largest live tensors.
+* `--perfetto=FILE`: the cell's timeline is written to FILE (`.json` or `.json.gz`) for
+  ui.perfetto.dev or chrome://tracing (`PlacementLog.to_perfetto`), with the cell's lines.
 * `--transfer-guard=LEVEL`: `tfplace.transfer_guard(LEVEL)` around the cell, LEVEL one of
   disallow (the default of a bare `--transfer-guard`), log, allow. Under disallow the cell
   fails at its first implicit copy with `ImplicitCopyError` naming the cell's line.
@@ -55,7 +57,8 @@ if TYPE_CHECKING:
 
 __all__ = ["load_ipython_extension", "USAGE", "parse_options", "LOG_NAME"]
 
-USAGE = "%%placement [--sources] [--timing] [--memory] [--transfer-guard=LEVEL] [--device-guard=DEVICE]"
+USAGE = ("%%placement [--sources] [--timing] [--memory] [--perfetto=FILE] [--transfer-guard=LEVEL] "
+         "[--device-guard=DEVICE]")
 LOG_NAME = "_placement"  # where the last cell's log is kept in the user's namespace
 _LEVELS = ("disallow", "log", "allow")  # tfplace.placement._guards.LEVELS, without importing TensorFlow
 _LOCATION = re.compile(r"(?P<file>[^\s:'\"(),]+):(?P<line>\d+)")
@@ -75,6 +78,7 @@ def _parser() -> _Parser:
     parser.add_argument("--sources", action="store_true")
     parser.add_argument("--timing", action="store_true")
     parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--perfetto", default=None, metavar="FILE")
     parser.add_argument("--transfer-guard", nargs="?", const="disallow", default=None, metavar="LEVEL")
     parser.add_argument("--device-guard", default=None, metavar="DEVICE")
     return parser
@@ -95,6 +99,8 @@ def parse_options(line: str) -> argparse.Namespace:
         raise _usage_error(line, str(err)) from None
     if options.transfer_guard is not None and options.transfer_guard not in _LEVELS:
         raise _usage_error(line, f"--transfer-guard={options.transfer_guard} is not a level")
+    if options.perfetto is not None and not options.perfetto.endswith((".json", ".json.gz")):
+        raise _usage_error(line, f"--perfetto={options.perfetto} does not end .json or .json.gz")
     if options.device_guard is not None and not options.device_guard.strip():
         raise _usage_error(line, "--device-guard needs a device")
     return options
@@ -232,6 +238,9 @@ def run(shell: Any, line: str, cell: str) -> None:
     log = _cell_log(shell, log)
     shell.user_ns[LOG_NAME] = log
     _show(log)
+    if options.perfetto is not None:
+        log.to_perfetto(options.perfetto)
+        print(f"tfplace: wrote the cell's timeline to {options.perfetto} (open it in ui.perfetto.dev or chrome://tracing)")
     if error is not None:
         if isinstance(error, _errors.Error) and error.args and isinstance(error.args[0], str):
             error.args = (_cell_names(shell, error.args[0]),) + error.args[1:]

@@ -138,6 +138,7 @@ def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool 
         from tfplace.placement import _memory  # the census loads only when memory is asked for
 
         census = _memory.Census()
+        census.clock = log.__len__
         log.set_memory(census)
     recorder = _Recorder(log, sources, all_threads, census)
     with _session.hold():  # the capture session: hooks, graph collection, caches (tfplace.placement._session)

@@ -49,6 +49,7 @@ class PlacementLog:
     def __init__(self, records: Iterable[PlacementRecord] = (), copies: Iterable[CopyRecord] = ()) -> None:
         self._records: list[PlacementRecord] = list(records)
         self._copies: list[CopyRecord] = list(copies)
+        self._copy_slots: list[int] = [-1] * len(self._copies)  # per copy, the index of the record it came with
         self._reasons: list[str] = []
         self._lock = threading.Lock()
         self._runs: Counter = Counter()  # (device, op, category) -> executions of function nodes
@@ -61,12 +62,14 @@ class PlacementLog:
         """Appends events (the capture's writer; each extend is atomic, so threads may add at once)."""
         self._records.extend(records)
         if copies:
+            self._copy_slots.extend([len(self._records) - 1] * len(copies))
             self._copies.extend(copies)
 
     def add_event(self, record: PlacementRecord, copies: Sequence[CopyRecord] = ()) -> None:
         """Appends one event and its copies (`add()` for one eager op, the capture's hot path)."""
         self._records.append(record)
         if copies:
+            self._copy_slots.extend([len(self._records) - 1] * len(copies))
             self._copies.extend(copies)
 
     def add_runs(self, runs: Iterable[tuple[tuple[str, str, str], int]]) -> None:
@@ -134,6 +137,8 @@ class PlacementLog:
         log._runs, log._timing, log._timing_missing = Counter(self._runs), self._timing, self._timing_missing
         log._census, log._rename = self._census, rename or self._rename
         log._reasons = list(self._reasons)
+        if len(log._copies) == len(self._copies) and len(log._records) == len(self._records):
+            log._copy_slots = list(self._copy_slots)  # the same events, renamed: each copy still comes with its record
         return log
 
     def mark_incomplete(self, reason: str, *, stacklevel: int = 2) -> None:
@@ -374,6 +379,27 @@ class PlacementLog:
         from tfplace.placement import _display
 
         return _display.dataframe(self._records)
+
+    def to_perfetto(self, path: str) -> None:
+        """Writes the block as a timeline that Perfetto's UI (ui.perfetto.dev) and `chrome://tracing` open:
+        Chrome's Trace Event Format, gzipped for a path ending `.gz`. One process per device, one slice
+        per op execution and function call in the order they ran (its times are sequence numbers: the
+        file says so), `args` with op, kind, origin, requester and the user's line, each implicit
+        transfer an arrow with its bytes from the producing device to the consuming one, and with
+        `memory=True` a counter of live bytes per device (see `tfplace.placement._perfetto`).
+
+        >>> import os, tempfile, tensorflow as tf, tfplace
+        >>> with tfplace.capture_placement() as log:
+        ...     y = tf.ones(2) * 2.0
+        >>> path = os.path.join(tempfile.mkdtemp(), "step.json")
+        >>> log.to_perfetto(path)
+        >>> import json; "Mul" in {e.get("name") for e in json.load(open(path))["traceEvents"]}
+        True
+        """
+        from tfplace.placement import _perfetto
+
+        _perfetto.write(path, _perfetto.trace_events(self._records, self._copies, self._copy_slots,
+                                                     self._census.series() if self._census is not None else ()))
 
     def __len__(self) -> int:
         return len(self._records)

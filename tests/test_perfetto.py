@@ -1,0 +1,115 @@
+"""Timelines: `tfplace trace --perfetto` and `PlacementLog.to_perfetto` write Chrome's Trace Event Format
+that Perfetto's UI and chrome://tracing open, checked against the format's rules."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from collections import Counter, defaultdict
+
+import pytest
+
+STEP_SCRIPT = """
+import tensorflow as tf
+with tf.device("CPU:0"):
+    w = tf.Variable(tf.ones((64, 64)))
+x = tf.ones((8, 64))
+
+@tf.function
+def step(x):
+    with tf.device("CPU:1"):
+        y = tf.matmul(x, w)
+    return tf.reduce_sum(y)
+
+for _ in range(3):
+    with tf.device("CPU:1"):
+        x2 = x * 2.0  # reads x from CPU:0: an implicit transfer per step
+    total = step(x2)
+"""
+
+
+def check_format(trace: dict) -> dict:
+    """The Trace Event Format's rules, as Perfetto and chrome://tracing read them; returns the slices by track."""
+    events = trace["traceEvents"]
+    assert isinstance(events, list) and events
+    assert Counter(e["ph"] for e in events).keys() <= {"X", "s", "f", "C", "M"}
+    tracks = defaultdict(list)
+    for e in events:
+        assert isinstance(e["pid"], int) and isinstance(e["name"], str)
+        if e["ph"] == "M":
+            assert isinstance(e["args"], dict) and e["name"] in ("process_name", "process_sort_index", "thread_name")
+            continue
+        assert isinstance(e["ts"], (int, float)) and e["ts"] >= 0
+        if e["ph"] == "X":
+            assert isinstance(e["dur"], (int, float)) and e["dur"] > 0 and isinstance(e["args"], dict)
+            tracks[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"], e["name"]))
+        if e["ph"] == "C":
+            assert isinstance(e["args"], dict) and all(isinstance(v, (int, float)) for v in e["args"].values())
+    for track, slices in tracks.items():  # slices on one track nest or follow each other
+        slices.sort(key=lambda s: (s[0], -s[1]))
+        open_ends: list[float] = []
+        for start, end, name in slices:
+            while open_ends and open_ends[-1] <= start:
+                open_ends.pop()
+            assert not open_ends or end <= open_ends[-1], f"{name} overlaps a slice partly on {track}"
+            open_ends.append(end)
+    flows = defaultdict(list)
+    for e in events:
+        if e["ph"] in "sf":
+            flows[e["id"]].append(e)
+            enclosing = [s for s in tracks[(e["pid"], e["tid"])] if s[0] <= e["ts"] <= s[1]]
+            assert enclosing, f"flow {e['id']} ({e['ph']}) has no slice to bind to"
+    assert all(sorted(f["ph"] for f in pair) == ["f", "s"] for pair in flows.values()), "flow ids not paired"
+    assert all(f["bp"] == "e" for pair in flows.values() for f in pair if f["ph"] == "f")
+    return tracks
+
+
+def names(trace: dict) -> dict[int, str]:
+    return {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+
+
+@pytest.mark.placement
+def test_trace_writes_a_timeline_with_a_transfer_arrow_per_step_and_live_bytes(tmp_path):
+    (tmp_path / "step.py").write_text(STEP_SCRIPT)
+    done = subprocess.run([sys.executable, "-m", "tfplace", "trace", "--logical_cpus=2", "--memory",
+                           "--perfetto=step.json.gz", "step.py"], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"to {tmp_path}/step.json.gz (open it in ui.perfetto.dev or chrome://tracing)" in done.stdout
+    trace = json.loads(gzip.decompress((tmp_path / "step.json.gz").read_bytes()))
+    tracks = check_format(trace)
+    assert "sequence" in trace["otherData"]["clock"]
+    device = {name: pid for pid, name in names(trace).items()}
+    assert {"/device:CPU:0", "/device:CPU:1"} <= set(device)
+    mul = [s for s in tracks[(device["/device:CPU:1"], 1)] if s[2] == "Mul"]
+    assert len(mul) == 3  # one per step, on CPU:1, in order
+    sends = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["name"] == "send Mul input #0"]
+    assert len(sends) == 3 and {e["pid"] for e in sends} == {device["/device:CPU:0"]}
+    assert {e["args"]["bytes"] for e in sends} == {8 * 64 * 4} and all(e["args"]["line"].endswith("step.py:15")
+                                                                        for e in sends)
+    for send, step in zip(sorted(sends, key=lambda e: e["ts"]), sorted(mul)):
+        assert step[0] <= send["ts"] < step[1]  # the transfer lies within the step that needed it
+    calls = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == "function call"]
+    assert len(calls) == 3 and calls[0]["args"]["line"].endswith("step.py:16")
+    live = [e["args"]["bytes"] for e in trace["traceEvents"] if e["ph"] == "C" and e["pid"] == device["/device:CPU:1"]]
+    assert live and max(live) >= 8 * 64 * 4
+
+
+def test_to_perfetto_of_a_log_in_a_program(python, tmp_path):
+    path = tmp_path / "block.json"
+    out = python(f"""
+        import json, tensorflow as tf, tfplace
+        with tfplace.capture_placement(sources=True) as log:
+            y = tf.ones(3) + 1.0
+            try:
+                tf.matmul(tf.ones((2, 3)), tf.ones((2, 3)))
+            except tf.errors.InvalidArgumentError:
+                pass
+        log.to_perfetto({str(path)!r})
+        trace = json.load(open({str(path)!r}))
+        report([[e["name"], e["cat"], e["args"].get("kind")] for e in trace["traceEvents"] if e["ph"] == "X"])
+    """)
+    assert ["AddV2", "op", "execute"] in out and ["MatMul", "failed op", "failed"] in out
+    check_format(json.loads(path.read_text()))

@@ -1,0 +1,155 @@
+"""A placement log as a timeline: Chrome's Trace Event Format, which Perfetto's UI and `chrome://tracing` open.
+
+Written with the standard library (`json`, `gzip`): the format is a JSON object whose `traceEvents`
+are dictionaries, documented by Chrome ("Trace Event Format", the `X`, `s`/`f`, `C` and `M` phases).
+
+* One process per device, named by its canonical name (sorted as the devices are); its threads:
+  "ops" (eager ops and function calls), "function nodes" (the nodes a call's first run placed on
+  that device, one slice per call and device), "transfers" (a slice per implicit transfer sent from
+  or received on the device).
+* Times are sequence numbers, not time: the k-th op of the block starts at `10 k` and lasts 8
+  (`otherData.clock` says so); slices on one thread follow each other, a call's node slice lies
+  within the call's step.
+* Each implicit transfer is a flow arrow (`s` then `f`, one id) from a "send" slice on the producing
+  device to a "receive" slice on the consuming one, with its bytes; with `memory=True`, a counter
+  "live bytes" per device at every change.
+
+Example:
+    >>> from tfplace.placement._records import CopyRecord, PlacementRecord
+    >>> add = PlacementRecord("AddV2", "", "/device:CPU:1", "execute", source="train.py:7")
+    >>> copy = CopyRecord("AddV2", 0, "/device:CPU:0", "/device:CPU:1", bytes=16)
+    >>> events = trace_events([add], [copy], [0])["traceEvents"]
+    >>> [(e["ph"], e["name"]) for e in events if e["ph"] in "Xsf"]
+    [('X', 'AddV2'), ('X', 'send AddV2 input #0'), ('s', 'transfer'), ('X', 'receive AddV2 input #0'), ('f', 'transfer')]
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from typing import Any, Iterable, Sequence
+
+from tfplace import _script
+from tfplace.placement._records import Kind, is_function_call
+
+__all__ = ["trace_events", "write", "STEP"]
+
+STEP = 10  # sequence units per op: a slice lasts 8, so neighbours never touch
+_OPS, _NODES, _TRANSFERS = 1, 2, 3
+_UNKNOWN = "(device unknown)"
+_THREADS = {_OPS: "ops", _NODES: "function nodes", _TRANSFERS: "transfers"}
+_CLOCK = ("sequence: the k-th op of the block starts at 10 k and lasts 8; the order is TensorFlow's, the "
+          "times are not (capture with timing=True, or tfplace trace --timing, for busy time per device)")
+
+
+def _device_key(device: str) -> tuple:
+    head, _, index = device.rpartition(":")
+    return (head, int(index) if index.isdigit() else 0)
+
+
+class _Timeline:
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.pids: dict[str, int] = {}
+        self.flows = 0
+
+    def pid(self, device: str) -> int:
+        device = device or _UNKNOWN
+        if device not in self.pids:
+            self.pids[device] = len(self.pids) + 1
+        return self.pids[device]
+
+    def slice(self, device: str, tid: int, name: str, ts: float, dur: float, category: str,
+              args: dict[str, Any]) -> None:
+        self.events.append({"ph": "X", "name": name, "cat": category, "pid": self.pid(device), "tid": tid,
+                            "ts": ts, "dur": dur, "args": {k: v for k, v in args.items() if v not in ("", None)}})
+
+    def transfer(self, copy: Any, ts: float, width: float) -> None:
+        """A send slice on the producer, a receive slice on the consumer (each `width` / 2 long, from `ts`),
+        an arrow between them."""
+        self.flows += 1
+        half = width / 2
+        what = f"{copy.op} input #{copy.input_index}"
+        args = {"bytes": copy.bytes, "from": copy.from_device, "to": copy.to_device, "op": copy.op,
+                "kind": copy.kind, "function": copy.function, "node": copy.node, "tensor": copy.tensor,
+                "dtype": copy.dtype, "line": copy.source or copy.call, "in_loop": copy.in_loop or None}
+        for device, name, phase, start in ((copy.from_device, f"send {what}", "s", ts),
+                                           (copy.to_device, f"receive {what}", "f", ts + half)):
+            at = start + half * 0.4
+            self.slice(device, _TRANSFERS, name, start, half * 0.8, "transfer", args)
+            flow = {"ph": phase, "name": "transfer", "cat": "transfer", "id": self.flows, "pid": self.pid(device),
+                    "tid": _TRANSFERS, "ts": at}
+            self.events.append(dict(flow, bp="e") if phase == "f" else flow)
+
+    def metadata(self) -> list[dict[str, Any]]:
+        found = []
+        for order, device in enumerate(sorted(self.pids, key=_device_key)):
+            pid = self.pids[device]
+            found += [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": device}},
+                      {"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": order}}]
+            found += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}
+                      for tid, name in _THREADS.items()]
+        return found
+
+
+def _record_args(record: Any) -> dict[str, Any]:
+    return {"op": record.op, "node": record.name, "kind": record.kind, "device": record.device,
+            "origin": record.origin, "line": record.source, "requested": record.requested,
+            "requested_by": record.requested_by, "dtypes": dict(record.dtypes) or None}
+
+
+def trace_events(records: Sequence[Any], copies: Sequence[Any], copy_slots: Sequence[int],
+                 memory: Iterable[tuple[int, str, int]] = ()) -> dict[str, Any]:
+    """The trace (a JSON-ready dict) of a block's records in order, its copies with the index of the
+    record each came with (`copy_slots`), and its memory series ((log length, device, live bytes))."""
+    timeline = _Timeline()
+    step_of: list[int] = []  # per record, the step it belongs to
+    step, nodes, call = -1, {}, None
+    def flush_nodes() -> None:
+        for device, placed in nodes.items():
+            ops: dict[str, int] = {}
+            for record in placed:
+                ops[record.op] = ops.get(record.op, 0) + 1
+            timeline.slice(device, _NODES, f"{call or 'function'}: {len(placed)} node(s)", step * STEP + 1, STEP - 4,
+                           "function nodes", {"function": call, "nodes": len(placed), "ops": ops,
+                                              "kinds": sorted({r.kind for r in placed})})
+        nodes.clear()
+    for record in records:
+        if Kind(record.kind).eager:
+            flush_nodes()
+            step += 1
+            function = is_function_call(record.op)
+            call = record.op if function else None
+            args = _record_args(record)
+            if function:
+                args["function"] = args.pop("op")
+            timeline.slice(record.device, _OPS, record.op, step * STEP, STEP - 2,
+                           "function call" if function else "failed op" if record.kind == Kind.FAILED else "op", args)
+        elif step >= 0:
+            nodes.setdefault(record.device, []).append(record)
+        step_of.append(max(step, 0))
+    flush_nodes()
+    per_step: dict[int, list[Any]] = {}
+    for copy, slot in zip(copies, copy_slots):
+        per_step.setdefault(step_of[slot] if 0 <= slot < len(step_of) else 0, []).append(copy)
+    for at, moved in per_step.items():  # a step's transfers side by side within it: never overlapping
+        width = (STEP - 2) / len(moved)
+        for j, copy in enumerate(moved):
+            timeline.transfer(copy, at * STEP + j * width, width)
+    for at, device, live in memory:
+        step_at = step_of[at - 1] if 0 < at <= len(step_of) else 0
+        timeline.events.append({"ph": "C", "name": "live bytes", "pid": timeline.pid(device),
+                                "ts": step_at * STEP + (STEP - 1 if at else 0), "args": {"bytes": live}})
+    return {"traceEvents": timeline.metadata() + timeline.events, "displayTimeUnit": "ns",
+            "otherData": {"producer": "tfplace", "clock": _CLOCK, "devices": sorted(timeline.pids, key=_device_key)}}
+
+
+
+def write(path: str, trace: dict[str, Any]) -> None:
+    """Writes `trace` to `path` whole (gzipped when it ends `.gz`)."""
+    def dump(temporary: str) -> None:
+        data = json.dumps(trace, separators=(",", ":")).encode("utf-8")
+        with open(temporary, "wb") as out:
+            out.write(gzip.compress(data) if path.endswith(".gz") else data)
+
+    _script.write_whole(path, dump)
