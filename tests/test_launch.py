@@ -5,6 +5,7 @@ ParameterServerStrategy cluster (a coordinator, a worker and a ps task)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -305,7 +306,8 @@ W, PS = "/job:worker/replica:0/task:{}/device:CPU:0", "/job:ps/replica:0/task:{}
 def test_a_parameter_server_cluster_traced_has_its_variables_steps_and_reads_where_tensorflow_put_them(tmp_path):
     """The PSS tutorial's custom loop with 2 workers and 2 ps tasks: every task's trace merged into one."""
     start = time.monotonic()
-    done = launch("--ps=2", "--workers=2", "--trace", "--json=cluster.json", PSS_LOOP, cwd=tmp_path, timeout=150)
+    done = launch("--ps=2", "--workers=2", "--trace", "--json=cluster.json", "--perfetto=cluster.json.gz", PSS_LOOP,
+                  cwd=tmp_path, timeout=150)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"kernel on {PS.format(0)}; bias on {PS.format(1)}" in done.stdout
     assert not re.search(r"placer\.cc|SessionOptions|^\[\w+ ?\d?\] \S+: \(\w+\): /job:", done.stdout + done.stderr, re.M)
@@ -325,6 +327,10 @@ def test_a_parameter_server_cluster_traced_has_its_variables_steps_and_reads_whe
     assert {r["to_task"] for r in reads} <= {"worker:0", "worker:1"} and sum(r["steps"] for r in reads) == 4
     writes = [r for r in merged["traffic"] if r["kind"] == "remote" and "AssignSubVariableOp bias:0" in r["what"]]
     assert {(r["to_task"], r["bytes"]) for r in writes} == {("ps:1", 8)}
+    timeline = json.loads(gzip.decompress((tmp_path / "cluster.json.gz").read_bytes()))
+    processes = {e["args"]["name"] for e in timeline["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    assert {"chief /job:chief/replica:0/task:0/device:CPU:0", f"chief {PS.format(0)}", f"chief {W.format(1)}"} <= processes
+    assert any(e["ph"] == "X" and e["name"].startswith("send AssignVariableOp") for e in timeline["traceEvents"])
     reason = traces["chief"]["incomplete_reason"]
     assert "another task's device" in reason and "placed before the block opened" not in reason
 

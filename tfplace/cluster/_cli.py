@@ -27,8 +27,9 @@ from tfplace.placement._report import ROWS
 __all__ = ["LAUNCH_USAGE", "LAUNCH_VALUED", "add_launch", "add_merge", "launch", "merge"]
 
 LAUNCH_USAGE = ("tfplace launch --workers=N [--ps=M] [--chief] [--trace] [--timing] [--memory] [--json=FILE] "
+                "[--perfetto=FILE.json[.gz]] "
                 "[--timeout=S] [--kill_after=S] [--top=N] [tfplace flags] script.py [--] [args ...]")
-LAUNCH_VALUED = ("--workers", "--ps", "--json", "--timeout", "--kill_after", "--top")
+LAUNCH_VALUED = ("--workers", "--ps", "--json", "--perfetto", "--timeout", "--kill_after", "--top")
 
 
 def add_launch(commands: Any) -> argparse.ArgumentParser:
@@ -51,6 +52,8 @@ def add_launch(commands: Any) -> argparse.ArgumentParser:
     for option in ("timing", "memory"):
         parser.add_argument(f"--{option}", action="store_true", help=f"with --trace: trace --{option} in each task")
     parser.add_argument("--json", metavar="FILE", help="with --trace: write the merged traces of the tasks as JSON")
+    parser.add_argument("--perfetto", metavar="FILE.json[.gz]", help="with --trace: write one timeline of the tasks "
+                        "that run the script (a process per task and device) for ui.perfetto.dev or chrome://tracing")
     parser.add_argument("--top", metavar="N", type=number("top", int, 1), default=ROWS,
                         help=f"with --trace: rows per section of the report (default {ROWS})")
     parser.add_argument("--timeout", metavar="S", type=number("timeout", float, 0, strict=True),
@@ -82,14 +85,16 @@ def launch(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
     """Runs `tfplace launch` (`tfplace.cluster._launch.launch`); `passed`: the arguments after `--`."""
     from tfplace.cluster._launch import Options, launch as start
 
-    check_script(parser, args, "launch", ("--workers", "--ps", "--chief", "--trace", "--timing", "--memory", "--json",
+    check_script(parser, args, "launch", ("--workers", "--ps", "--chief", "--trace", "--timing", "--memory", "--json", "--perfetto",
                                           "--timeout", "--kill_after", "--top"))
-    for option in ("json", "timing", "memory"):
+    for option in ("json", "perfetto", "timing", "memory"):
         if getattr(args, option) and not args.trace:
             parser.error(f"--{option} (from option --{option}) needs --trace: allowed is tfplace launch --trace "
-                         f"--{option}{'=FILE' if option == 'json' else ''} ...")
-    if args.json is not None and (problem := output_problem("json", args.json, args.script)) is not None:
-        parser.error(f"--json={args.json!r} (from option --json) cannot be written: {problem}")
+                         f"--{option}{'=FILE' if option in ('json', 'perfetto') else ''} ...")
+    for option in ("json", "perfetto"):
+        path = getattr(args, option)
+        if path is not None and (problem := output_problem(option, path, args.script)) is not None:
+            parser.error(f"--{option}={path!r} (from option --{option}) cannot be written: {problem}")
     settings = given(args)
     try:
         check_conflicts({name: Sourced(value, f"option --{name}") for name, value in settings.items()})

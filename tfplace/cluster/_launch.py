@@ -52,6 +52,7 @@ class Options:
     timing: bool = False
     memory: bool = False
     json: Optional[str] = None
+    perfetto: Optional[str] = None
     top: int = 20
     timeout: Optional[float] = None
     kill_after: float = 10.0
@@ -131,6 +132,7 @@ def _command(task: Task, script: str, args: Sequence[str], options: Options, fol
             *(f"--{name}={value}" for name, value in settings_text(options.settings).items()),
             *(["--log_placement"] if _logs_for_servers(options) else []),
             *(["--timing"] if options.timing else []), *(["--memory"] if options.memory else []), "--quiet",
+            *([f"--perfetto={task.file(folder, '.timeline.json')}"] if options.perfetto else []),
             f"--json={task.file(folder, '.json')}", script, "--", *args]
 
 
@@ -360,6 +362,13 @@ def _report(cluster: _Cluster) -> bool:
 
         write_json(cluster.options.json, merged)
         _say(f"wrote the merged traces of {len(paths)} task(s) to {cluster.options.json}")
+    if cluster.options.perfetto:
+        from tfplace.placement._perfetto import merge_tasks, write
+
+        timelines = {t.label: path for t in cluster.tasks if os.path.isfile(path := t.file(cluster.folder, ".timeline.json"))}
+        write(cluster.options.perfetto, merge_tasks(timelines))
+        _say(f"wrote the timelines of {len(timelines)} task(s) to {cluster.options.perfetto} (open it in "
+             "ui.perfetto.dev or chrome://tracing)")
     return True
 
 
@@ -372,7 +381,8 @@ def launch(script: str, args: Sequence[str], options: Options) -> int:
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             previous[signum] = signal.signal(signum, lambda number, frame: received.append(number))
-    options = dataclasses.replace(options, json=os.path.abspath(options.json) if options.json else None)
+    options = dataclasses.replace(options, json=os.path.abspath(options.json) if options.json else None,
+                                  perfetto=os.path.abspath(options.perfetto) if options.perfetto else None)
     folder = tempfile.mkdtemp(prefix="tfplace-launch-") if options.trace else ""
     cluster = _Cluster(plan(options), options, folder, received)
     try:

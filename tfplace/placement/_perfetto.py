@@ -32,7 +32,7 @@ from typing import Any, Iterable, Sequence
 from tfplace import _script
 from tfplace.placement._records import Kind, is_function_call
 
-__all__ = ["trace_events", "write", "STEP"]
+__all__ = ["trace_events", "merge_tasks", "write", "STEP"]
 
 STEP = 10  # sequence units per op: a slice lasts 8, so neighbours never touch
 _OPS, _NODES, _TRANSFERS = 1, 2, 3
@@ -104,7 +104,7 @@ def trace_events(records: Sequence[Any], copies: Sequence[Any], copy_slots: Sequ
     record each came with (`copy_slots`), and its memory series ((log length, device, live bytes))."""
     timeline = _Timeline()
     step_of: list[int] = []  # per record, the step it belongs to
-    step, nodes, call = -1, {}, None
+    step, nodes, call, called_on = -1, {}, None, ""
     def flush_nodes() -> None:
         for device, placed in nodes.items():
             ops: dict[str, int] = {}
@@ -119,14 +119,14 @@ def trace_events(records: Sequence[Any], copies: Sequence[Any], copy_slots: Sequ
             flush_nodes()
             step += 1
             function = is_function_call(record.op)
-            call = record.op if function else None
+            call, called_on = (record.op if function else None), record.device
             args = _record_args(record)
             if function:
                 args["function"] = args.pop("op")
             timeline.slice(record.device, _OPS, record.op, step * STEP, STEP - 2,
                            "function call" if function else "failed op" if record.kind == Kind.FAILED else "op", args)
         elif step >= 0:
-            nodes.setdefault(record.device, []).append(record)
+            nodes.setdefault(record.device or called_on, []).append(record)  # a removed node may have none
         step_of.append(max(step, 0))
     flush_nodes()
     per_step: dict[int, list[Any]] = {}
@@ -143,6 +143,30 @@ def trace_events(records: Sequence[Any], copies: Sequence[Any], copy_slots: Sequ
     return {"traceEvents": timeline.metadata() + timeline.events, "displayTimeUnit": "ns",
             "otherData": {"producer": "tfplace", "clock": _CLOCK, "devices": sorted(timeline.pids, key=_device_key)}}
 
+
+
+def merge_tasks(timelines: dict[str, str]) -> dict[str, Any]:
+    """One trace of a cluster from each task's timeline file (`{"worker 0": path}`): a process per task and
+    device, named `worker 0 /job:worker/replica:0/task:0/device:CPU:0`; each task keeps its own clock."""
+    events: list[dict[str, Any]] = []
+    devices: list[str] = []
+    offset = 0
+    for task, path in timelines.items():
+        with open(path, "rb") as f:
+            data = f.read()
+        trace = json.loads(gzip.decompress(data) if path.endswith(".gz") else data)
+        pids = [e["pid"] for e in trace["traceEvents"]]
+        for event in trace["traceEvents"]:
+            event = dict(event, pid=event["pid"] + offset)
+            if event["ph"] == "M" and event["name"] == "process_name":
+                event["args"] = {"name": f"{task} {event['args']['name']}"}
+                devices.append(event["args"]["name"])
+            if event["ph"] in "sf":
+                event["id"] = f"{task} {event['id']}"
+            events.append(event)
+        offset += max(pids, default=0)
+    return {"traceEvents": events, "displayTimeUnit": "ns",
+            "otherData": {"producer": "tfplace", "clock": _CLOCK + "; each task its own", "devices": devices}}
 
 
 def write(path: str, trace: dict[str, Any]) -> None:
