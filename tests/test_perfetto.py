@@ -113,3 +113,32 @@ def test_to_perfetto_of_a_log_in_a_program(python, tmp_path):
     """)
     assert ["AddV2", "op", "execute"] in out and ["MatMul", "failed op", "failed"] in out
     check_format(json.loads(path.read_text()))
+
+
+@pytest.mark.placement
+def test_a_timed_trace_puts_ops_at_the_profilers_times_and_keeps_the_profile(tmp_path):
+    (tmp_path / "step.py").write_text(STEP_SCRIPT)
+    done = subprocess.run([sys.executable, "-m", "tfplace", "trace", "--logical_cpus=2", "--timing", "--memory",
+                           "--profile_dir=profile", "--perfetto=timed.json", "step.py"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    trace = json.loads((tmp_path / "timed.json").read_text())
+    tracks = check_format(trace)
+    assert trace["otherData"]["clock"].startswith("TensorFlow's profiler: microseconds")
+    device = {name: pid for pid, name in names(trace).items()}
+    muls = [s for (pid, _), slices in tracks.items() if pid == device["/device:CPU:1"] for s in slices if s[2] == "Mul"]
+    assert len(muls) == 3 and len({s[0] for s in muls}) == 3  # three runs, at three times
+    lines = {e["args"].get("line") for e in trace["traceEvents"] if e["ph"] == "X" and e["name"] == "Mul"}
+    assert lines == {"step.py:15"}
+    assert any(e["ph"] == "s" for e in trace["traceEvents"]) and any(e["ph"] == "C" for e in trace["traceEvents"])
+    assert list((tmp_path / "profile" / "plugins" / "profile").glob("*/*.xplane.pb"))  # for TensorBoard
+
+
+def test_profile_dir_needs_timing(tmp_path):
+    (tmp_path / "ran.py").write_text("open('ran.txt', 'w').close()\n")
+    done = subprocess.run([sys.executable, "-m", "tfplace", "trace", "--profile_dir=p", "ran.py"], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 2 and done.stderr.splitlines()[-1] == (
+        "tfplace trace: error: --profile_dir='p' (from option --profile_dir) needs --timing: allowed is "
+        "tfplace trace --timing --profile_dir=p ...")
+    assert not (tmp_path / "ran.txt").exists()

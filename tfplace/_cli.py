@@ -39,7 +39,7 @@ from tfplace.placement._report import ROWS
 __all__ = ["main"]
 
 TRACE_USAGE = ("tfplace trace [tfplace flags] [--json=FILE] [--plot=FILE.png] [--perfetto=FILE.json[.gz]] [--timing] "
-               "[--memory] [--top=N] [--quiet] script.py [--] [args ...]")
+               "[--profile_dir=DIR] [--memory] [--top=N] [--quiet] script.py [--] [args ...]")
 
 
 def _add_trace(commands: Any) -> argparse.ArgumentParser:
@@ -61,6 +61,8 @@ def _add_trace(commands: Any) -> argparse.ArgumentParser:
                              "transfers as arrows with bytes, live bytes per device with --memory)")
     parser.add_argument("--timing", action="store_true",
                         help="run the script under TensorFlow's profiler: busy time per device and op, time shares")
+    parser.add_argument("--profile_dir", metavar="DIR", help="with --timing: keep TensorFlow's own profile under "
+                        "DIR/plugins/profile/ for TensorBoard's profile plugin (tensorboard --logdir=DIR)")
     parser.add_argument("--memory", action="store_true",
                         help="count the tensors and variables the script makes per device: peak, live, top lines")
     parser.add_argument("--top", metavar="N", type=int, default=ROWS, help=f"rows per report section (default {ROWS})")
@@ -75,7 +77,15 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
 
     Every usage error is found before TensorFlow is imported and before the script runs.
     """
-    check_script(parser, args, "trace", ("--json", "--plot", "--perfetto", "--top", "--quiet"))
+    check_script(parser, args, "trace", ("--json", "--plot", "--perfetto", "--profile_dir", "--top", "--quiet"))
+    if args.profile_dir is not None:
+        if not args.timing:
+            parser.error(f"--profile_dir={args.profile_dir!r} (from option --profile_dir) needs --timing: allowed is "
+                         f"tfplace trace --timing --profile_dir={args.profile_dir} ...")
+        if os.path.exists(args.profile_dir) and not os.path.isdir(args.profile_dir) or \
+                not os.path.isdir(os.path.dirname(os.path.abspath(args.profile_dir))):
+            parser.error(f"--profile_dir={args.profile_dir!r} (from option --profile_dir) cannot hold a profile: "
+                         "allowed is a folder, or a new one in an existing folder")
     if args.top < 1:
         parser.error(f"--top={args.top} (from option --top) is not allowed: expected a whole number >= 1")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
@@ -114,6 +124,10 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
             except tfplace.Error as err:
                 opened["error"] = f"tfplace trace: error: {err}"
                 raise SystemExit(2) from None
+            if args.profile_dir is not None:
+                from tfplace.placement._profiling import keeping
+
+                stack.enter_context(keeping(os.path.abspath(args.profile_dir)))
             opened["tracing"] = stack.enter_context(_trace.tracing(timing=args.timing, memory=args.memory))
 
         with _script.after_import("tensorflow", start):
@@ -248,7 +262,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv[:1] in (["trace"], ["launch"]) and "--" in argv:
         argv, passed = argv[:argv.index("--")], argv[argv.index("--") + 1:]
     if argv[:1] in (["trace"], ["devices"], ["launch"]):
-        argv = argv[:1] + (absl_booleans(trace, argv[1:], ("--json", "--plot", "--perfetto", "--top")) if argv[0] == "trace"
+        argv = argv[:1] + (absl_booleans(trace, argv[1:], ("--json", "--plot", "--perfetto", "--profile_dir", "--top")) if argv[0] == "trace"
                            else absl_booleans(launch, argv[1:], LAUNCH_VALUED) if argv[0] == "launch"
                            else absl_booleans(devices, argv[1:]))
     args = parser.parse_args(argv)

@@ -383,8 +383,8 @@ class PlacementLog:
     def to_perfetto(self, path: str) -> None:
         """Writes the block as a timeline that Perfetto's UI (ui.perfetto.dev) and `chrome://tracing` open:
         Chrome's Trace Event Format, gzipped for a path ending `.gz`. One process per device, one slice
-        per op execution and function call in the order they ran (its times are sequence numbers: the
-        file says so), `args` with op, kind, origin, requester and the user's line, each implicit
+        per op execution and function call in the order they ran (with `timing=True`, TensorFlow's
+        profiler's start and duration of each op; else sequence numbers, and the file says so), `args` with op, kind, origin, requester and the user's line, each implicit
         transfer an arrow with its bytes from the producing device to the consuming one, and with
         `memory=True` a counter of live bytes per device (see `tfplace.placement._perfetto`).
 
@@ -399,7 +399,8 @@ class PlacementLog:
         from tfplace.placement import _perfetto
 
         _perfetto.write(path, _perfetto.trace_events(self._records, self._copies, self._copy_slots,
-                                                     self._census.series() if self._census is not None else ()))
+                                                     self._census.series() if self._census is not None else (),
+                                                     self._timing))
 
     def __len__(self) -> int:
         return len(self._records)

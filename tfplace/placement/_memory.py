@@ -28,6 +28,7 @@ import functools
 import math
 import re
 import threading
+import time
 import weakref
 from typing import Any, Callable, Iterable, NamedTuple, Optional, Union
 
@@ -142,7 +143,7 @@ class Census:
         self._made: dict[tuple, Optional[_Entry]] = {}  # (device, dtype, shape, line) -> the entry of such tensors
         self._sources = _session.runtime().made  # the lines of tensors alive, for live_tensors()
         self.clock: Callable[[], int] = lambda: 0  # where the block is (its log's length), for `series()`
-        self._series: list[tuple[int, str, int]] = []  # (clock, device, live bytes) at each change
+        self._series: list[tuple[int, str, int, int]] = []  # (clock, device, live bytes, epoch ns) at each change
         self._live: dict[str, int] = {}
         self._peak: dict[str, int] = {}
         self._line_live: dict[tuple[str, str], int] = {}
@@ -189,7 +190,7 @@ class Census:
             live = self._live[device] = self._live.get(device, 0) + size
             if live > self._peak.get(device, 0):
                 self._peak[device] = live
-            self._series.append((self.clock(), device, live))
+            self._series.append((self.clock(), device, live, time.time_ns()))
             live = self._line_live[line] = self._line_live.get(line, 0) + size
             if live > self._line_peak.get(line, 0):
                 self._line_peak[line] = live
@@ -203,11 +204,11 @@ class Census:
                 return
             entry = ref.entry
             self._live[entry.device] -= entry.size
-            self._series.append((self.clock(), entry.device, self._live[entry.device]))
+            self._series.append((self.clock(), entry.device, self._live[entry.device], time.time_ns()))
             self._line_live[(entry.device, entry.source)] -= entry.size
 
-    def series(self) -> list[tuple[int, str, int]]:
-        """(clock, device, live bytes) at every change while the block ran, in order."""
+    def series(self) -> list[tuple[int, str, int, int]]:
+        """(clock, device, live bytes, time.time_ns()) at every change while the block ran, in order."""
         with self._lock:
             return list(self._series)
 

@@ -37,6 +37,8 @@ __all__ = ["trace_events", "merge_tasks", "write", "STEP"]
 STEP = 10  # sequence units per op: a slice lasts 8, so neighbours never touch
 _OPS, _NODES, _TRANSFERS = 1, 2, 3
 _UNKNOWN = "(device unknown)"
+_TIMED = ("TensorFlow's profiler: microseconds from the block's first event; each op at its kernel's start and "
+          "duration, a lane per overlap on a device")
 _THREADS = {_OPS: "ops", _NODES: "function nodes", _TRANSFERS: "transfers"}
 _CLOCK = ("sequence: the k-th op of the block starts at 10 k and lasts 8; the order is TensorFlow's, the "
           "times are not (capture with timing=True, or tfplace trace --timing, for busy time per device)")
@@ -87,9 +89,16 @@ class _Timeline:
             pid = self.pids[device]
             found += [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": device}},
                       {"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": order}}]
-            found += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}
-                      for tid, name in _THREADS.items()]
+            used = sorted({e["tid"] for e in self.events if e["pid"] == pid and "tid" in e} | set(_THREADS))
+            found += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": _thread(tid)}}
+                      for tid in used]
         return found
+
+
+def _thread(tid: int) -> str:
+    if tid in _THREADS:
+        return _THREADS[tid]
+    return f"ops, lane {tid - 10}" if tid < 100 else f"transfers, lane {tid - 100}"
 
 
 def _record_args(record: Any) -> dict[str, Any]:
@@ -98,11 +107,78 @@ def _record_args(record: Any) -> dict[str, Any]:
             "requested_by": record.requested_by, "dtypes": dict(record.dtypes) or None}
 
 
+def _free(ends: list[float], start: float, end: float) -> int:
+    """The first lane (by the end of its last slice, `ends`) free at `start`, taken until `end`."""
+    for lane, last in enumerate(ends):
+        if last <= start:
+            ends[lane] = end
+            return lane
+    ends.append(end)
+    return len(ends) - 1
+
+
+def _lanes(intervals: list[tuple[float, float, Any]]) -> list[tuple[int, float, float, Any]]:
+    """Each (start, end, item) on the first lane free at its start (lane 0, 1, ...): a lane's slices follow
+    each other, never overlapping."""
+    ends: list[float] = []
+    placed = []
+    for start, end, item in sorted(intervals, key=lambda i: (i[0], i[1])):
+        lane = _free(ends, start, end)
+        placed.append((lane, start, end, item))
+    return placed
+
+
+def _timed(timeline: _Timeline, records: Sequence[Any], copies: Sequence[Any], memory: Iterable[tuple],
+           timing: Any) -> None:
+    """Slices at the profiler's times (µs from the block's first event), a lane per overlap on a device."""
+    eager = [r for r in records if r.kind == Kind.EXECUTE and not is_function_call(r.op)]
+    memory = list(memory)
+    origin = min([e[2] for e in timing.events] + [m[2] for m in timing.moves] + [m[3] / 1e3 for m in memory])
+    by_device: dict[str, list] = {}
+    for device, op, start, duration, _, index in timing.events:
+        by_device.setdefault(device, []).append((start - origin, start - origin + max(duration, 0.001), (op, index)))
+    for device, intervals in by_device.items():
+        for lane, start, end, (op, index) in _lanes(intervals):
+            record = eager[index] if 0 <= index < len(eager) else None
+            args = _record_args(record) if record is not None else {"op": op, "device": device, "kind": "node"}
+            timeline.slice(device, 10 + lane, op, start, end - start, "op" if record is not None else "function node",
+                           args)
+    sizes: dict[tuple[str, str], list] = {}
+    for copy in copies:
+        sizes.setdefault((copy.from_device, copy.to_device), []).append(copy)
+    seen: dict[tuple[str, str], int] = {}
+    ends: dict[str, list] = {}
+    for source, target, start, duration in sorted(timing.moves, key=lambda m: m[2]):
+        k = seen[(source, target)] = seen.get((source, target), -1) + 1
+        known = sizes.get((source, target), [])
+        copy = known[k] if len(known) == sum(1 for m in timing.moves if m[:2] == (source, target)) else None
+        at, width = start - origin, max(duration, 0.001)
+        timeline.flows += 1
+        for device, name, phase in ((source, "send", "s"), (target, "receive", "f")):
+            lane = _free(ends.setdefault(device, []), at, at + width)
+            what = f" {copy.op} input #{copy.input_index}" if copy is not None else ""
+            timeline.slice(device, 100 + lane, f"{name}{what}", at, width, "transfer",
+                           {"from": source, "to": target, "bytes": getattr(copy, "bytes", None),
+                            "line": getattr(copy, "source", "") or getattr(copy, "call", "")})
+            flow = {"ph": phase, "name": "transfer", "cat": "transfer", "id": timeline.flows,
+                    "pid": timeline.pid(device), "tid": 100 + lane, "ts": at + width / 2}
+            timeline.events.append(dict(flow, bp="e") if phase == "f" else flow)
+    for _, device, live, at_ns in memory:
+        timeline.events.append({"ph": "C", "name": "live bytes", "pid": timeline.pid(device),
+                                "ts": max(0.0, at_ns / 1e3 - origin), "args": {"bytes": live}})
+
+
 def trace_events(records: Sequence[Any], copies: Sequence[Any], copy_slots: Sequence[int],
-                 memory: Iterable[tuple[int, str, int]] = ()) -> dict[str, Any]:
+                 memory: Iterable[tuple] = (), timing: Any = None) -> dict[str, Any]:
     """The trace (a JSON-ready dict) of a block's records in order, its copies with the index of the
-    record each came with (`copy_slots`), and its memory series ((log length, device, live bytes))."""
+    record each came with (`copy_slots`), its memory series ((log length, device, live bytes, epoch ns))
+    and, where it was timed, its profile (`_profile.Timing`: slices at the profiler's times)."""
     timeline = _Timeline()
+    if timing is not None and timing.events:
+        _timed(timeline, records, copies, memory, timing)
+        return {"traceEvents": timeline.metadata() + timeline.events, "displayTimeUnit": "ms",
+                "otherData": {"producer": "tfplace", "clock": _TIMED,
+                              "devices": sorted(timeline.pids, key=_device_key)}}
     step_of: list[int] = []  # per record, the step it belongs to
     step, nodes, call, called_on = -1, {}, None, ""
     def flush_nodes() -> None:
@@ -136,7 +212,7 @@ def trace_events(records: Sequence[Any], copies: Sequence[Any], copy_slots: Sequ
         width = (STEP - 2) / len(moved)
         for j, copy in enumerate(moved):
             timeline.transfer(copy, at * STEP + j * width, width)
-    for at, device, live in memory:
+    for at, device, live, _ in memory:
         step_at = step_of[at - 1] if 0 < at <= len(step_of) else 0
         timeline.events.append({"ph": "C", "name": "live bytes", "pid": timeline.pid(device),
                                 "ts": step_at * STEP + (STEP - 1 if at else 0), "args": {"bytes": live}})

@@ -101,6 +101,8 @@ class Timing(NamedTuple):
         from its own plane, not a part of `ops`).
       unattributed: events whose device is unknown (eager events beyond the records
         passed, nodes without a device).
+      events: each counted event, for a timeline (`tfplace.placement._perfetto`).
+      moves: each transfer with its start and time, for a timeline.
     """
 
     devices: dict[str, tuple[int, float]]
@@ -112,6 +114,8 @@ class Timing(NamedTuple):
     threads: int
     eager: dict[tuple[str, str], int] = {}
     unattributed: int = 0
+    events: tuple = ()  # (device, op, start µs, µs, line, index of the eager op in `read_xspace`'s list or -1)
+    moves: tuple = ()  # (from device, to device, start µs, µs) of each transfer the profile saw
 
 
 def _stat(plane: Any, stat: Any) -> Any:
@@ -141,13 +145,15 @@ class _Tally:
         self.last = float("-inf")
         self.eager: Counter = Counter()
         self.unattributed = 0
+        self.moves: list[tuple[str, str, float, float]] = []
 
-    def ran(self, line: Any, device: str, op: str, start_us: float, duration_us: float, host: bool) -> None:
-        """Work on `device` seen on `line` (a host line when `host`)."""
+    def ran(self, line: Any, device: str, op: str, start_us: float, duration_us: float, host: bool,
+            eager: int = -1) -> None:
+        """Work on `device` seen on `line` (a host line when `host`); `eager`: its eager op's index."""
         if not device:
             self.unattributed += 1
         elif not (host and device in self.planes):
-            self.work.setdefault(line, []).append((start_us, duration_us, device, op))
+            self.work.setdefault(line, []).append((start_us, duration_us, device, op, eager))
 
     def span(self, start_us: float, duration_us: float) -> None:
         self.first = min(self.first, start_us)
@@ -158,12 +164,15 @@ class _Tally:
         entry[0] += 1
         entry[1] += size
         entry[2] += duration_us
+        self.moves.append((canonical_name(source), canonical_name(target), start_us, duration_us))
         self.span(start_us, duration_us)
 
     def timing(self) -> Timing:
-        for events in self.work.values():
+        every = []
+        for number, events in enumerate(self.work.values()):
             covered = float("-inf")
-            for start, duration, device, op in sorted(events):
+            for start, duration, device, op, eager in sorted(events):
+                every.append((device, op, start, duration, number, eager))
                 entry = self.ops.setdefault((device, op), [0, 0.0])
                 entry[0] += 1
                 entry[1] += max(0.0, start + duration - max(start, covered))
@@ -179,7 +188,7 @@ class _Tally:
                       {k: (n, t) for k, (n, t) in sorted(self.ops.items())},
                       {k: (n, b, t) for k, (n, b, t) in self.transfers.items()},
                       dict(self.nodes), {k: (n, t) for k, (n, t) in self.sends.items()}, wall, len(self.work),
-                      dict(self.eager), self.unattributed)
+                      dict(self.eager), self.unattributed, tuple(every), tuple(self.moves))
 
 
 _SKIP, _EAGER_OP, _KERNEL, _COPY, _WORK, _SEND, _OTHER_NODE, _ASYNC = range(8)
@@ -324,8 +333,8 @@ def read_xspace(space: Any, node_devices: Mapping[str, str] = {},
         "execute" records): the k-th event of an op type ran on the k-th such device.
     """
     queues: dict[str, deque] = {}
-    for op, device in eager:
-        queues.setdefault(op, deque()).append(device)
+    for index, (op, device) in enumerate(eager):
+        queues.setdefault(op, deque()).append((device, index))
     gpus = {plane.name: f"/device:GPU:{found[1]}" for plane in space.planes for found in [_GPU_PLANE.match(plane.name)]
             if found}
     tally = _Tally(frozenset(gpus.values()))
@@ -338,8 +347,9 @@ def read_xspace(space: Any, node_devices: Mapping[str, str] = {},
     pending.sort(key=lambda item: item[0])
     for start, duration, op, line in pending:
         queue = queues.get(op)
-        device = canonical_name(queue.popleft()) if queue else ""
-        tally.ran(line, device, op, start, duration, True)
+        device, index = queue.popleft() if queue else ("", -1)
+        device = canonical_name(device) if device else ""
+        tally.ran(line, device, op, start, duration, True, index)
         if device:
             tally.eager[(device, op)] += 1
     return tally.timing()
