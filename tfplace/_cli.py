@@ -101,7 +101,7 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
     for (one, a), (other, b) in itertools.combinations(outputs.items(), 2):
         if os.path.realpath(a) == os.path.realpath(b):
             parser.error(f"--{one}={getattr(args, one)!r} and --{other}={getattr(args, other)!r} (from options "
-                         f"--{one} and --{other}) name the same file {os.path.realpath(a)}: allowed are different "
+                         f"--{one} and --{other}) name the same file {os.path.realpath(a)}: allowed are two different "
                          "files, one per output")
     settings = given(args)
     try:

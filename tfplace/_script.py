@@ -127,6 +127,7 @@ def run_main(path: str, args: Sequence[str]) -> int:
     """
     script = os.path.abspath(path)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
+    mp_main = sys.modules.get("__mp_main__")  # multiprocessing's alias of __main__, set when the script imports it
     sys.argv = [path, *args]
     sys.path.insert(0, os.path.dirname(script))
     try:
@@ -148,6 +149,11 @@ def run_main(path: str, args: Sequence[str]) -> int:
         return status
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
+        if sys.modules.get("__mp_main__") is not mp_main:  # the script's module, as runpy leaves __main__
+            if mp_main is None:
+                sys.modules.pop("__mp_main__", None)
+            else:
+                sys.modules["__mp_main__"] = mp_main
         flush_script_output()
 
 
