@@ -130,6 +130,9 @@ def test_a_timed_trace_puts_ops_at_the_profilers_times_and_keeps_the_profile(tmp
     assert len(muls) == 3 and len({s[0] for s in muls}) == 3  # three runs, at three times
     lines = {e["args"].get("line") for e in trace["traceEvents"] if e["ph"] == "X" and e["name"] == "Mul"}
     assert lines == {"step.py:15"}
+    calls = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == "function call"]
+    assert len(calls) == 3 and {e["args"]["line"] for e in calls} == {"step.py:16"}
+    assert {e["pid"] for e in calls} == {device["/device:CPU:0"]}
     assert any(e["ph"] == "s" for e in trace["traceEvents"]) and any(e["ph"] == "C" for e in trace["traceEvents"])
     assert list((tmp_path / "profile" / "plugins" / "profile").glob("*/*.xplane.pb"))  # for TensorBoard
 

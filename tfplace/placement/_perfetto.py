@@ -98,7 +98,8 @@ class _Timeline:
 def _thread(tid: int) -> str:
     if tid in _THREADS:
         return _THREADS[tid]
-    return f"ops, lane {tid - 10}" if tid < 100 else f"transfers, lane {tid - 100}"
+    return f"ops, lane {tid - 10}" if tid < 50 else f"function calls, lane {tid - 50}" if tid < 100 else \
+        f"transfers, lane {tid - 100}"
 
 
 def _record_args(record: Any) -> dict[str, Any]:
@@ -133,7 +134,8 @@ def _timed(timeline: _Timeline, records: Sequence[Any], copies: Sequence[Any], m
     """Slices at the profiler's times (µs from the block's first event), a lane per overlap on a device."""
     eager = [r for r in records if r.kind == Kind.EXECUTE and not is_function_call(r.op)]
     memory = list(memory)
-    origin = min([e[2] for e in timing.events] + [m[2] for m in timing.moves] + [m[3] / 1e3 for m in memory])
+    origin = min([e[2] for e in timing.events] + [m[2] for m in timing.moves] + [c[0] for c in timing.calls]
+                 + [m[3] / 1e3 for m in memory])
     by_device: dict[str, list] = {}
     for device, op, start, duration, _, index in timing.events:
         by_device.setdefault(device, []).append((start - origin, start - origin + max(duration, 0.001), (op, index)))
@@ -143,6 +145,23 @@ def _timed(timeline: _Timeline, records: Sequence[Any], copies: Sequence[Any], m
             args = _record_args(record) if record is not None else {"op": op, "device": device, "kind": "node"}
             timeline.slice(device, 10 + lane, op, start, end - start, "op" if record is not None else "function node",
                            args)
+    calls = [r for r in records if r.kind == Kind.EXECUTE and is_function_call(r.op)]
+    queues: dict[str, list] = {}
+    for record in calls:
+        queues.setdefault(record.op, []).append(record)
+    taken: dict[str, int] = {}
+    intervals: dict[str, list] = {}
+    for start, duration, function in timing.calls:  # the k-th call of a function is its k-th record
+        k = taken[function] = taken.get(function, -1) + 1
+        known = queues.get(function, [])
+        if k < len(known):
+            intervals.setdefault(known[k].device, []).append((start - origin, start - origin + max(duration, 0.001),
+                                                              known[k]))
+    for device, found in intervals.items():
+        for lane, start, end, record in _lanes(found):
+            args = _record_args(record)
+            args["function"] = args.pop("op")
+            timeline.slice(device, 50 + lane, record.op, start, end - start, "function call", args)
     sizes: dict[tuple[str, str], list] = {}
     for copy in copies:
         sizes.setdefault((copy.from_device, copy.to_device), []).append(copy)

@@ -103,6 +103,7 @@ class Timing(NamedTuple):
         passed, nodes without a device).
       events: each counted event, for a timeline (`tfplace.placement._perfetto`).
       moves: each transfer with its start and time, for a timeline.
+      calls: each eager function call with its start and time, for a timeline (not busy time).
     """
 
     devices: dict[str, tuple[int, float]]
@@ -116,6 +117,7 @@ class Timing(NamedTuple):
     unattributed: int = 0
     events: tuple = ()  # (device, op, start µs, µs, line, index of the eager op in `read_xspace`'s list or -1)
     moves: tuple = ()  # (from device, to device, start µs, µs) of each transfer the profile saw
+    calls: tuple = ()  # (start µs, µs, function) of each eager function call, in order
 
 
 def _stat(plane: Any, stat: Any) -> Any:
@@ -146,6 +148,7 @@ class _Tally:
         self.eager: Counter = Counter()
         self.unattributed = 0
         self.moves: list[tuple[str, str, float, float]] = []
+        self.calls: list[tuple[float, float, str]] = []  # (start µs, µs, function) of each eager function call
 
     def ran(self, line: Any, device: str, op: str, start_us: float, duration_us: float, host: bool,
             eager: int = -1) -> None:
@@ -188,18 +191,20 @@ class _Tally:
                       {k: (n, t) for k, (n, t) in sorted(self.ops.items())},
                       {k: (n, b, t) for k, (n, b, t) in self.transfers.items()},
                       dict(self.nodes), {k: (n, t) for k, (n, t) in self.sends.items()}, wall, len(self.work),
-                      dict(self.eager), self.unattributed, tuple(every), tuple(self.moves))
+                      dict(self.eager), self.unattributed, tuple(every), tuple(self.moves), tuple(sorted(self.calls)))
 
 
-_SKIP, _EAGER_OP, _KERNEL, _COPY, _WORK, _SEND, _OTHER_NODE, _ASYNC = range(8)
+_SKIP, _EAGER_OP, _KERNEL, _COPY, _WORK, _SEND, _OTHER_NODE, _ASYNC, _CALL = range(9)
 
 
 def _kind(name: str) -> tuple:
     """What an event name of a host plane is: (kind, op type or devices)."""
     if name.startswith(_EAGER):
         op = name[len(_EAGER):]
-        if is_function_call(op) or _tensorflow.op_def(_kernels.op_type(op)) is None:
-            return (_SKIP,)  # a function call: its nodes are counted on their own
+        if is_function_call(op):
+            return _CALL, op  # its nodes are counted on their own; the call is kept for a timeline
+        if _tensorflow.op_def(_kernels.op_type(op)) is None:
+            return (_SKIP,)
         return _EAGER_OP, _kernels.op_type(op)
     if name == _KERNEL_RUN:
         return (_KERNEL,)
@@ -245,6 +250,8 @@ def _host_plane(plane: Any, tally: _Tally, node_devices: Mapping[str, str], pend
             start, duration = base_us + event.offset_ps / 1e6, event.duration_ps / 1e6
             if what == _EAGER_OP:
                 eager.append([start, duration, kind[1]])
+            elif what == _CALL:
+                tally.calls.append((start, duration, kind[1]))
             elif what == _KERNEL:
                 kernels.append((start, duration))
             elif what == _COPY:
