@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections import Counter
 from typing import Any, Iterable, Sequence
 
 from tfplace import _script
@@ -66,21 +67,16 @@ class _Timeline:
         self.events.append({"ph": "X", "name": name, "cat": category, "pid": self.pid(device), "tid": tid,
                             "ts": ts, "dur": dur, "args": {k: v for k, v in args.items() if v not in ("", None)}})
 
-    def transfer(self, copy: Any, ts: float, width: float) -> None:
-        """A send slice on the producer, a receive slice on the consumer (each `width` / 2 long, from `ts`),
-        an arrow between them."""
+    def arrow(self, source: str, target: str, name: str, args: dict[str, Any], sent: tuple[float, float, int],
+              received: tuple[float, float, int]) -> None:
+        """A transfer: a "send" slice on `source` and a "receive" slice on `target` ((start, duration, tid)
+        each), joined by a flow arrow from the middle of one to the middle of the other."""
         self.flows += 1
-        half = width / 2
-        what = f"{copy.op} input #{copy.input_index}"
-        args = {"bytes": copy.bytes, "from": copy.from_device, "to": copy.to_device, "op": copy.op,
-                "kind": copy.kind, "function": copy.function, "node": copy.node, "tensor": copy.tensor,
-                "dtype": copy.dtype, "line": copy.source or copy.call, "in_loop": copy.in_loop or None}
-        for device, name, phase, start in ((copy.from_device, f"send {what}", "s", ts),
-                                           (copy.to_device, f"receive {what}", "f", ts + half)):
-            at = start + half * 0.4
-            self.slice(device, _TRANSFERS, name, start, half * 0.8, "transfer", args)
+        for device, label, phase, (start, duration, tid) in ((source, "send", "s", sent),
+                                                              (target, "receive", "f", received)):
+            self.slice(device, tid, f"{label}{name}", start, duration, "transfer", args)
             flow = {"ph": phase, "name": "transfer", "cat": "transfer", "id": self.flows, "pid": self.pid(device),
-                    "tid": _TRANSFERS, "ts": at}
+                    "tid": tid, "ts": start + duration / 2}
             self.events.append(dict(flow, bp="e") if phase == "f" else flow)
 
     def metadata(self) -> list[dict[str, Any]]:
@@ -100,6 +96,12 @@ def _thread(tid: int) -> str:
         return _THREADS[tid]
     return f"ops, lane {tid - 10}" if tid < 50 else f"function calls, lane {tid - 50}" if tid < 100 else \
         f"transfers, lane {tid - 100}"
+
+
+def _copy_args(copy: Any) -> dict[str, Any]:
+    return {"bytes": copy.bytes, "from": copy.from_device, "to": copy.to_device, "op": copy.op, "kind": copy.kind,
+            "function": copy.function, "node": copy.node, "tensor": copy.tensor, "dtype": copy.dtype,
+            "line": copy.source or copy.call, "in_loop": copy.in_loop or None}
 
 
 def _record_args(record: Any) -> dict[str, Any]:
@@ -162,26 +164,21 @@ def _timed(timeline: _Timeline, records: Sequence[Any], copies: Sequence[Any], m
             args = _record_args(record)
             args["function"] = args.pop("op")
             timeline.slice(device, 50 + lane, record.op, start, end - start, "function call", args)
-    sizes: dict[tuple[str, str], list] = {}
+    copied: dict[tuple[str, str], list] = {}
     for copy in copies:
-        sizes.setdefault((copy.from_device, copy.to_device), []).append(copy)
-    seen: dict[tuple[str, str], int] = {}
+        copied.setdefault((copy.from_device, copy.to_device), []).append(copy)
+    moves = Counter(move[:2] for move in timing.moves)
+    seen: Counter = Counter()
     ends: dict[str, list] = {}
     for source, target, start, duration in sorted(timing.moves, key=lambda m: m[2]):
-        k = seen[(source, target)] = seen.get((source, target), -1) + 1
-        known = sizes.get((source, target), [])
-        copy = known[k] if len(known) == sum(1 for m in timing.moves if m[:2] == (source, target)) else None
+        k, known = seen[(source, target)], copied.get((source, target), [])
+        seen[(source, target)] += 1
+        copy = known[k] if len(known) == moves[(source, target)] else None  # the k-th of its direction
         at, width = start - origin, max(duration, 0.001)
-        timeline.flows += 1
-        for device, name, phase in ((source, "send", "s"), (target, "receive", "f")):
-            lane = _free(ends.setdefault(device, []), at, at + width)
-            what = f" {copy.op} input #{copy.input_index}" if copy is not None else ""
-            timeline.slice(device, 100 + lane, f"{name}{what}", at, width, "transfer",
-                           {"from": source, "to": target, "bytes": getattr(copy, "bytes", None),
-                            "line": getattr(copy, "source", "") or getattr(copy, "call", "")})
-            flow = {"ph": phase, "name": "transfer", "cat": "transfer", "id": timeline.flows,
-                    "pid": timeline.pid(device), "tid": 100 + lane, "ts": at + width / 2}
-            timeline.events.append(dict(flow, bp="e") if phase == "f" else flow)
+        lanes = [100 + _free(ends.setdefault(device, []), at, at + width) for device in (source, target)]
+        timeline.arrow(source, target, f" {copy.op} input #{copy.input_index}" if copy is not None else "",
+                       _copy_args(copy) if copy is not None else {"from": source, "to": target},
+                       (at, width, lanes[0]), (at, width, lanes[1]))
     for _, device, live, at_ns in memory:
         timeline.events.append({"ph": "C", "name": "live bytes", "pid": timeline.pid(device),
                                 "ts": max(0.0, at_ns / 1e3 - origin), "args": {"bytes": live}})
@@ -230,7 +227,9 @@ def trace_events(records: Sequence[Any], copies: Sequence[Any], copy_slots: Sequ
     for at, moved in per_step.items():  # a step's transfers side by side within it: never overlapping
         width = (STEP - 2) / len(moved)
         for j, copy in enumerate(moved):
-            timeline.transfer(copy, at * STEP + j * width, width)
+            start, half = at * STEP + j * width, width / 2
+            timeline.arrow(copy.from_device, copy.to_device, f" {copy.op} input #{copy.input_index}", _copy_args(copy),
+                           (start, half * 0.8, _TRANSFERS), (start + half, half * 0.8, _TRANSFERS))
     for at, device, live, _ in memory:
         step_at = step_of[at - 1] if 0 < at <= len(step_of) else 0
         timeline.events.append({"ph": "C", "name": "live bytes", "pid": timeline.pid(device),
