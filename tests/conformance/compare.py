@@ -10,7 +10,8 @@ capture is the harness's JSON (`log.to_json()`), and `compare_logs()` checks:
 
 * eager events: TensorFlow's `Executing op` lines and the capture's `execute` + `failed` records,
   as multisets of (op, device), are equal, except `_EagerConst`: the constants TensorFlow makes
-  from Python values in its C layer, which no Python hook sees (DESIGN.md: not records; counted);
+  from Python values in its C layer, which no Python hook sees (DESIGN.md: not records; counted),
+  and records on a custom device (DTensor's), for which TensorFlow logs what the device runs;
 * function nodes: every placer line that is not an eager op's wrapper has a capture record of
   kind `place`, `removed` or `compiled` with the same node name and op type, on the same device
   (a `removed` record with device "" counts); capture `place` records without a placer line are
@@ -67,6 +68,10 @@ HARNESS = HERE / "harness.py"
 EXPLICIT_COPY_OPS = frozenset({"Identity", "IdentityN"})
 # Constants made from Python values: TensorFlow's C layer runs them, below every Python hook.
 CONSTANT_OP = "_EagerConst"
+# Ops on a custom device (DTensor's `/device:CUSTOM:0`) run through that device's own code, never through
+# the eager executor that logs `Executing op`: DESIGN.md records them on it, TensorFlow logs what the device
+# runs (its per-device functions). Their records have no line to match.
+CUSTOM_DEVICE = "/device:CUSTOM:"
 # A `place` record is a node "TensorFlow placed while the block was open, under the name its placer log
 # prints": one without a placer line breaks the contract. False reports extras without failing.
 EXTRAS_FAIL = True
@@ -283,7 +288,8 @@ def compare_logs(result: Result, log: tflog.TfLog, capture: dict, sends: Optiona
     tf_eager = log.eager_multiset()
     result.constants = sum(n for (op, _), n in tf_eager.items() if op == CONSTANT_OP)
     tf_eager = Counter({key: n for key, n in tf_eager.items() if key[0] != CONSTANT_OP})
-    cap_eager = Counter((r["op"], r["device"]) for r in records if r["kind"] in EAGER_KINDS)
+    cap_eager = Counter((r["op"], r["device"]) for r in records if r["kind"] in EAGER_KINDS
+                        and CUSTOM_DEVICE not in r["device"])
     result.eager_tf, result.eager_capture = sum(tf_eager.values()), sum(cap_eager.values())
     off_main = Counter((e.op, e.device) for e in log.eager if log.main_thread is not None and e.thread != log.main_thread)
     first_line = {}

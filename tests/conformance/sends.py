@@ -5,7 +5,8 @@ reading the collection empties it) and counts, per function call, the `_Send` no
 `send_device` and `recv_device` differ, on its own: no tfplace code decides what counts. Left
 out, as the contract says: control edges (the partitioner's dummy `.../ctrl/_N` scalar),
 host-memory values (`_HostSend`/`_HostRecv`, resource handles, strings). A function's edges count once per
-call: they are attributed to the call after which TensorFlow reported the function's graphs.
+call: they are attributed to the call after which TensorFlow reported the function's graphs (an op on
+DTensor's device is such a call, keyed by its inputs' shapes: DTensor runs it as per-device functions).
 
 Example (inside a test, around a capture):
     with SendOracle() as oracle, tfplace.capture_placement() as log, oracle.calls():
@@ -56,7 +57,7 @@ class SendOracle:
 
     def __init__(self) -> None:
         self.pending = 0
-        self.per_call: dict[tuple[str, str], int] = {}
+        self.per_call: dict[tuple, int] = {}
         self.calls_seen = 0
         self.total = 0
         self.sends: list[Any] = []
@@ -75,9 +76,11 @@ class SendOracle:
     def _callback(self, op_type: Any, inputs: Any, attrs: Any, outputs: Any, op_name: Any = None,
                   graph: Any = None) -> None:
         name = op_type.decode() if isinstance(op_type, bytes) else op_type
-        if graph is not None or not name.startswith("__"):
+        device = outputs[0].device if outputs else (inputs[0].device if inputs else "")
+        custom = "/device:CUSTOM:" in device  # DTensor runs any op there as per-device functions
+        if graph is not None or not (name.startswith("__") or custom):
             return None
-        key = (name, outputs[0].device if outputs else "")
+        key = (name, device, tuple(str(t.shape) for t in inputs) if custom else ())
         if self.pending:
             self.per_call[key] = self.per_call.get(key, 0) + self.pending
             self.pending = 0

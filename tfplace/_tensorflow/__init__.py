@@ -28,12 +28,12 @@ from tfplace._tensorflow._runtime import (
     logical_cpus, soft_placement, device_policy, visible_gpus, memory_growth, memory_limits, logical_gpus, cluster_task)
 from tfplace._tensorflow._eager import (
     device_name, thread_data, op_callbacks, add_op_callback, remove_op_callback, execute_with_callbacks,
-    use_execute, Patch, STATUS_TO_EXCEPTION, SET_DEVICE, PY_FUNCTION_CALL, FROM_FUNC_GRAPH, dtype_enum,
+    use_execute, Patch, STATUS_TO_EXCEPTION, SET_DEVICE, ENSURE_INITIALIZED, PY_FUNCTION_CALL, FROM_FUNC_GRAPH, dtype_enum,
     device_scopes, traced_stack, locate_device_scope, strategy_name, THREAD_START, start_thread, scope_step,
     recorded, mark_recorded, failed_op_dtypes, failed_op_argument)
 from tfplace._tensorflow._graphs import (
-    enable_graph_collection, disable_graph_collection, export_run_metadata, function_def, tensorboard_tracing,
-    static_sizes, dtype_size, shape_tuple, op_def, registered_kernels)
+    enable_graph_collection, disable_graph_collection, export_run_metadata, function_def, function_names, dtensor_layout,
+    dtensor_stats, tensorboard_tracing, static_sizes, dtype_size, shape_tuple, op_def, registered_kernels)
 from tfplace._tensorflow._data import (
     variant_tensor_of, dataset_functions, dataset_inputs, is_map_dataset, is_generator_dataset, is_cache_dataset,
     reads_inputs_to_end, rewrites_input_graph, is_parallel_interleave, dataset_of_variant)
@@ -52,10 +52,11 @@ __all__ = [
     "memory_limits", "logical_gpus", "cluster_task",
     # the eager context and op callbacks
     "device_name", "thread_data", "op_callbacks", "add_op_callback", "remove_op_callback", "execute_with_callbacks",
-    "use_execute", "Patch", "STATUS_TO_EXCEPTION", "SET_DEVICE", "PY_FUNCTION_CALL", "FROM_FUNC_GRAPH",
+    "use_execute", "Patch", "STATUS_TO_EXCEPTION", "SET_DEVICE", "ENSURE_INITIALIZED", "PY_FUNCTION_CALL", "FROM_FUNC_GRAPH",
     "dtype_enum", "device_scopes", "traced_stack", "locate_device_scope", "strategy_name",
     # graph collection
-    "enable_graph_collection", "disable_graph_collection", "export_run_metadata", "function_def",
+    "enable_graph_collection", "disable_graph_collection", "export_run_metadata", "function_def", "function_names",
+    "dtensor_layout", "dtensor_stats",
     "tensorboard_tracing", "static_sizes", "dtype_size", "shape_tuple",
     # op definitions and the kernel registry
     "op_def", "registered_kernels",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Any, Iterable, Optional
 
 import tensorflow as tf
@@ -33,6 +34,31 @@ def export_run_metadata() -> Any:
 def function_def(name: str) -> Any:
     """The `FunctionDef` registered in the eager context under `name`; raises when there is none."""
     return _context.context().get_function_def(name)
+
+
+def function_names() -> list[str]:
+    """The names of every function registered in the eager context (DTensor registers its per-device ones there)."""
+    return _context.context().list_function_names()
+
+
+def dtensor_layout(tensor: Any) -> str:
+    """The DTensor layout of a tensor on DTensor's device, as a string ("" for any other tensor)."""
+    from tensorflow.dtensor.python import api as _dtensor_api  # loaded only for DTensor's ops
+
+    try:
+        layout = _dtensor_api.fetch_layout(tensor)
+    except (ValueError, TypeError, RuntimeError, tf.errors.OpError):  # not a DTensor after all
+        return ""
+    return layout.to_string() if layout is not None else ""
+
+
+def dtensor_stats() -> dict[str, int]:
+    """DTensor's device's counters (`DTensorDevice._get_stats`: its function cache, the ops it ran
+    eagerly on the host, `eager_pure_optimization.hit`, and its kernel cache per function and device);
+    empty while the program has no DTensor device (none is made here)."""
+    api = sys.modules.get("tensorflow.dtensor.python.api")
+    device = getattr(api, "_dtensor_singleton", None)
+    return device._get_stats() if device is not None else {}  # pylint: disable=protected-access
 
 
 def tensorboard_tracing() -> bool:

@@ -16,8 +16,9 @@ from typing import Any, Callable, Optional, Sequence
 from tensorflow.core.framework import types_pb2
 
 from tfplace import _tensorflow
+from tfplace._devices import canonical_name
 from tfplace._tensorflow import dtype_enum
-from tfplace.placement import _calls, _datasets, _eager, _events, _graphs, _origins, _pipelines, _placed, _session
+from tfplace.placement import _calls, _datasets, _dtensor, _eager, _events, _graphs, _origins, _pipelines, _placed, _session
 from tfplace.placement._records import CopyRecord, Origin, PlacementRecord
 from tfplace.placement._sources import user_line
 
@@ -88,7 +89,18 @@ class Hook:
         copies: Sequence[CopyRecord] = ()
         later: Optional[tuple[_events.EventKey, Sequence[PlacementRecord]]] = None
         unseen = ""
-        if kind == _eager.OP:
+        executed: Sequence[PlacementRecord] = ()
+        if kind <= _eager.FUNCTION and _dtensor.is_dtensor_device(full):  # per-device functions (`_dtensor`)
+            host = _dtensor.on_host(op) if kind == _eager.OP else ""
+            if host:  # one eager op on the host, its result broadcast: no function of DTensor's ran
+                executed = (record._replace(device=canonical_name(host), requested="", requested_by=""),)
+            else:
+                collected = _graphs.collect_dtensor(op, record.origin)
+                mesh = _dtensor.after(_dtensor.key(op, attrs, inputs), collected)
+                found, placed = collected.placed, collected.placed.functions > 0
+                ran, copies, executed = mesh.placed, mesh.placed.transfers, mesh.executed
+                kind = _eager.FUNCTION  # listeners hear of it as of a function call (its records, its runs)
+        elif kind == _eager.OP:
             for tensor in inputs:
                 if tensor.backing_device != full:
                     copies = _eager.copies(op, inputs, full, record.device)
@@ -129,7 +141,7 @@ class Hook:
         if self.sources or copies:
             source = user_line()
             if kind == _eager.FUNCTION:
-                copies = [copy._replace(function=op, call=source) for copy in copies]
+                copies = [copy._replace(function=copy.function or op, call=source) for copy in copies]
             elif copies:
                 copies = [copy._replace(source=source) for copy in copies]
             if self.sources:
@@ -144,6 +156,8 @@ class Hook:
                 self.records(_events.EventKey(_events.Event.PLACED, op), found.instantiated)
             for listener in tuple(self.listeners):
                 listener.on_function(record, placed, ran)
+        if executed:
+            self.records(_events.EventKey(_events.Event.DTENSOR, op), executed)
         if later is not None:
             self.records(*later)
         if unseen:

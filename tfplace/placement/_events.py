@@ -45,6 +45,7 @@ class Event(str, enum.Enum):
     DATASET = "dataset"
     FAILED = "failed"
     UNSEEN = "unseen"
+    DTENSOR = "dtensor"
 
 
 class EventKey(NamedTuple):

@@ -40,12 +40,13 @@ from typing import Any, NamedTuple
 from tensorflow.core.framework import graph_pb2
 
 from tfplace import _tensorflow
-from tfplace.placement import _function_sources, _groups, _kernels, _lowering, _pipelines, _placed, _session, _transfers
+from tfplace._devices import canonical_name
+from tfplace.placement import _dtensor, _function_sources, _groups, _kernels, _lowering, _pipelines, _placed, _session, _transfers
 from tfplace.placement._log import PlacementLog
-from tfplace.placement._records import ARGUMENT_OPS, CopyRecord, Kind, PlacementRecord
+from tfplace.placement._records import ARGUMENT_OPS, CopyRecord, Kind, Origin, PlacementRecord
 from tfplace.placement._sources import user_stacklevel
 
-__all__ = ["attach", "detach", "collect", "Placed", "start"]
+__all__ = ["attach", "detach", "collect", "collect_dtensor", "Placed", "start"]
 
 # Graph collection's state is the capture session's (`tfplace.placement._session`): the open
 # captures' logs and the guards (which read what `collect()` returns), in every thread, with whether
@@ -68,9 +69,29 @@ def start() -> None:
         return
     with session.graph_lock:
         if not session.collecting and session.logs and _tensorflow.runtime_started():
+            _await_runtime(session, False)
             _tensorflow.enable_graph_collection()
             session.collecting = True
         session.waiting = not session.collecting
+        _await_runtime(session, session.waiting)
+
+
+def _initialized(context: Any) -> None:
+    """`Context.ensure_initialized` while collection waits for the runtime: it starts right after the
+    runtime does, before the first op runs (an op on DTensor's device has no tracing that would start it)."""
+    _tensorflow.ENSURE_INITIALIZED.original(context)
+    session = _session.current()
+    if session is not None and session.waiting:
+        start()
+
+
+def _await_runtime(session: _session.Session, waiting: bool) -> None:
+    if waiting != session.awaiting_runtime:
+        session.awaiting_runtime = waiting
+        if waiting:
+            _tensorflow.ENSURE_INITIALIZED.install(_initialized)
+        else:
+            _tensorflow.ENSURE_INITIALIZED.remove()
 
 
 def attach(log: object, *, sources: bool = False) -> None:
@@ -101,6 +122,7 @@ def detach(log: object) -> None:
                 other.add(pending.instantiated if sources else _placed.without_sources(pending.instantiated), pending.transfers)
         session.logs[:] = [entry for entry in session.logs if entry[0] is not log]
         session.waiting = session.waiting and bool(session.logs)
+        _await_runtime(session, session.waiting)
         if not session.logs and session.collecting:
             if not _tensorflow.tensorboard_tracing():  # TensorBoard's trace keeps collecting after the capture
                 _tensorflow.disable_graph_collection()
@@ -229,3 +251,37 @@ def collect(called: str = "", elsewhere: frozenset = frozenset()) -> Placed:
         unseen = _MERGED.format(called) if called in session.merged else ""
         session.merged.discard(called)
         return Placed(len(functions), tuple(every), tuple(transfers), tuple(runs.items()), tuple(instantiated), unseen)
+
+
+def collect_dtensor(op: str, origin: str) -> _dtensor.Ran:
+    """What a call of `op` on DTensor's device placed since the last collection (`tfplace.placement._dtensor`):
+    the nodes and transfers of its per-device functions, taken apart where TensorFlow's collection merged
+    them (DTensor's threads place them at once), the constants DTensor made on each device for it
+    (`Const`, executed from C++: no hook sees them), and the per-device calls ("execute" records)."""
+    session = _session.current()
+    if session is None:
+        return _dtensor.Ran(Placed())
+    with session.graph_lock:
+        if not session.collecting:
+            return _dtensor.Ran(Placed())
+        fresh = list(_tensorflow.export_run_metadata().function_graphs)
+        wrapper = [bool(f.pre_optimization_graph.node) and _is_eager_op_wrapper(f.pre_optimization_graph) for f in fresh]
+        constants = [PlacementRecord("Const", "", canonical_name(n.device), Kind.EXECUTE, origin=Origin.FRAMEWORK)
+                     for f, is_wrapper in zip(fresh, wrapper) if is_wrapper
+                     for n in f.pre_optimization_graph.node if n.op == "Const"]
+        every: list[PlacementRecord] = []
+        instantiated: list[PlacementRecord] = list(constants)
+        transfers: list[CopyRecord] = []
+        executed: list[PlacementRecord] = []
+        runs: Counter = Counter()
+        found = _dtensor.instances([f for f, is_wrapper in zip(fresh, wrapper) if not is_wrapper])
+        for instance in found:
+            own, datasets, moved, ran = _function_records(instance, op)
+            name = _dtensor.function_name(op, instance)
+            every += own
+            instantiated += own + datasets
+            transfers += [copy._replace(function=name) for copy in moved]
+            runs.update(ran)
+            executed.append(_dtensor.execute_record(name, instance.device, origin))
+        return _dtensor.Ran(Placed(len(found), tuple(every), tuple(transfers), tuple(runs.items()), tuple(instantiated)),
+                            tuple(executed))

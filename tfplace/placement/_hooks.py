@@ -64,7 +64,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import tensorflow as tf
 
 from tfplace import _tensorflow
-from tfplace.placement import _events, _failures, _origins, _session
+from tfplace.placement import _dtensor, _events, _failures, _origins, _session
 from tfplace.placement._callback import Hook, thread_hooks
 from tfplace.placement._sources import end_at_user, started_by_framework
 
@@ -170,6 +170,7 @@ def _register(hook: Hook) -> None:
         session.hooks.append(hook)
         if len(session.hooks) == 1:
             session.asked = threading.local()  # scopes set while nothing listened were not mirrored
+            _dtensor.count_host_runs(session)
             for patch, replacement in _PATCHES:
                 patch.install(replacement)
 

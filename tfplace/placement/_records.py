@@ -74,8 +74,9 @@ class Origin(_Text):
 
 
 def is_function_call(op: str) -> bool:
-    """True for an eager call of a function (its record's op is the function's name, `__inference_f_12`)."""
-    return op.startswith("__")
+    """True for an eager call of a function (its record's op is the function's name, `__inference_f_12`,
+    or a per-device function DTensor runs, `MatMul__func_<h>_<h>_2`)."""
+    return op.startswith("__") or "__func_" in op
 
 
 class _RecordFields(NamedTuple):

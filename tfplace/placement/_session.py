@@ -46,6 +46,7 @@ class Session:
         self.lock = threading.Lock()
         self.hooks: list[Any] = []
         self.in_flight: dict[int, str] = {}
+        self.dtensor_host_runs = 0  # ops DTensor's device ran eagerly on the host, as last counted (`_dtensor`)
         # One description per (op, device, asked for, attributes), per record and line, per record,
         # origin and requester (bounded: made again when needed).
         self.described: dict[tuple, Any] = {}
@@ -59,6 +60,7 @@ class Session:
         self.merged: set[str] = set()
         self.collecting = False
         self.waiting = False
+        self.awaiting_runtime = False  # `Context.ensure_initialized` patched to start collection (`_graphs`)
         # Function tracing (`_function_sources`): how many watch it, and how many want every line.
         self.watchers = 0
         self.line_watchers = 0
@@ -77,6 +79,7 @@ class Runtime:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.calls: dict[tuple[str, str], dict[tuple[str, ...], Any]] = {}  # (function, device) -> what a call runs
+        self.dtensor: dict[tuple, Any] = {}  # a call on DTensor's device (op, attributes, layouts) -> what it runs
         self.filled: "weakref.WeakSet[Any]" = weakref.WeakSet()  # caches a dataset filled
         self.iterators: dict[int, Any] = {}  # iterators that may fill caches
         self.cardinalities: dict[int, tuple[Any, int]] = {}  # dataset variants whose size an op said
