@@ -264,7 +264,8 @@ def gpu_readiness(records: Iterable[PlacementRecord], table: KernelTable) -> lis
     The user's compute comes first (origin "user"), then TensorFlow's and Keras' own. Left out:
     the input pipeline (tf.data datasets, iterators and their functions, which run on the host by
     design on every machine: `on_host_by_design()` counts them), plumbing, function calls,
-    XLA-compiled nodes (XLA compiles its own GPU code), and failed ops (their dtypes are not known).
+    XLA-compiled nodes (XLA compiles its own GPU code), failed ops (their dtypes are not known), and
+    ops on a custom device (DTensor's): what runs is the per-device functions' nodes, judged on their own.
     """
     counts: Counter = Counter()
     lines: dict[tuple, Counter] = {}
@@ -292,9 +293,12 @@ def gpu_readiness(records: Iterable[PlacementRecord], table: KernelTable) -> lis
     return found
 
 
+_CUSTOM = "/device:CUSTOM:"  # a custom device (DTensor's) runs its ops through functions of its own
+
+
 def _readiness_candidate(record: PlacementRecord) -> bool:
     return (_placed_work(record) and record.kind not in (Kind.COMPILED, Kind.FAILED) and _kernels.is_registered_op(record.op)
-            and record.origin != Origin.INPUT and not is_input_op(record.op))
+            and record.origin != Origin.INPUT and not is_input_op(record.op) and _CUSTOM not in record.device)
 
 
 def on_host_by_design(records: Iterable[PlacementRecord]) -> Counter:
