@@ -51,6 +51,8 @@ INTERNALS = [
      "tf.data: auto-sharding rewrites its input's graph, known by its class name"),
     ("tensorflow.python.framework.ops", "EagerTensor._datatype_enum", "copies: an input's dtype, in the op callback"),
     ("tensorflow.python.framework.ops", "EagerTensor.backing_device", "copies: where a tensor's memory is"),
+    ("tensorflow.python.eager.execute", "execute_with_cancellation",
+     "eager ops: function calls under a cancellation manager (ClusterCoordinator closures) reach no op callback"),
     ("tensorflow.python.eager.context", "Context.ensure_initialized",
      "functions: graph collection starts right after the runtime does (wrapped while collection waits for it)"),
     ("tensorflow.python.eager.context", "context().list_function_names",

@@ -333,6 +333,10 @@ def test_a_parameter_server_cluster_traced_has_its_variables_steps_and_reads_whe
     assert any(e["ph"] == "X" and e["name"].startswith("send AssignVariableOp") for e in timeline["traceEvents"])
     reason = traces["chief"]["incomplete_reason"]
     assert "another task's device" in reason and "placed before the block opened" not in reason
+    # the coordinator's closures call the step on the workers (under a cancellation manager): each call recorded
+    steps = [r for r in traces["chief"]["records"] if r["op"].startswith("__inference_train_step")]
+    assert {r["device"] for r in steps} <= {W.format(0), W.format(1)} and sum(r.get("count", 1) for r in steps) == 4
+    assert "__inference_train_step" in reason
 
     # the same traces merged by tfplace merge give the same cluster and the same report
     paths = []

@@ -82,6 +82,9 @@ SET_DEVICE = Patch(_context.Context, "_set_device")
 PY_FUNCTION_CALL = Patch(_script_ops.FuncRegistry, "__call__")
 # Every traced graph that becomes a function (tf.function, gradients, control flow bodies, tf.data).
 FROM_FUNC_GRAPH = Patch(_atomic_function, "from_func_graph")
+# The eager path of a function call made under a cancellation manager (a `ClusterCoordinator`'s closures):
+# TensorFlow runs no op callback there.
+EXECUTE_CANCELLABLE = Patch(_execute, "execute_with_cancellation")
 # The eager context's start (the runtime's): graph collection, which needs it, starts right after it.
 ENSURE_INITIALIZED = Patch(_context.Context, "ensure_initialized")
 # Every Python thread started while a capture listens (a process-wide patch): TensorFlow's own

@@ -151,7 +151,20 @@ def _py_function_call(registry: Any, token: Any, device: Any, args: Any) -> Any:
         return _tensorflow.PY_FUNCTION_CALL.original(registry, token, device, args)
 
 
+def _execute_cancellable(op_name: str, num_outputs: int, inputs: Any, attrs: Any, ctx: Any,
+                         cancellation_manager: Any, name: Optional[str] = None) -> Any:
+    """`execute.execute_with_cancellation` while hooks listen: a function call made under a cancellation
+    manager (the closures a `ClusterCoordinator` runs on its threads) reaches no op callback in
+    TensorFlow; this thread's hooks hear of it as of any call."""
+    tensors = _tensorflow.EXECUTE_CANCELLABLE.original(op_name, num_outputs, inputs, attrs, ctx, cancellation_manager,
+                                                       name)
+    for callback in thread_hooks():
+        callback(op_name, tuple(inputs), attrs, tensors, name)
+    return tensors
+
+
 _PATCHES = ((_tensorflow.STATUS_TO_EXCEPTION, _failures.status_to_exception),
+            (_tensorflow.EXECUTE_CANCELLABLE, _execute_cancellable),
             (_tensorflow.SET_DEVICE, _set_device),
             (_tensorflow.THREAD_START, _start),
             (_tensorflow.PY_FUNCTION_CALL, _py_function_call))
