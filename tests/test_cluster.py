@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import pytest
 
@@ -160,3 +161,56 @@ def test_conformance_each_worker_says_what_its_own_tensorflow_log_says(tmp_path)
         assert result.nodes_total > 50 and result.eager_tf > 20
         devices = {r["device"] for r in report["capture"]["records"] if r["device"]}
         assert devices == {f"{task}/device:CPU:0"}
+
+
+PSS_LOOP = str(ROOT / "tests" / "cluster" / "pss_loop.py")
+
+
+@pytest.mark.conformance
+@pytest.mark.placement
+def test_conformance_a_parameter_server_cluster_each_task_says_what_its_own_log_says(tmp_path):
+    """The PSS tutorial's custom loop (chief coordinating, 2 workers, 2 ps), scored against TensorFlow's log of
+    every task with job-aware names: the coordinator's capture against its own log, its records of remote ops and
+    scheduled steps against the logs of the tasks that ran them, each server's trace against its own log."""
+    from conformance import compare, tflog
+    from tfplace.cluster._server import trace_json
+
+    hosts = {job: [f"127.0.0.1:{p}" for p in _ports(n)] for job, n in (("chief", 1), ("worker", 2), ("ps", 2))}
+    env = compare.harness_env(None)
+    servers = {}
+    for job in ("ps", "worker"):
+        for i in range(2):
+            config = json.dumps({"cluster": hosts, "task": {"type": job, "index": i}})
+            servers[f"/job:{job}/replica:0/task:{i}"] = subprocess.Popen(
+                [sys.executable, "-m", "tfplace.cluster._server"], cwd=tmp_path, text=True,
+                env={**env, "TF_CONFIG": config, "TFPLACE_LOG_PLACEMENT": "1"},
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        config = json.dumps({"cluster": hosts, "task": {"type": "chief", "index": 0}})
+        chief = subprocess.run([sys.executable, str(compare.HARNESS), PSS_LOOP, "chief.json"], cwd=tmp_path,
+                               env={**env, "TF_CONFIG": config}, capture_output=True, text=True, timeout=150)
+    finally:
+        logs = {}
+        for task, server in servers.items():
+            server.terminate()
+            logs[task] = server.communicate(timeout=30)[1]
+    assert chief.returncode == 0, chief.stderr[-3000:]
+    capture = json.loads((tmp_path / "chief.json").read_text())["capture"]
+    result = compare.compare_logs(compare.Result("pss-chief", "-"), tflog.parse(chief.stderr, "/job:chief/replica:0/task:0"),
+                                  capture, json.loads((tmp_path / "chief.json").read_text()).get("sends"))
+    result.complete_expected = False  # the workers place the steps it schedules, and say so in their logs
+    assert result.problems() == [], compare.describe(result)
+    assert "another task's device" in result.incomplete_reason
+    remote_lines: Counter = Counter()
+    totals = [result.nodes_total, result.nodes_matched]
+    for task, text in logs.items():
+        marked = f"{tflog.BEGIN} 0\n{text}\n{tflog.END} 0\n"  # a server runs no harness: its whole log counts
+        parsed = tflog.parse(marked, task)
+        remote_lines.update(parsed.eager_multiset())
+        own = compare.compare_logs(compare.Result(f"pss-{task}", "-"), parsed, trace_json(text, 0))
+        assert own.problems() == [], compare.describe(own)
+        totals = [totals[0] + own.nodes_total, totals[1] + own.nodes_matched]
+    assert not result.eager_remote - remote_lines, result.eager_remote - remote_lines  # each one in its task's log
+    steps = {device: n for (op, device), n in result.eager_remote.items() if op.startswith("__inference_train_step")}
+    assert sum(steps.values()) == 4 and set(steps) == {f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in (0, 1)}
+    assert totals[0] > 100 and totals[0] == totals[1]  # every function node of the cluster's logs is recorded

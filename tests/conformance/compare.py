@@ -11,7 +11,9 @@ capture is the harness's JSON (`log.to_json()`), and `compare_logs()` checks:
 * eager events: TensorFlow's `Executing op` lines and the capture's `execute` + `failed` records,
   as multisets of (op, device), are equal, except `_EagerConst`: the constants TensorFlow makes
   from Python values in its C layer, which no Python hook sees (DESIGN.md: not records; counted),
-  and records on a custom device (DTensor's), for which TensorFlow logs what the device runs;
+  and records on a custom device (DTensor's), for which TensorFlow logs what the device runs; in a
+  cluster, records on another task's device are that task's lines (`Result.eager_remote`, scored
+  against its log by the caller);
 * function nodes: every placer line that is not an eager op's wrapper has a capture record of
   kind `place`, `removed` or `compiled` with the same node name and op type, on the same device
   (a `removed` record with device "" counts); capture `place` records without a placer line are
@@ -123,6 +125,9 @@ class Result:
     constants: int = 0                    # TensorFlow's _EagerConst lines, not records (see above)
     eager_missing: list = field(default_factory=list)    # [(op, device, count, note)] in TF's log, not captured
     eager_extra: list = field(default_factory=list)      # [(op, device, count)] captured, not in TF's log
+    # In a cluster: the capture's eager events on other tasks' devices (a coordinator's remote ops and
+    # scheduled calls), which those tasks' logs print, not this one: (op, device) -> count.
+    eager_remote: Counter = field(default_factory=Counter)
     # function nodes
     nodes_total: int = 0
     nodes_matched: int = 0
@@ -288,8 +293,12 @@ def compare_logs(result: Result, log: tflog.TfLog, capture: dict, sends: Optiona
     tf_eager = log.eager_multiset()
     result.constants = sum(n for (op, _), n in tf_eager.items() if op == CONSTANT_OP)
     tf_eager = Counter({key: n for key, n in tf_eager.items() if key[0] != CONSTANT_OP})
+    task = tflog.TASK[0]
+    remote = [r for r in records if r["kind"] in EAGER_KINDS and task and r["device"].startswith("/job:")
+              and not r["device"].startswith(task + "/")]
+    result.eager_remote = Counter((r["op"], r["device"]) for r in remote)  # in the other tasks' logs
     cap_eager = Counter((r["op"], r["device"]) for r in records if r["kind"] in EAGER_KINDS
-                        and CUSTOM_DEVICE not in r["device"])
+                        and CUSTOM_DEVICE not in r["device"]) - result.eager_remote
     result.eager_tf, result.eager_capture = sum(tf_eager.values()), sum(cap_eager.values())
     off_main = Counter((e.op, e.device) for e in log.eager if log.main_thread is not None and e.thread != log.main_thread)
     first_line = {}

@@ -29,8 +29,20 @@ _CONTROL = re.compile(r"/ctrl/_\d+$")
 _HOST_TYPES = {types_pb2.DT_RESOURCE, types_pb2.DT_STRING}
 
 
+_PLUMBING = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval"})
+
+
+def is_eager_wrapper(graph: Any) -> bool:
+    """The one-op function TensorFlow runs an eager op in (its op named like its type): not a function the
+    program called (an eager op reading a tensor of another task receives it inside this wrapper)."""
+    nodes = [n for n in graph.node if n.op not in _PLUMBING]
+    return bool(nodes) and all(n.name == n.op for n in nodes)
+
+
 def cross_device_sends(function_graphs: Any) -> list[Any]:
     """The `_Send` nodes of one function's partitions that move a value of the program between devices."""
+    if is_eager_wrapper(function_graphs.pre_optimization_graph):
+        return []
     host_recvs = {(node.attr["tensor_name"].s, node.attr["recv_device"].s)
                   for partition in function_graphs.partition_graphs for node in partition.node
                   if node.op == "_HostRecv"}
