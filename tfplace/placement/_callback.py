@@ -26,6 +26,8 @@ __all__ = ["Hook", "thread_hooks"]
 
 _VARIANT = types_pb2.DT_VARIANT
 _DATASET_OPS = _datasets.READS | {"DatasetCardinality"}
+_NOTHING_PLACED = _graphs.Placed()  # what an op that is no function call places (made once: it runs per op)
+_CUSTOM = "/device:CUSTOM:"  # a custom device, DTensor's (`_dtensor.is_dtensor_device`, inlined: it runs per op)
 
 
 class Hook:
@@ -85,12 +87,12 @@ class Hook:
             record = session.noted.get(noted) or session.noted.setdefault(
                 noted, record._replace(origin=origin, requested_by=by))
         placed = False
-        ran = found = _graphs.Placed()
+        ran = found = _NOTHING_PLACED
         copies: Sequence[CopyRecord] = ()
         later: Optional[tuple[_events.EventKey, Sequence[PlacementRecord]]] = None
         unseen = ""
         executed: Sequence[PlacementRecord] = ()
-        if kind <= _eager.FUNCTION and _dtensor.is_dtensor_device(full):  # per-device functions (`_dtensor`)
+        if kind <= _eager.FUNCTION and _CUSTOM in full:  # DTensor's device: per-device functions (`_dtensor`)
             host = _dtensor.on_host(op) if kind == _eager.OP else ""
             if host:  # one eager op on the host, its result broadcast: no function of DTensor's ran
                 executed = (record._replace(device=canonical_name(host), requested="", requested_by=""),)

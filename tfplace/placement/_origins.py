@@ -142,7 +142,7 @@ def live(start: int = 1) -> str:
     """
     frame: Optional[FrameType] = sys._getframe(start + 1)
     innermost = frame.f_code
-    session = _session.current()
+    session = _session._current  # pylint: disable=protected-access  # `_session.current()`, inlined: it runs per op
     by_code, shortcuts = (session.origin_of_code, session.origin_shortcuts) if session is not None else ({}, {})
     known = shortcuts.get(innermost)
     if known is not None:
