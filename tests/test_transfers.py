@@ -153,6 +153,41 @@ def test_transfers_in_a_loop_body_count_per_call_as_a_lower_bound(tmp_path):
         ("RealDiv", 2, True, "/device:CPU:1", "/device:CPU:0")]
 
 
+def test_a_control_edge_across_devices_is_a_transfer_of_no_bytes(tmp_path):
+    code = """
+        x = tf.ones((2, 2))
+        with tf.device("CPU:1"):
+            y = tf.ones((2, 2))
+
+        @tf.function
+        def waits(x, y):
+            with tf.device("CPU:0"):
+                a = tf.sin(x)
+            with tf.device("CPU:1"):
+                with tf.control_dependencies([a]):
+                    b = tf.cos(y)  # waits for a
+            return a, b
+
+        with tfplace.capture_placement(sources=True) as log:
+            waits(x, y)
+            waits(x, y)
+        try:
+            with tfplace.transfer_guard():
+                waits(x, y)
+        except tfplace.ImplicitCopyError as error:
+            message = str(error)
+        report({"copies": [c._asdict() for c in log.copies if c.tensor.startswith("^")], "message": message,
+                "rows": [[t.op, t.input_index, t.count, t.bytes, t.total_bytes] for t in log.transfers()]})
+    """
+    out = run_file(tmp_path, code)
+    controls = out["copies"]
+    assert len(controls) == 2  # one per call
+    assert {(c["op"], c["input_index"], c["from_device"], c["to_device"], c["tensor"], c["bytes"], c["node"], c["source"])
+            for c in controls} == {("Cos", -1, "/device:CPU:0", "/device:CPU:1", "^Sin", 0, "Cos", line(code, "waits for a"))}
+    assert out["rows"] == [["Cos", -1, 2, 0, 0]]
+    assert "control edge" in out["message"] and "waits for Sin on /device:CPU:0" in out["message"]
+
+
 def test_eager_copies_carry_dtype_and_bytes(tmp_path):
     out = run_file(tmp_path, """
         x = tf.ones((4, 8), tf.float64)

@@ -34,7 +34,7 @@ from collections import Counter
 from typing import Any, Mapping, NamedTuple, Optional
 
 from tfplace.placement._groups import category
-from tfplace.placement._records import Kind, Origin, PlacementRecord, is_function_call
+from tfplace.placement._records import Kind, Origin, PlacementRecord, input_label, is_function_call
 from tfplace.placement._report import ROWS
 
 __all__ = ["Moved", "Diff", "ClusterDiff", "DiffError", "read", "diff", "render", "to_json"]
@@ -295,7 +295,7 @@ def _transfer(row: Mapping[str, Any]) -> str:
     node = f" (node {row['node']} of {_function(str(row.get('function', '')))})" if row.get("node") else ""
     each = f"{_size(row.get('bytes'))} each" if row.get("bytes") is not None else (
         f"{_size(row.get('total_bytes'))} in all" if row.get("total_bytes") is not None else "size unknown")
-    return (f"{where}  {row.get('op')} input #{row.get('input_index')}{node} {_short(str(row.get('from_device')))} -> "
+    return (f"{where}  {input_label(row.get('op'), row.get('input_index'))}{node} {_short(str(row.get('from_device')))} -> "
             f"{_short(str(row.get('to_device')))}, {each}, x{row.get('count')}")
 
 

@@ -32,7 +32,7 @@ capture is the harness's JSON (`log.to_json()`), and `compare_logs()` checks:
   (`# conformance: silent-policy copies: AddN`, a strategy's cross-replica reduction);
 * function transfers: the capture's `kind="function"` copies are as many as the cross-device
   `_Send` edges of the functions the block called, one per call, counted in TensorFlow's
-  partitioned graphs by `sends.py` (control edges and host-memory values left out), and each one's
+  partitioned graphs by `sends.py` (control edges counted, host-memory values left out), and each one's
   bytes are its tensor's static shape times its dtype's size where TensorFlow knows the shape;
 * `PlacementLog.from_text` on the same stderr gives the capture's eager events and function
   nodes (a parity check of tfplace against itself, not part of the referee);

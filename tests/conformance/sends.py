@@ -2,9 +2,9 @@
 
 It reads the graphs TensorFlow hands graph collection (teeing the export tfplace makes, since
 reading the collection empties it) and counts, per function call, the `_Send` nodes whose
-`send_device` and `recv_device` differ, on its own: no tfplace code decides what counts. Left
-out, as the contract says: control edges (the partitioner's dummy `.../ctrl/_N` scalar),
-host-memory values (`_HostSend`/`_HostRecv`, resource handles, strings). A function's edges count once per
+`send_device` and `recv_device` differ, on its own: no tfplace code decides what counts. Control
+edges count (the partitioner's dummy `.../ctrl/_N` scalar: a transfer of 0 bytes, as the contract
+says). Left out: host-memory values (`_HostSend`/`_HostRecv`, resource handles, strings). A function's edges count once per
 call: they are attributed to the call after which TensorFlow reported the function's graphs (an op on
 DTensor's device is such a call, keyed by its inputs' shapes: DTensor runs it as per-device functions).
 
@@ -17,7 +17,6 @@ Example (inside a test, around a capture):
 from __future__ import annotations
 
 import contextlib
-import re
 from typing import Any, Iterator, Optional
 
 import tensorflow as tf
@@ -25,7 +24,6 @@ from tensorflow.core.framework import types_pb2
 
 from tfplace import _tensorflow
 
-_CONTROL = re.compile(r"/ctrl/_\d+$")
 _HOST_TYPES = {types_pb2.DT_RESOURCE, types_pb2.DT_STRING}
 
 
@@ -51,7 +49,7 @@ def cross_device_sends(function_graphs: Any) -> list[Any]:
         for node in partition.node:
             if node.op != "_Send" or node.attr["send_device"].s == node.attr["recv_device"].s:
                 continue
-            if _CONTROL.search(node.input[0]) or node.attr["T"].type in _HOST_TYPES:
+            if node.attr["T"].type in _HOST_TYPES:
                 continue
             if (node.attr["tensor_name"].s, node.attr["recv_device"].s) in host_recvs:
                 continue

@@ -33,6 +33,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from tfplace._errors import Error
 from tfplace.placement._log_json import JSON_FORMAT
+from tfplace.placement._records import input_label
 
 __all__ = ["FORMAT", "MergeError", "read_trace", "trace_task", "canonical_task", "device_task", "task_name",
            "prefix_of", "task_key", "full_device", "merge", "merge_files"]
@@ -290,7 +291,7 @@ def _tensors(tasks: Sequence[Mapping[str, Any]], moved: _Traffic) -> None:
         pairs.setdefault((_owner(source), _owner(target)), []).append(row)
     for (source, target), rows in pairs.items():
         rows.sort(key=lambda r: -(r.get("total_bytes") or 0))
-        ops = list(dict.fromkeys(f"{r.get('op')} input #{r.get('input_index')}" for r in rows))
+        ops = list(dict.fromkeys(input_label(r.get('op'), r.get('input_index')) for r in rows))
         unknown = sum(1 for r in rows if r.get("total_bytes") is None)
         what = ("tensors (implicit transfers: " + ", ".join(ops[:3]) + (f" and {len(ops) - 3} more" if len(ops) > 3 else "")
                 + (f"; {unknown} of unknown size" if unknown else "") + ")")

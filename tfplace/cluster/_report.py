@@ -27,7 +27,7 @@ from typing import Any, Mapping, NamedTuple, Optional, Sequence
 from tfplace.cluster._merge import device_task, full_device, task_key, task_name
 from tfplace.placement import _groups, _log_json, _report
 from tfplace.placement._cost import OpCost
-from tfplace.placement._records import ARGUMENT_OPS, PlacementRecord, is_function_call
+from tfplace.placement._records import ARGUMENT_OPS, PlacementRecord, input_label, is_function_call
 from tfplace.placement._report import ROWS
 
 __all__ = ["render", "device_figures"]
@@ -274,7 +274,7 @@ def _task_lines(entry: Mapping[str, Any], top: int) -> list[str]:
     for t in transfers[:top]:
         node = f" (node {t['node']} of {t.get('function')})" if t.get("node") else ""
         lines.append(f"  {t.get('source') or 'an unknown line'}  x{t.get('count')}  {_report.size(t.get('total_bytes'))}  "
-                     f"{t.get('op')} input #{t.get('input_index')}{node} {t.get('from_device')} -> {t.get('to_device')}, "
+                     f"{input_label(t.get('op'), t.get('input_index'))}{node} {t.get('from_device')} -> {t.get('to_device')}, "
                      f"{_report.size(t.get('bytes'))} each")
     lines += _more(transfers, top, "  ")
     cost = trace.get("cost") or {}

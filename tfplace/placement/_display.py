@@ -33,7 +33,7 @@ from tfplace.placement import _explain, _groups, _report
 from tfplace.placement._report import ROWS, size
 from tfplace.placement._memory import NOT_COUNTED
 from tfplace.placement._origins import is_plumbing
-from tfplace.placement._records import CopyRecord, PlacementRecord
+from tfplace.placement._records import CopyRecord, PlacementRecord, input_label
 
 if TYPE_CHECKING:
     from tfplace.placement._cost import Cost, Transfer
@@ -332,7 +332,7 @@ def cost_lines(log: Log, *, top: int = 10) -> list[str]:
     if rows:
         lines.append("  top transfers by bytes:")
     for row in rows[:top]:
-        what = f"{row.op} input #{row.input_index}" + (f" (node {row.node} of {row.function})" if row.node else "")
+        what = input_label(row.op, row.input_index) + (f" (node {row.node} of {row.function})" if row.node else "")
         count = f"x{row.count}" + ("+ (in a loop body: at least)" if row.lower_bound else "")
         where = row.source or (f"(call at {row.call})" if row.call else "an unknown line")
         lines.append(f"    {where}  {count}  {size(row.total_bytes)}  {what} "

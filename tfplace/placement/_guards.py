@@ -33,7 +33,7 @@ from tfplace._devices import Device, canonical_name, resolve
 from tfplace._errors import ConfigurationError, ImplicitCopyError, PlacementError
 from tfplace.placement import _events, _explain, _function_sources, _graphs, _hooks, _kernel_table, _session
 from tfplace.placement._origins import ORIGINS, is_plumbing
-from tfplace.placement._records import CopyRecord, Kind, PlacementRecord
+from tfplace.placement._records import CONTROL, CopyRecord, Kind, PlacementRecord, input_label
 from tfplace.placement._sources import user_line
 
 __all__ = ["transfer_guard", "device_guard", "LEVELS"]
@@ -45,11 +45,16 @@ def _describe_copy(copy: CopyRecord) -> str:
     where = copy.source or "an unknown line"
     if copy.kind == "function":
         where = copy.source or "a line unknown (traced before any capture or guard opened)"
+        if copy.input_index == CONTROL:
+            return (f"cross-device control edge inside function {copy.function} (called at "
+                    f"{copy.call or 'an unknown line'}): node {copy.node} ({copy.op}, made at {where}) waits for "
+                    f"{copy.tensor[1:]} on {copy.from_device}, but runs on {copy.to_device}, so TensorFlow sends a "
+                    "signal across on every call")
         return (f"implicit transfer inside function {copy.function} (called at {copy.call or 'an unknown line'}): "
                 f"node {copy.node} ({copy.op}, made at {where}) input #{copy.input_index} ({copy.tensor}) is produced "
                 f"on {copy.from_device}, but {copy.node} runs on {copy.to_device}, so TensorFlow sends it across on "
                 "every call")
-    return (f"implicit copy at {where}: {copy.op} input #{copy.input_index} lives on {copy.from_device}, "
+    return (f"implicit copy at {where}: {input_label(copy.op, copy.input_index)} lives on {copy.from_device}, "
             f"but {copy.op} runs on {copy.to_device}, so TensorFlow copies it on every call")
 
 

@@ -31,7 +31,7 @@ from collections import Counter
 from typing import Any, Iterable, Sequence
 
 from tfplace import _script
-from tfplace.placement._records import Kind, is_function_call
+from tfplace.placement._records import Kind, input_label, is_function_call
 
 __all__ = ["trace_events", "merge_tasks", "write", "STEP"]
 
@@ -176,7 +176,7 @@ def _timed(timeline: _Timeline, records: Sequence[Any], copies: Sequence[Any], m
         copy = known[k] if len(known) == moves[(source, target)] else None  # the k-th of its direction
         at, width = start - origin, max(duration, 0.001)
         lanes = [100 + _free(ends.setdefault(device, []), at, at + width) for device in (source, target)]
-        timeline.arrow(source, target, f" {copy.op} input #{copy.input_index}" if copy is not None else "",
+        timeline.arrow(source, target, " " + input_label(copy.op, copy.input_index) if copy is not None else "",
                        _copy_args(copy) if copy is not None else {"from": source, "to": target},
                        (at, width, lanes[0]), (at, width, lanes[1]))
     for _, device, live, at_ns in memory:
@@ -228,7 +228,7 @@ def trace_events(records: Sequence[Any], copies: Sequence[Any], copy_slots: Sequ
         width = (STEP - 2) / len(moved)
         for j, copy in enumerate(moved):
             start, half = at * STEP + j * width, width / 2
-            timeline.arrow(copy.from_device, copy.to_device, f" {copy.op} input #{copy.input_index}", _copy_args(copy),
+            timeline.arrow(copy.from_device, copy.to_device, " " + input_label(copy.op, copy.input_index), _copy_args(copy),
                            (start, half * 0.8, _TRANSFERS), (start + half, half * 0.8, _TRANSFERS))
     for at, device, live, _ in memory:
         step_at = step_of[at - 1] if 0 < at <= len(step_of) else 0

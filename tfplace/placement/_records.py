@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from typing import Any, NamedTuple, Optional
 
-__all__ = ["PlacementRecord", "CopyRecord", "Kind", "Origin", "ARGUMENT_OPS", "is_function_call"]
+__all__ = ["PlacementRecord", "CopyRecord", "CONTROL", "input_label", "Kind", "Origin", "ARGUMENT_OPS", "is_function_call"]
 
 # Nodes TensorFlow adds to every function for its arguments and results.
 ARGUMENT_OPS = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval"})
@@ -152,6 +152,15 @@ class PlacementRecord(_RecordFields):
         return data
 
 
+CONTROL = -1  # the `input_index` of a transfer that is a control edge
+
+
+def input_label(op: Any, input_index: Any) -> str:
+    """How a transfer's consumer and input are shown: "AddV2 input #1", or "Cos control input" for a
+    control edge (`CONTROL`)."""
+    return f"{op} control input" if input_index == CONTROL else f"{op} input #{input_index}"
+
+
 class CopyRecord(NamedTuple):
     """An implicit transfer of a tensor between devices: one per transfer.
 
@@ -162,7 +171,8 @@ class CopyRecord(NamedTuple):
 
     Attributes:
       op: the op type that needed the copy (the consumer), e.g. "AddV2".
-      input_index: which of its inputs was copied.
+      input_index: which of its inputs was copied; `CONTROL` (-1) for a control edge (the consumer
+        waits for the producer on another device: `tensor` is "^producer", `bytes` 0).
       from_device: where the input's memory was (canonical name).
       to_device: where the op needed it (canonical name).
       source: "file.py:LINE" of the user's code that made the consumer ("" when

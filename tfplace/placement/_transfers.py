@@ -8,14 +8,18 @@ tensor read by several nodes on one device crosses once. Graph collection
 hands tfplace these `partition_graphs`. Each cross-device pair becomes one
 `CopyRecord(kind="function")` template per call of the function, except:
 
-* control edges (the partitioner sends a dummy scalar so that a node waits for
-  one on another device): no value of the program moves;
 * host-memory transfers (`_HostSend`/`_HostRecv`, resource handles, strings):
   TensorFlow keeps these values on the host by design, as for eager ops;
 * explicit copies: the consumer is an `Identity` the user's code placed on a
   device (`tf.identity` under `tf.device`, its line known), as for eager ops.
   TensorFlow's and Keras' own identities under a device (a strategy's replica
   copies) are transfers the user did not write: they are listed.
+
+A control edge across devices (a node that waits for one on another device) is a
+pair too: the partitioner sends a dummy scalar made for the purpose
+(`<producer>/ctrl/_N`) into an `Identity` that the waiting node reads as a
+control input. No value of the program moves: it is a transfer with `tensor`
+"^producer", `input_index` `CONTROL` and 0 bytes.
 
 Bytes per transfer come from the producer's static shape (TensorFlow's shape
 inference over the placed graph) times its dtype's size; `None` where the shape
@@ -39,7 +43,7 @@ from tfplace import _tensorflow
 from tfplace._devices import canonical_name
 from tfplace.placement import _kernels
 from tfplace.placement._lowering import PlacerNode
-from tfplace.placement._records import CopyRecord
+from tfplace.placement._records import CONTROL, CopyRecord
 
 __all__ = ["function_transfers", "EXPLICIT_COPIES"]
 
@@ -104,6 +108,22 @@ def _consumer(recv: str, partition: Any) -> Optional[tuple[Any, int]]:
     return None
 
 
+def _control_edge(dummy: Any, recv: str, partition: Any) -> Optional[tuple[str, Any]]:
+    """(producer, first waiting node) of a control edge whose dummy value `dummy` (a node of the sending
+    partition, its control input the producer) arrives as `recv` in `partition`; None when it is not one."""
+    if dummy is None:
+        return None
+    producers = [_node_name(i) for i in dummy.input if i.startswith("^")]
+    if not producers:
+        return None
+    wanted = (recv, recv + ":0")
+    identities = {node.name for node in partition.node if any(i in wanted for i in node.input)}
+    for node in partition.node:
+        if any(i.startswith("^") and i[1:] in identities for i in node.input):
+            return producers[0], node
+    return None
+
+
 def _placer_consumer(after: Any, slot: int, tensor: str, to_device: str,
                      placer: Mapping[str, PlacerNode], readers: Sequence[tuple[PlacerNode, int]],
                      devices: Mapping[str, str]) -> tuple[Optional[PlacerNode], str, str, int]:
@@ -150,6 +170,7 @@ def function_transfers(partitions: Sequence[Any], placer: Mapping[str, PlacerNod
         for index, tensor in enumerate(data):
             consumers.setdefault(_tensor_name(tensor), []).append((node, index))
     found: list[tuple[CopyRecord, str]] = []
+    controls: list[CopyRecord] = []
     ran = {n.name for n in graph.node} if graph is not None else None
     depths: dict[int, tuple[dict[str, Any], dict[str, int]]] = {}
     for send, partition in sends:
@@ -158,24 +179,33 @@ def function_transfers(partitions: Sequence[Any], placer: Mapping[str, PlacerNod
         pair = recvs.get((send.attr["tensor_name"].s.decode(), to_device))
         if pair is None or send.op == "_HostSend" or pair[0].op == "_HostRecv" or dtype in _HOST_TYPES:
             continue
+        if id(partition) not in depths:
+            depths[id(partition)] = ({n.name: n for n in partition.node}, {})
+        by_name, memo = depths[id(partition)]
         read = _consumer(pair[0].name, pair[1])
         if read is None or (ran is not None and _node_name(send.input[0]) not in ran):
-            continue  # a control edge: the partitioner's dummy value, made for the send
+            edge = _control_edge(by_name.get(_node_name(send.input[0])), pair[0].name, pair[1])
+            if edge is not None:  # the partitioner's dummy value, made for a control edge
+                producer, consumer = edge
+                node = placer.get(consumer.name)
+                controls.append(CopyRecord(
+                    node.op if node is not None else _kernels.op_type(consumer.op), CONTROL,
+                    canonical_name(send.attr["send_device"].s.decode()), canonical_name(to_device),
+                    source=sources.get(consumer.name, ""), kind="function", node=consumer.name, tensor="^" + producer,
+                    bytes=0, in_loop=_loop_depth(producer, by_name, memo) > 0))
+            continue
         tensor = _tensor_name(send.input[0])
         node, op, name, index = _placer_consumer(read[0], read[1], tensor, canonical_name(to_device), placer,
                                                  consumers.get(tensor, ()), devices or {})
         if op in EXPLICIT_COPIES and node is not None and node.requested and sources.get(name):
             continue  # the user's tf.identity under a device
-        if id(partition) not in depths:
-            depths[id(partition)] = ({n.name: n for n in partition.node}, {})
-        by_name, memo = depths[id(partition)]
         in_loop = _loop_depth(_node_name(send.input[0]), by_name, memo) > 0
         copy = CopyRecord(op, index, canonical_name(send.attr["send_device"].s.decode()), canonical_name(to_device),
                           source=sources.get(name, ""), kind="function", node=name, tensor=tensor,
                           dtype=_kernels.dtype_name(dtype), in_loop=in_loop)
         found.append((copy, tensor))
     sizes = _tensorflow.static_sizes(graph, {tensor for _, tensor in found}) if graph is not None else {}
-    return [copy._replace(bytes=_bytes(sizes.get(tensor), copy.dtype)) for copy, tensor in found]
+    return [copy._replace(bytes=_bytes(sizes.get(tensor), copy.dtype)) for copy, tensor in found] + controls
 
 
 def _bytes(elements: Optional[int], dtype: str) -> Optional[int]:
