@@ -167,8 +167,8 @@ def _function_records(function_graphs: Any, called: str = "") -> tuple[
         graph=function_graphs.post_optimization_graph, devices={r.name: r.device for r in records}) \
         if devices > 1 else []
     runs = Counter((r.device, r.op, _groups.category(r)) for r in records if r.kind == Kind.PLACE and r.op not in ARGUMENT_OPS)
-    pipeline, device = _pipelines.graph_datasets(graph, placed)
-    datasets = _pipelines.dataset_records(pipeline, device, graph.library) if pipeline is not None else []
+    datasets = [record for pipeline, device in _pipelines.graph_datasets(graph, placed)
+                for record in _pipelines.dataset_records(pipeline, device, graph.library)]
     return records, datasets, transfers, runs
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Iterable, NamedTuple, Optional
 
-from tensorflow.core.framework import function_pb2, graph_pb2
+from tensorflow.core.framework import function_pb2, graph_pb2, types_pb2
 
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name, requested_name
@@ -29,6 +29,7 @@ __all__ = ["Pipeline", "dataset_records", "dataset_function_names", "iterator_re
            "ITERATOR_OPS", "MAP_OPS", "OPTIMIZATIONS"]
 
 
+_HOST_TYPES = frozenset({types_pb2.DT_STRING, types_pb2.DT_RESOURCE})  # values a kernel keeps on the host
 # Ops whose function attributes are tf.data functions, instantiated when an iterator is made.
 def _is_dataset_op(op: str) -> bool:
     return "Dataset" in op or op in ("MapDefun",)
@@ -58,17 +59,23 @@ def _graph_options_allow_rewrites(node: Any) -> bool:
     return True
 
 
-def graph_datasets(graph: graph_pb2.GraphDef, placed: list[Any]) -> tuple[Optional["Pipeline"], str]:
-    """The tf.data functions a function's graph instantiates (in its nodes or its bodies), and their device."""
+def graph_datasets(graph: graph_pb2.GraphDef, placed: list[Any]) -> list[tuple["Pipeline", str]]:
+    """The tf.data functions a function's graph instantiates (in its nodes or its bodies), each with the
+    device it is instantiated on: the pipeline's, and one per per-device generator of a `MultiDeviceIterator`
+    (a distributed dataset iterated inside the function), on that generator's device."""
     devices = {n.name: n.device for n in placed}
     names: list[str] = []
     own: list[str] = []
     maps: list[str] = []
+    shards: list[tuple[Pipeline, str]] = []
     rewritten = True
     device = ""
     nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
     for node in nodes:
         if not _is_dataset_op(node.op):
+            continue
+        if node.op == "GeneratorDataset" and _is_shard_generator(node, graph.library):
+            shards.append((_shard_pipeline(node), devices.get(node.name, "")))
             continue
         if node.op in ITERATOR_OPS:
             own += _function_attrs(node)
@@ -81,10 +88,29 @@ def graph_datasets(graph: graph_pb2.GraphDef, placed: list[Any]) -> tuple[Option
         elif node.op == "GeneratorDataset":  # cannot be serialized: tf.data's rewrites skip the pipeline
             rewritten = False
         device = device or devices.get(node.name, "")
-    if not names and not own:
-        return None, ""
-    pipeline = Pipeline(tuple(names), tuple(own), rewritten, maps=tuple(maps))
-    return pipeline, device or _tensorflow.device_name() or "/device:CPU:0"
+    device = device or _tensorflow.device_name() or "/device:CPU:0"
+    found = [(Pipeline(tuple(names), tuple(own), rewritten, maps=tuple(maps)), device)] if names or own else []
+    return found + [(pipeline, where or device) for pipeline, where in shards]
+
+
+def _is_shard_generator(node: Any, library: function_pb2.FunctionDefLibrary) -> bool:
+    """A `MultiDeviceIterator`'s per-device generator: its init function reaches the source device
+    through a `RemoteCall`."""
+    init = function_def(node.attr["init_func"].func.name, library)
+    return init is not None and any(n.op == "RemoteCall" for n in init.node_def)
+
+
+def _shard_pipeline(node: Any) -> "Pipeline":
+    """What making a per-device generator's iterator instantiates on its device: its init and finalize
+    functions (its next function runs through the source iterator). Their captured inputs (the last
+    arguments: the source's device name and string handle) are strings, kept on the host."""
+    functions, captures = [], []
+    for role in ("init_func", "finalize_func"):
+        name = node.attr[role].func.name
+        kinds = tuple("host" if dtype in _HOST_TYPES else "" for dtype in node.attr[f"T{role}_args"].list.type)
+        functions.append(name)
+        captures.append((name, kinds))
+    return Pipeline(tuple(functions), rewritten=False, captures=tuple(captures))
 
 
 # Ops that instantiate the tf.data functions of the dataset they get (their own function attributes,
