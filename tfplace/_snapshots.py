@@ -45,13 +45,18 @@ class SnapshotError(ValueError):
 
 
 def placement(log: "PlacementLog") -> dict[str, dict[str, int]]:
-    """`log.summary()`, sorted, without function plumbing or function numbers."""
+    """`log.summary()`, sorted, without function plumbing or function numbers, nor the records of the
+    functions TensorFlow's own threads instantiate a varying number of times (`log.uncertain`)."""
     counts: dict[str, Counter] = {}
     for device, ops in log.summary().items():
         for op, count in ops.items():
             if op not in ARGUMENT_OPS:
                 counts.setdefault(device, Counter())[_FUNCTION_NUMBER.sub(r"\1", op)] += count
-    return {device: dict(sorted(ops.items())) for device, ops in sorted(counts.items())}
+    for record in log.uncertain:
+        if record.op not in ARGUMENT_OPS and record.device in counts:
+            counts[record.device][_FUNCTION_NUMBER.sub(r"\1", record.op)] -= 1
+    return {device: dict(sorted((op, n) for op, n in ops.items() if n > 0)) for device, ops in sorted(counts.items())
+            if any(n > 0 for n in ops.values())}
 
 
 def differences(expected: dict[str, dict[str, int]], actual: dict[str, dict[str, int]]) -> list[str]:

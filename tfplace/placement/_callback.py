@@ -91,6 +91,7 @@ class Hook:
         copies: Sequence[CopyRecord] = ()
         later: Optional[tuple[_events.EventKey, Sequence[PlacementRecord]]] = None
         unseen = ""
+        uncertain: Sequence[PlacementRecord] = ()  # records of `unseen`'s functions, where it names some
         executed: Sequence[PlacementRecord] = ()
         if kind <= _eager.FUNCTION and _CUSTOM in full:  # DTensor's device: per-device functions (`_dtensor`)
             host = _dtensor.on_host(op) if kind == _eager.OP else ""
@@ -132,13 +133,15 @@ class Hook:
                         pipeline = _datasets.pipeline_of(tensor)
                         if pipeline is not None:
                             later = _events.EventKey(_events.Event.DATASET, op), _pipelines.iterator_records(pipeline, full)
-                            unseen = unseen or pipeline.unseen
+                            if pipeline.unseen and not unseen:
+                                unseen, uncertain = pipeline.unseen, _pipelines.uncertain_records(pipeline, full)
         elif kind == _eager.ITERATOR and inputs:
             own = tuple(_eager.function_name(attrs[i + 1]) for i in range(0, len(attrs), 2) if attrs[i] == "f")
             pipeline = _datasets.pipeline_of(inputs[0], own, iterator=inputs[1] if len(inputs) > 1 else None)
             if pipeline is not None:
                 later = _events.EventKey(_events.Event.DATASET, op), _pipelines.iterator_records(pipeline, full)
                 unseen = pipeline.unseen
+                uncertain = _pipelines.uncertain_records(pipeline, full) if unseen else ()
         plain = record
         if self.sources or copies:
             source = user_line()
@@ -163,7 +166,7 @@ class Hook:
         if later is not None:
             self.records(*later)
         if unseen:
-            self.records(_events.EventKey(_events.Event.UNSEEN, unseen), ())
+            self.records(_events.EventKey(_events.Event.UNSEEN, unseen), uncertain)
         return None
 
 

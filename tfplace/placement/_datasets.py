@@ -93,7 +93,8 @@ _PARALLEL_INTERLEAVE = (
     "the block iterated a pipeline that interleaves, in parallel (interleave with num_parallel_calls), datasets "
     "with functions of their own (from_generator, map): TensorFlow instantiates those functions on its own "
     "threads, once per inner iterator or fewer, a number that varies from run to run and that no hook of "
-    "TensorFlow reports; this log holds them once. Interleave without num_parallel_calls to record them exactly")
+    "TensorFlow reports; this log holds them once per iterator: {}. Interleave without num_parallel_calls to "
+    "record them exactly")
 
 
 def exhausted(iterator: Any) -> None:
@@ -159,7 +160,7 @@ def pipeline_of(variant: Any, own: tuple[str, ...] = (), iterator: Any = None) -
     maps: list[str] = []
     caches: list[Any] = []
     more: dict[str, int] = {}  # function -> rewrites of its graph by datasets made over it
-    unseen = ""
+    uncertain: list[str] = []  # functions a parallel interleave's threads instantiate
     todo: list[tuple[Any, int, bool]] = [(dataset, 0, True)]  # (dataset, rewrites above it, read whole)
     seen: set[int] = set()
     generator = False
@@ -172,9 +173,8 @@ def pipeline_of(variant: Any, own: tuple[str, ...] = (), iterator: Any = None) -
         found.update(functions)
         for name, _ in functions if above else ():
             more[name] = max(more.get(name, 0), above)
-        if _tensorflow.is_parallel_interleave(current) and any(
-                len(_pipelines.dataset_function_names([name])) > 1 for name, _ in functions):
-            unseen = _PARALLEL_INTERLEAVE
+        if _tensorflow.is_parallel_interleave(current):
+            uncertain += [inner for name, _ in functions for inner in _pipelines.dataset_function_names([name])[1:]]
         above += _tensorflow.rewrites_input_graph(current)
         if _tensorflow.is_map_dataset(current):
             maps += [name for name, kinds in functions if not kinds]
@@ -195,4 +195,6 @@ def pipeline_of(variant: Any, own: tuple[str, ...] = (), iterator: Any = None) -
         getattr(options, name, None) is True for name in _pipelines.OPTIMIZATIONS)
     return _pipelines.Pipeline(tuple(found), own, allowed and not generator,
                            tuple((name, kinds) for name, kinds in found.items() if any(kinds)), tuple(maps),
-                           tuple(sorted(more.items())), unseen)
+                           tuple(sorted(more.items())),
+                           _PARALLEL_INTERLEAVE.format(", ".join(dict.fromkeys(uncertain))) if uncertain else "",
+                           tuple(dict.fromkeys(uncertain)))

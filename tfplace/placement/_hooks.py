@@ -24,9 +24,10 @@ calls, for every eager op of the block:
   that thread's listeners); for what graph collection does not report: `Event.COMPILED` with an
   XLA function's "compiled" nodes (`device` where it ran), `Event.DATASET` with the `tf.data`
   functions an iterator instantiates, `Event.FAILED` (`about` the error's id) with a "failed"
-  record when an eager op raises; `Event.UNSEEN` (`about` the reason) and no records when a
-  function call's graph cannot be told apart (TensorFlow's collection merged it with another
-  thread's), or when an iterator runs functions that no hook can count.
+  record when an eager op raises; `Event.UNSEEN` (`about` the reason) when a function call's graph
+  cannot be told apart (TensorFlow's collection merged it with another thread's: no records), or
+  when an iterator runs functions that no hook can count (the records of those functions, as the
+  `DATASET` event holds them).
 
 Threads: the threads TensorFlow starts for the block inherit the callback
 (`MirroredStrategy`'s replica threads, the thread pool of a collective

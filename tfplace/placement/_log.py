@@ -51,6 +51,8 @@ class PlacementLog:
         self._copies: list[CopyRecord] = list(copies)
         self._copy_slots: list[int] = [-1] * len(self._copies)  # per copy, the index of the record it came with
         self._reasons: list[str] = []
+        self._uncertain: list[PlacementRecord] = []  # records of functions instantiated a varying number of times
+        self._uncertain_reasons: set[str] = set()  # the reasons that only those functions make
         self._lock = threading.Lock()
         self._runs: Counter = Counter()  # (device, op, category) -> executions of function nodes
         self._timing: Any = None  # the profile of the block (`timing=True`)
@@ -137,13 +139,18 @@ class PlacementLog:
         log._runs, log._timing, log._timing_missing = Counter(self._runs), self._timing, self._timing_missing
         log._census, log._rename = self._census, rename or self._rename
         log._reasons = list(self._reasons)
+        log._uncertain, log._uncertain_reasons = list(self._uncertain), set(self._uncertain_reasons)
         if len(log._copies) == len(self._copies) and len(log._records) == len(self._records):
             log._copy_slots = list(self._copy_slots)  # the same events, renamed: each copy still comes with its record
         return log
 
-    def mark_incomplete(self, reason: str, *, stacklevel: int = 2) -> None:
-        """Records that the log misses something, and warns once per distinct reason."""
+    def mark_incomplete(self, reason: str, *, stacklevel: int = 2, uncertain: Sequence[PlacementRecord] = ()) -> None:
+        """Records that the log misses something, and warns once per distinct reason; `uncertain`: the
+        records (held in the log) of functions whose number of instantiations is all it misses."""
         with self._lock:
+            if uncertain:
+                self._uncertain.extend(uncertain)
+                self._uncertain_reasons.add(reason)
             if reason in self._reasons:
                 return
             self._reasons.append(reason)
@@ -158,6 +165,18 @@ class PlacementLog:
     def incomplete_reason(self) -> str:
         """Why the log is incomplete ("" when it is complete)."""
         return "; ".join(self._reasons)
+
+    @property
+    def uncertain(self) -> tuple[PlacementRecord, ...]:
+        """The records of functions that TensorFlow's own threads instantiate a varying number of times
+        (a parallel interleave's inner datasets' functions): the log holds them, once per iterator, and
+        is incomplete for them (`incomplete_reason` names them)."""
+        return tuple(self._uncertain)
+
+    @property
+    def only_uncertain(self) -> bool:
+        """True when the log is incomplete only for its `uncertain` functions: everything else is exact."""
+        return bool(self._reasons) and all(reason in self._uncertain_reasons for reason in self._reasons)
 
     @property
     def records(self) -> list[PlacementRecord]:

@@ -25,7 +25,8 @@ from tfplace.placement import _function_sources, _instantiation, _lowering
 from tfplace.placement._placed import function_def
 from tfplace.placement._records import Kind, Origin, PlacementRecord
 
-__all__ = ["Pipeline", "dataset_records", "dataset_function_names", "iterator_records", "graph_datasets",
+__all__ = ["Pipeline", "dataset_records", "dataset_function_names", "iterator_records", "uncertain_records",
+           "graph_datasets",
            "ITERATOR_OPS", "MAP_OPS", "OPTIMIZATIONS"]
 
 
@@ -139,6 +140,9 @@ class Pipeline(NamedTuple):
         `FakeSink`s, whatever the options say.
       unseen: why some of the functions its iterators run are instantiated where
         tfplace cannot count them ("" when none are).
+      uncertain: those functions (a parallel interleave's inner datasets' functions, which
+        TensorFlow's own threads instantiate a varying number of times); their records are in
+        `iterator_records()` once per iterator, and in `uncertain_records()`.
     """
 
     functions: tuple[str, ...]
@@ -148,6 +152,7 @@ class Pipeline(NamedTuple):
     maps: tuple[str, ...] = ()
     more_rewrites: tuple[tuple[str, int], ...] = ()
     unseen: str = ""
+    uncertain: tuple[str, ...] = ()
 
 
 def dataset_function_names(names: Iterable[str], library: Optional[function_pb2.FunctionDefLibrary] = None) -> list[str]:
@@ -188,9 +193,16 @@ def iterator_records(pipeline: Pipeline, device: str) -> tuple[PlacementRecord, 
     return tuple(dataset_records(pipeline, device))
 
 
-def dataset_records(pipeline: Pipeline, device: str,
-                    library: Optional[function_pb2.FunctionDefLibrary] = None) -> list[PlacementRecord]:
-    """"place" records of the tf.data functions an iterator instantiates on `device`."""
+@functools.lru_cache(maxsize=256)
+def uncertain_records(pipeline: Pipeline, device: str) -> tuple[PlacementRecord, ...]:
+    """The records of `iterator_records()` that are the pipeline's `uncertain` functions' nodes."""
+    return tuple(dataset_records(pipeline, device, only=frozenset(pipeline.uncertain)))
+
+
+def dataset_records(pipeline: Pipeline, device: str, library: Optional[function_pb2.FunctionDefLibrary] = None,
+                    only: Optional[frozenset] = None) -> list[PlacementRecord]:
+    """"place" records of the tf.data functions an iterator instantiates on `device` (those named in
+    `only`, when given)."""
     device = canonical_name(device)
     records: list[PlacementRecord] = []
     full_library = function_pb2.FunctionDefLibrary()
@@ -200,7 +212,7 @@ def dataset_records(pipeline: Pipeline, device: str,
     captures = dict(pipeline.captures)
     host = device.rpartition("/device:")[0] + "/device:CPU:0"
     for name in dataset_function_names(pipeline.functions + pipeline.own, library):
-        function = function_def(name, library)
+        function = function_def(name, library) if only is None or name in only else None
         if function is None or (pipeline.rewritten and name in maps and _identity_map(function)):
             continue
         kinds = captures.get(name, ())
