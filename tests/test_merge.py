@@ -334,3 +334,21 @@ def test_diff_between_two_tasks_of_a_cluster_and_two_clusters(tmp_path):
     assert absent.returncode == 2 and "has no trace of task worker:7" in absent.stderr
     mixed = tfplace("diff", c, write(tmp_path / "t.json", worker(0)))
     assert mixed.returncode == 2 and "merged cluster" in mixed.stderr
+
+
+def test_functions_another_traced_task_placed_are_one_line_not_an_incomplete_log_to_act_on():
+    from tfplace.placement._report import remote_function
+
+    chief = coordinator()
+    chief["records"].append(record("__inference_step_7", W.format(0), count=2))
+    chief["records"].append(record("__inference_step_7", W.format(1), count=2))
+    reasons = [remote_function("__inference_step_7", W.format(1)), "the block ran function __inference_f_3, which "
+               "TensorFlow placed before the block opened"]
+    chief.update(complete=False, incomplete_reasons=reasons, incomplete_reason="; ".join(reasons))
+    merged = merge([("chief", chief), ("worker:0", worker(0)), ("worker:1", worker(1))])
+    findings = render(merged, top=5).split("where the time and bytes went")[0]
+    assert ("(chief ran 1 function(s) that worker:0, worker:1 placed: __inference_step_7; their nodes are in those "
+            "tasks' sections)") in findings
+    assert findings.count("chief's log is incomplete") == 1 and "placed before the block opened" in findings
+    untraced = render(merge([("chief", chief), ("worker:0", worker(0))]), top=5)  # worker:1's trace is missing
+    assert "chief's log is incomplete: the block ran function __inference_step_7 on" in untraced

@@ -143,10 +143,23 @@ def _findings(merged: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], top:
         r = traffic[0]
         lines.append(f"  most bytes between tasks: {r['from_task']} -> {r['to_task']} {_report.size(r['bytes'])}"
                      f"{' per step' if r.get('per_step') else ''} ({r['what']})")
+    placing = {e["task"] for e in merged.get("tasks") or [] if (e.get("trace") or {}).get("records")}
     for entry in merged.get("tasks") or []:
-        reason = (entry.get("trace") or {}).get("incomplete_reason")
-        if reason:
-            lines.append(f"  {entry['task']}'s log is incomplete: {reason}")
+        trace = entry.get("trace") or {}
+        reasons = trace.get("incomplete_reasons") or ([trace["incomplete_reason"]] if trace.get("incomplete_reason")
+                                                       else [])
+        elsewhere: dict[str, None] = {}  # functions another traced task placed: its trace holds them
+        for reason in reasons:
+            found = _report.REMOTE_FUNCTION.match(reason)
+            if found and task_name(device_task(found[2])) in placing:
+                elsewhere[found[1]] = None
+            else:
+                lines.append(f"  {entry['task']}'s log is incomplete: {reason}")
+        if elsewhere:
+            owners = sorted({task_name(device_task(r.get("device", ""))) for r in trace.get("records") or []
+                             if r.get("op") in elsewhere} & placing, key=task_key)  # every task it ran on
+            lines.append(f"  ({entry['task']} ran {len(elsewhere)} function(s) that {', '.join(owners)} placed: "
+                         f"{', '.join(elsewhere)}; their nodes are in those tasks' sections)")
     return lines
 
 

@@ -28,7 +28,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 from tfplace import _tensorflow
 from tfplace._devices import local_task
-from tfplace.placement import _events, _function_sources, _graphs, _hooks, _placed, _session
+from tfplace.placement import _events, _function_sources, _graphs, _hooks, _placed, _report, _session
 from tfplace.placement._log import PlacementLog
 from tfplace.placement._records import Kind, PlacementRecord, is_function_call
 from tfplace.placement._sources import user_line, user_stacklevel
@@ -60,9 +60,7 @@ class _Recorder:
                 return
             task = local_task()
             if task and record.device.startswith("/job:") and not record.device.startswith(task + "/"):
-                reason = (f"the block ran function {record.op} on {record.device}, another task's device: that "
-                          "task's runtime places it, so its nodes are in that task's log, not this one (under "
-                          "tfplace launch --trace --log_placement, in that task's trace)")
+                reason = _report.remote_function(record.op, record.device)
             else:
                 reason = (f"the block ran function {record.op}, which TensorFlow placed before the block opened; "
                           "TensorFlow places a function once, at its first call (per device), so its nodes are not "

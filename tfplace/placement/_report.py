@@ -10,6 +10,8 @@ only format these rows.
 * `summary(records)`: placement events per device and op, the user's compute first.
 * `placements(records, op)`: the rows of `PlacementLog.table()`: per op, device and kind, `op`'s first,
   then the user's compute; the other categories counted per op type.
+* `remote_function(function, device)`: why a log lacks a function another task placed, and
+  `REMOTE_FUNCTION`, which reads that reason back (a cluster's report: that task's trace holds it).
 
 Example:
     >>> from tfplace.placement._records import PlacementRecord
@@ -21,13 +23,24 @@ Example:
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any, Iterable, NamedTuple, Optional, Sequence, TypeVar
 
 from tfplace.placement import _groups
 from tfplace.placement._records import Kind, PlacementRecord
 
-__all__ = ["size", "ROWS", "Group", "Explained", "failed", "explained", "first", "summary", "placements"]
+__all__ = ["size", "ROWS", "Group", "Explained", "failed", "explained", "first", "summary", "placements",
+           "remote_function", "REMOTE_FUNCTION"]
+
+REMOTE_FUNCTION = re.compile(r"^the block ran function (\S+) on (\S+), another task's device: ")
+
+
+def remote_function(function: str, device: str) -> str:
+    """The reason a log lacks the nodes of `function`, which the block ran on `device`, another task's."""
+    return (f"the block ran function {function} on {device}, another task's device: that task's runtime places it, "
+            "so its nodes are in that task's log, not this one (under tfplace launch --trace --log_placement, in "
+            "that task's trace)")
 
 ROWS = 20
 
