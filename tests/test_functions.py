@@ -274,4 +274,4 @@ def test_reading_a_log_changes_nothing(python):
     assert out["sizes"][0] == out["sizes"][1] > 1
     assert out["after"] == out["sizes"][0]
     assert out["json"] == ["complete", "copies", "cost", "format", "incomplete_reason", "incomplete_reasons", "memory",
-                           "records", "runs", "transfers"]
+                           "records", "runs", "transfers", "uncertain"]

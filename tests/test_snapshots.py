@@ -277,7 +277,8 @@ def test_snapshots_no_test_wrote_or_read_are_listed_after_a_whole_run_and_remove
 
 
 INTERLEAVE_TEST = """
-    import tensorflow as tf
+    import json
+    import tensorflow as tf, tfplace
 
     def rows(n):
         for i in range(3):
@@ -290,6 +291,8 @@ INTERLEAVE_TEST = """
         assert sorted(int(v) for v in interleaved) == sorted(i * n for n in range(1, 5) for i in range(3))
         assert not placement_log.complete and placement_log.only_uncertain
         assert {r.op for r in placement_log.uncertain} >= {"PyFunc"}
+        again = tfplace.PlacementLog.from_json(json.dumps(placement_log.to_json()))
+        assert again.only_uncertain and sorted(again.uncertain) == sorted(placement_log.uncertain)
         placement_snapshot.assert_match(placement_log)
 """
 

@@ -38,7 +38,8 @@ capture is the harness's JSON (`log.to_json()`), and `compare_logs()` checks:
   nodes (a parity check of tfplace against itself, not part of the referee);
 * `complete` is what the program declares (`# conformance: expect complete=False`; True
   otherwise); a log that says it is incomplete, as its program expects, may lack function nodes
-  (what its reason names), never hold extra ones.
+  (what its reason names), never hold extra ones; one that names uncertain functions (a parallel
+  interleave's) may lack only their nodes.
 """
 
 from __future__ import annotations
@@ -128,6 +129,10 @@ class Result:
     # In a cluster: the capture's eager events on other tasks' devices (a coordinator's remote ops and
     # scheduled calls), which those tasks' logs print, not this one: (op, device) -> count.
     eager_remote: Counter = field(default_factory=Counter)
+    # A log incomplete only for its uncertain functions: whether it names them, and the placer lines it
+    # lacks that are not theirs.
+    uncertain_named: bool = False
+    unmatched_certain: list = field(default_factory=list)
     # function nodes
     nodes_total: int = 0
     nodes_matched: int = 0
@@ -191,6 +196,9 @@ class Result:
         # A log that says it is incomplete, as the program expects, may lack what it says it lacks;
         # it still may not hold anything TensorFlow did not do.
         lacking_allowed = self.complete is False and not self.complete_expected
+        if self.uncertain_named and self.unmatched_certain:
+            out.append(f"{name}: the log names uncertain functions, yet lacks nodes that are none of theirs: "
+                       + ", ".join(self.unmatched_certain[:SHOW]))
         if self.nodes_matched != self.nodes_total and not lacking_allowed:
             lines = [f"{name}: {self.nodes_total - self.nodes_matched} of {self.nodes_total} function node(s) in TF's "
                      "placer log have no place/removed/compiled record (same name, op type and device); by op:"]
@@ -329,6 +337,13 @@ def compare_logs(result: Result, log: tflog.TfLog, capture: dict, sends: Optiona
             else:
                 unmatched.append(node)
     result.nodes_matched = result.nodes_total - len(unmatched)
+    # A log incomplete only for functions TensorFlow's threads instantiate a varying number of times names
+    # them (`uncertain`): what it lacks must be nodes of those functions (by name and op type).
+    uncertain = capture.get("uncertain") or {}
+    result.uncertain_named = bool(uncertain.get("reasons"))
+    kinds = {(r["name"], r["op"]) for r in uncertain.get("records", [])}
+    result.unmatched_certain = [f"{n.lineno}: {n.name} ({n.op}) {n.device}" for n in unmatched
+                                if (n.name, tflog.registered_op(n.op)) not in kinds]
     result.nodes_unmatched = [f"{n.lineno}: {n.name} ({n.op}) {n.device}"
                               + ("" if log.main_thread in (None, n.thread) else f" [thread {n.thread}]")
                               for n in unmatched[:SHOW]]

@@ -245,7 +245,9 @@ class PlacementLog:
         """
         return _log_json.to_json(self._records, self._copies, self._runs, self._reasons, complete=self.complete,
                                  transfers=self.transfers(), cost=self.cost(),
-                                 memory=self.memory() if self._census is not None else None)
+                                 memory=self.memory() if self._census is not None else None,
+                                 uncertain=self._uncertain,
+                                 uncertain_reasons=[r for r in self._reasons if r in self._uncertain_reasons])
 
     @classmethod
     def from_json(cls, text: Union[str, bytes, dict]) -> "PlacementLog":
@@ -257,10 +259,13 @@ class PlacementLog:
           TypeError: `text` is neither JSON text nor the parsed dict.
           ValueError: `text` is not a tfplace log (not JSON, or without its records), naming what is wrong.
         """
-        records, copies, runs, reasons = _log_json.from_json(text)
+        data = _log_json.parsed(text)
+        records, copies, runs, reasons = _log_json.from_json(data)
         log = cls(records, copies)
         log._runs = runs
         log._reasons = reasons
+        log._uncertain, uncertain_reasons = _log_json.uncertain_from_json(data)
+        log._uncertain_reasons = set(uncertain_reasons)
         return log
 
     @classmethod
