@@ -8,7 +8,7 @@ import pytest
 from tensorflow.core.framework import graph_pb2
 
 from conftest import result_of, run_python
-from tfplace.placement import _dtensor
+from tfplace.placement import _instances
 
 placement = pytest.mark.placement
 
@@ -63,7 +63,7 @@ def test_merged_instances_are_taken_apart_one_per_device():
     merged = _entry([raw, raw], [_instance(_D0, True), _instance(_D1, True)],
                     [_instance(_D0, True), [("device_id", "_Arg", _D0), ("x/_0", "_Send", _D0)],
                      _instance(_D1) + [("x/_1", "_Recv", _D1)]])
-    found = _dtensor.instances([merged])
+    found = _instances.split([merged])
     assert [i.device for i in found] == [_D0, _D1]
     assert [[n.name for n in i.pre_optimization_graph.node] for i in found] == [[n[0] for n in raw]] * 2
     assert [len(i.post_optimization_graph.node) for i in found] == [4, 4]
@@ -75,7 +75,7 @@ def test_an_instance_whose_raw_graph_went_into_another_entry_keeps_its_placed_gr
     raw = [("op_input_0", "_Arg", ""), ("tf.StatefulPartitionedCall", "StatefulPartitionedCall", "")]
     first = _entry([raw, raw], [_instance(_D0)], [_instance(_D0)])
     second = _entry([], [_instance(_D1)], [_instance(_D1)])
-    found = _dtensor.instances([first, second])
+    found = _instances.split([first, second])
     assert [i.device for i in found] == [_D0, _D1]
     assert all(len(i.pre_optimization_graph.node) == 2 for i in found)
 

@@ -6,36 +6,28 @@ device of its mesh, each called on its device from DTensor's own thread: TensorF
 for the op on `CUSTOM:0`). TensorFlow places each instance at its first call and graph collection
 reports it; as DTensor's threads place the instances at the same time, the collection may merge
 them: one entry holding every instance's nodes under the same names, another holding only its
-placed graph. `instances()` takes such entries apart again, one per device; `function_name()`
+placed graph (`tfplace.placement._instances.split` takes such entries apart again); `function_name()`
 finds the name TensorFlow's log gives each instance; `after()` remembers what a call with the
 same inputs runs, for the calls that place nothing.
 
 Example:
-    >>> from tensorflow.core.framework import graph_pb2
-    >>> merged = graph_pb2.GraphDef()
-    >>> for device in ("CPU:0", "CPU:1"):
-    ...     node = merged.node.add(name="op_input_0", op="_Arg", device="/job:localhost/replica:0/task:0/device:" + device)
-    >>> [list(n.device[-5:] for n in chunk) for chunk in _chunks(merged.node)]
-    [['CPU:0'], ['CPU:1']]
+    >>> is_dtensor_device("/job:localhost/replica:0/task:0/device:CUSTOM:0"), is_dtensor_device("/device:CPU:1")
+    (True, False)
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter
-from typing import Any, Iterable, NamedTuple, Sequence
-
-from tensorflow.core.framework import graph_pb2
+from typing import Any, NamedTuple, Sequence
 
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name
-from tfplace.placement import _session
-from tfplace.placement._records import ARGUMENT_OPS, Kind, Origin, PlacementRecord
+from tfplace.placement import _instances, _session
+from tfplace.placement._records import Kind, Origin, PlacementRecord
 
-__all__ = ["is_dtensor_device", "Instance", "instances", "function_name", "count_host_runs", "on_host", "key", "Ran", "execute_record", "after"]
+__all__ = ["is_dtensor_device", "function_name", "count_host_runs", "on_host", "key", "Ran", "execute_record", "after"]
 
 _LIMIT = 1024  # calls remembered (by op and inputs), oldest forgotten first
-_TRANSPORT = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
 _HOST_RUNS = "eager_pure_optimization.hit"  # DTensor's count of ops it ran as one eager op on the host
 _INNER = re.compile(r"^_func_\d+_\d+$")
 
@@ -45,85 +37,7 @@ def is_dtensor_device(device: str) -> bool:
     return "/device:CUSTOM:" in device
 
 
-class Instance(NamedTuple):
-    """One per-device function as TensorFlow placed it (what `_graphs` reads of a collected function)."""
-
-    pre_optimization_graph: Any
-    post_optimization_graph: Any
-    partition_graphs: tuple
-    device: str  # the full name of the device DTensor called it on
-
-
-def _chunks(nodes: Iterable[Any]) -> list[list[Any]]:
-    """Nodes of merged graphs split where a name comes again (each graph's names are distinct)."""
-    chunks: list[list[Any]] = []
-    seen: set[str] = set()
-    for node in nodes:
-        if not chunks or node.name in seen:
-            chunks.append([])
-            seen = set()
-        chunks[-1].append(node)
-        seen.add(node.name)
-    return chunks
-
-
-def _graph(nodes: Sequence[Any], library: Any = None) -> Any:
-    graph = graph_pb2.GraphDef()
-    graph.node.extend(nodes)
-    if library is not None:
-        names: set[str] = set()
-        for function in library.function:  # merged libraries repeat each function
-            if function.signature.name not in names:
-                names.add(function.signature.name)
-                graph.library.function.add().CopyFrom(function)
-    return graph
-
-
-def _device_of(nodes: Sequence[Any]) -> str:
-    """Where an instance runs: where its arguments and results are, else where most of its nodes are."""
-    own = [n.device for n in nodes if n.op in ARGUMENT_OPS and n.name != "device_id" and n.device]
-    counted = Counter(own or [n.device for n in nodes if n.device])
-    return counted.most_common(1)[0][0] if counted else ""
-
-
-def _assign(partitions: Sequence[Any], placed: Sequence[list[Any]]) -> list[list[Any]]:
-    """Each partition graph given to the placed instance whose nodes (name, device) it holds: the
-    largest first, each to an instance with those nodes not yet covered by another partition."""
-    uncovered = [{(n.name, n.device) for n in nodes} for nodes in placed]
-    given: list[list[Any]] = [[] for _ in placed]
-    keyed = [({(n.name, n.device) for n in p.node if n.op not in _TRANSPORT}, p) for p in partitions]
-    for keys, partition in sorted(keyed, key=lambda item: -len(item[0])):
-        fits = [i for i, left in enumerate(uncovered) if keys <= left]
-        best = fits[0] if fits else max(range(len(placed)), key=lambda i: len(keys & uncovered[i]), default=None)
-        if best is None:
-            continue
-        uncovered[best] -= keys
-        given[best].append(partition)
-    return given
-
-
-def instances(collected: Sequence[Any]) -> list[Instance]:
-    """The per-device functions in what graph collection reported for one call on DTensor's device,
-    one `Instance` per device, whether or not the collection merged them."""
-    raw: list[Any] = []
-    placed: list[list[Any]] = []
-    partitions: list[Any] = []
-    for entry in collected:
-        library = entry.pre_optimization_graph.library
-        raw += [_graph(chunk, library) for chunk in _chunks(entry.pre_optimization_graph.node)]
-        placed += _chunks(entry.post_optimization_graph.node)
-        partitions += list(entry.partition_graphs)
-    if not raw or not placed:
-        return []
-    given = _assign(partitions, placed)
-    found = []
-    for i, nodes in enumerate(placed):
-        found.append(Instance(raw[i] if len(raw) == len(placed) else raw[0], _graph(nodes), tuple(given[i]),
-                              _device_of(nodes)))
-    return found
-
-
-def function_name(op: str, instance: Instance) -> str:
+def function_name(op: str, instance: _instances.Instance) -> str:
     """The name TensorFlow's log gives the per-device function DTensor runs for `op`
     (`MatMul__func_<h>_<h>_2`): the op's name, the SPMD function it calls and DTensor's counter."""
     inner = next((n.attr["f"].func.name for n in instance.pre_optimization_graph.node

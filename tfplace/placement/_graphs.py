@@ -41,7 +41,7 @@ from tensorflow.core.framework import graph_pb2
 
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name
-from tfplace.placement import _dtensor, _function_sources, _groups, _kernels, _lowering, _pipelines, _placed, _session, _transfers
+from tfplace.placement import _dtensor, _function_sources, _groups, _instances, _kernels, _lowering, _pipelines, _placed, _session, _transfers
 from tfplace.placement._log import PlacementLog
 from tfplace.placement._records import ARGUMENT_OPS, CopyRecord, Kind, Origin, PlacementRecord
 from tfplace.placement._sources import user_stacklevel
@@ -274,7 +274,7 @@ def collect_dtensor(op: str, origin: str) -> _dtensor.Ran:
         transfers: list[CopyRecord] = []
         executed: list[PlacementRecord] = []
         runs: Counter = Counter()
-        found = _dtensor.instances([f for f, is_wrapper in zip(fresh, wrapper) if not is_wrapper])
+        found = _instances.split([f for f, is_wrapper in zip(fresh, wrapper) if not is_wrapper])
         for instance in found:
             own, datasets, moved, ran = _function_records(instance, op)
             name = _dtensor.function_name(op, instance)
