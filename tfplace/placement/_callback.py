@@ -19,7 +19,7 @@ from tfplace import _tensorflow
 from tfplace._devices import canonical_name
 from tfplace._tensorflow import dtype_enum
 from tfplace.placement import _calls, _datasets, _dtensor, _eager, _events, _graphs, _origins, _pipelines, _placed, _session
-from tfplace.placement._records import CopyRecord, Origin, PlacementRecord
+from tfplace.placement._records import CUSTOM_DEVICE, CopyRecord, Origin, PlacementRecord
 from tfplace.placement._sources import user_line
 
 __all__ = ["Hook", "thread_hooks"]
@@ -27,7 +27,6 @@ __all__ = ["Hook", "thread_hooks"]
 _VARIANT = types_pb2.DT_VARIANT
 _DATASET_OPS = _datasets.READS | {"DatasetCardinality"}
 _NOTHING_PLACED = _graphs.Placed()  # what an op that is no function call places (made once: it runs per op)
-_CUSTOM = "/device:CUSTOM:"  # a custom device, DTensor's (`_dtensor.is_dtensor_device`, inlined: it runs per op)
 
 
 class Hook:
@@ -93,7 +92,7 @@ class Hook:
         unseen = ""
         uncertain: Sequence[PlacementRecord] = ()  # records of `unseen`'s functions, where it names some
         executed: Sequence[PlacementRecord] = ()
-        if kind <= _eager.FUNCTION and _CUSTOM in full:  # DTensor's device: per-device functions (`_dtensor`)
+        if kind <= _eager.FUNCTION and CUSTOM_DEVICE in full:  # DTensor's device: per-device functions (`_dtensor`)
             host = _dtensor.on_host(op) if kind == _eager.OP else ""
             if host:  # one eager op on the host, its result broadcast: no function of DTensor's ran
                 executed = (record._replace(device=canonical_name(host), requested="", requested_by=""),)

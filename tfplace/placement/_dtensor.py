@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, Sequence
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name
 from tfplace.placement import _instances, _session
-from tfplace.placement._records import Kind, Origin, PlacementRecord
+from tfplace.placement._records import CUSTOM_DEVICE, Kind, Origin, PlacementRecord
 
 __all__ = ["is_dtensor_device", "function_name", "count_host_runs", "on_host", "key", "Ran", "execute_record", "after"]
 
@@ -34,7 +34,7 @@ _INNER = re.compile(r"^_func_\d+_\d+$")
 
 def is_dtensor_device(device: str) -> bool:
     """True for DTensor's device (a custom device: `/job:localhost/replica:0/task:0/device:CUSTOM:0`)."""
-    return "/device:CUSTOM:" in device
+    return CUSTOM_DEVICE in device
 
 
 def function_name(op: str, instance: _instances.Instance) -> str:

@@ -37,7 +37,7 @@ from tfplace._devices import parse_device
 from tfplace.placement import _kernels
 from tfplace.placement._kernel_table import KernelTable
 from tfplace.placement._origins import is_input_op, is_plumbing
-from tfplace.placement._records import Kind, Origin, PlacementRecord
+from tfplace.placement._records import CUSTOM_DEVICE, Kind, Origin, PlacementRecord
 
 __all__ = ["Explanation", "Readiness", "REASONS", "needs_explaining", "explain_record", "explain", "causes",
            "user_can_act", "is_machinery", "who", "gpu_readiness", "on_host_by_design"]
@@ -293,12 +293,9 @@ def gpu_readiness(records: Iterable[PlacementRecord], table: KernelTable) -> lis
     return found
 
 
-_CUSTOM = "/device:CUSTOM:"  # a custom device (DTensor's) runs its ops through functions of its own
-
-
 def _readiness_candidate(record: PlacementRecord) -> bool:
     return (_placed_work(record) and record.kind not in (Kind.COMPILED, Kind.FAILED) and _kernels.is_registered_op(record.op)
-            and record.origin != Origin.INPUT and not is_input_op(record.op) and _CUSTOM not in record.device)
+            and record.origin != Origin.INPUT and not is_input_op(record.op) and CUSTOM_DEVICE not in record.device)
 
 
 def on_host_by_design(records: Iterable[PlacementRecord]) -> Counter:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import threading
 import warnings
 from collections import Counter
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 from tensorflow.core.framework import graph_pb2
 
@@ -238,19 +238,26 @@ def collect(called: str = "", elsewhere: frozenset = frozenset()) -> Placed:
                 "collection of function graphs, and reading it empties it: trace_export will not show the "
                 "functions placed while the capture was open. Trace for TensorBoard "
                 "outside the capture.", RuntimeWarning, stacklevel=user_stacklevel())
-        every: list[PlacementRecord] = []
-        instantiated: list[PlacementRecord] = []
-        transfers: list[CopyRecord] = []
-        runs: Counter = Counter()
-        for function_graphs in functions:
-            own, datasets, moved, ran = _function_records(function_graphs, called)
-            every += own
-            instantiated += own + datasets
-            transfers += moved
-            runs.update(ran)
         unseen = _MERGED.format(called) if called in session.merged else ""
         session.merged.discard(called)
-        return Placed(len(functions), tuple(every), tuple(transfers), tuple(runs.items()), tuple(instantiated), unseen)
+        return _placed_by(functions, called)._replace(unseen=unseen)
+
+
+def _placed_by(functions: list[Any], called: str, names: Sequence[str] = (),
+               instantiated: Sequence[PlacementRecord] = ()) -> Placed:
+    """What the placed `functions` hold, for the call of `called`; `names`: the function each one is, for
+    its transfers (the call's own name where none is given); `instantiated`: records made before theirs."""
+    every: list[PlacementRecord] = []
+    made: list[PlacementRecord] = list(instantiated)
+    transfers: list[CopyRecord] = []
+    runs: Counter = Counter()
+    for index, function_graphs in enumerate(functions):
+        own, datasets, moved, ran = _function_records(function_graphs, called)
+        every += own
+        made += own + datasets
+        transfers += [copy._replace(function=names[index]) for copy in moved] if names else moved
+        runs.update(ran)
+    return Placed(len(functions), tuple(every), tuple(transfers), tuple(runs.items()), tuple(made))
 
 
 def collect_dtensor(op: str, origin: str) -> _dtensor.Ran:
@@ -269,19 +276,7 @@ def collect_dtensor(op: str, origin: str) -> _dtensor.Ran:
         constants = [PlacementRecord("Const", "", canonical_name(n.device), Kind.EXECUTE, origin=Origin.FRAMEWORK)
                      for f, is_wrapper in zip(fresh, wrapper) if is_wrapper
                      for n in f.pre_optimization_graph.node if n.op == "Const"]
-        every: list[PlacementRecord] = []
-        instantiated: list[PlacementRecord] = list(constants)
-        transfers: list[CopyRecord] = []
-        executed: list[PlacementRecord] = []
-        runs: Counter = Counter()
         found = _instances.split([f for f, is_wrapper in zip(fresh, wrapper) if not is_wrapper])
-        for instance in found:
-            own, datasets, moved, ran = _function_records(instance, op)
-            name = _dtensor.function_name(op, instance)
-            every += own
-            instantiated += own + datasets
-            transfers += [copy._replace(function=name) for copy in moved]
-            runs.update(ran)
-            executed.append(_dtensor.execute_record(name, instance.device, origin))
-        return _dtensor.Ran(Placed(len(found), tuple(every), tuple(transfers), tuple(runs.items()), tuple(instantiated)),
-                            tuple(executed))
+        names = [_dtensor.function_name(op, instance) for instance in found]
+        return _dtensor.Ran(_placed_by(found, op, names, constants),
+                            tuple(_dtensor.execute_record(name, i.device, origin) for name, i in zip(names, found)))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from typing import Any, NamedTuple, Optional
 
-__all__ = ["PlacementRecord", "CopyRecord", "CONTROL", "input_label", "Kind", "Origin", "ARGUMENT_OPS", "is_function_call"]
+__all__ = ["PlacementRecord", "CopyRecord", "CONTROL", "CUSTOM_DEVICE", "input_label", "Kind", "Origin", "ARGUMENT_OPS", "is_function_call"]
 
 # Nodes TensorFlow adds to every function for its arguments and results.
 ARGUMENT_OPS = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval"})
@@ -153,6 +153,7 @@ class PlacementRecord(_RecordFields):
 
 
 CONTROL = -1  # the `input_index` of a transfer that is a control edge
+CUSTOM_DEVICE = "/device:CUSTOM:"  # in the name of a custom device (DTensor's), which runs its ops as functions of its own
 
 
 def input_label(op: Any, input_index: Any) -> str:
