@@ -138,3 +138,44 @@ def test_captures_in_threads_keep_their_own_functions_under_concurrent_first_cal
     for ops, complete, reason in out["together"]:
         assert not ops or tuple(ops) in own  # its own node, or none
         assert complete or reason.startswith("TensorFlow placed functions of several threads at the same time")
+
+
+
+def test_a_capture_closing_while_another_thread_is_in_its_first_call_leaves_that_call_its_function(python):
+    out = python("""
+        import threading, tensorflow as tf, tfplace
+        from tensorflow.python.framework import op_callbacks
+        x = tf.ones((4, 4))
+        placed, closed = threading.Event(), threading.Event()
+
+        def pause(op_type, inputs, attrs, outputs, op_name=None, graph=None):
+            name = op_type.decode() if isinstance(op_type, bytes) else op_type
+            if graph is None and name.startswith("__inference_g"):
+                placed.set()      # g ran: TensorFlow's collection holds its graph, the capture's callback comes next
+                closed.wait(30)   # the other thread's capture closes meanwhile
+
+        @tf.function
+        def g(a):
+            return tf.matmul(a, a)
+
+        found = {}
+
+        def second():
+            op_callbacks.add_op_callback(pause)   # runs before the capture's own callback
+            with tfplace.capture_placement() as log:
+                g(x)
+            found["g"] = (sorted({r.op for r in log.records if r.kind == "place"}), log.complete, log.incomplete_reason)
+
+        with tfplace.capture_placement() as first:
+            x * 2.0
+            thread = threading.Thread(target=second)
+            thread.start()
+            placed.wait(30)
+        closed.set()
+        thread.join()
+        report({"g": found["g"], "first": sorted({r.op for r in first.records})})
+    """)
+    ops, complete, reason = out["g"]
+    assert complete, reason
+    assert "MatMul" in ops
+    assert out["first"] == ["Mul"]  # the closing capture did not take g's nodes

@@ -10,7 +10,7 @@ Example:
 
 from __future__ import annotations
 
-import threading
+import sys
 from typing import Any, Callable, Optional, Sequence
 
 from tensorflow.core.framework import types_pb2
@@ -25,6 +25,9 @@ from tfplace.placement._sources import user_line
 __all__ = ["Hook", "thread_hooks"]
 
 _VARIANT = types_pb2.DT_VARIANT
+_INPUT = Origin.INPUT
+_OP, _EXPLICIT, _CUSTOM = _eager.OP, _eager.EXPLICIT, CUSTOM_DEVICE
+_getframe = sys._getframe  # pylint: disable=protected-access
 _DATASET_OPS = _datasets.READS | {"DatasetCardinality"}
 _NOTHING_PLACED = _graphs.Placed()  # what an op that is no function call places (made once: it runs per op)
 
@@ -53,6 +56,8 @@ class Hook:
 
     def __call__(self, op_type: Any, inputs: Sequence[Any], attrs: Any, outputs: Any,
                  op_name: Optional[str] = None, graph: Any = None) -> None:
+        # It runs per eager op: every statement counts (`benchmarks/bench_callback.py`). An op that is no
+        # function call, iterator or DTensor op is done here; the others go on in `_called()`.
         session = self.session
         if session.waiting:  # a function's tracing (graph) may come before the first eager op
             _graphs.start()
@@ -64,45 +69,26 @@ class Hook:
             requested = asked.name
         except AttributeError:  # this thread's first op since the patches went in
             requested = asked.name = self.thread_data.device_name
-        described = session.described
         try:
-            known = described[(op_type, full, requested, attrs)]
-        except KeyError:
-            known = _eager.describe(op_type, full, requested, _eager.type_values(op_type, attrs))
-            if len(described) > 100_000:  # caches, bounded: records are made again when needed
-                described.clear()
-                session.noted.clear()
-                session.sourced.clear()
-            described[(op_type, full, requested, attrs)] = known
-        except TypeError:  # a list-valued attribute (strides): key on the type attributes alone
-            types = _eager.type_values(op_type, attrs)
-            known = described.get((op_type, full, requested, types)) or described.setdefault(
-                (op_type, full, requested, types), _eager.describe(op_type, full, requested, types))
-        op, kind, record = known
-        origin = Origin.INPUT if record.origin == Origin.INPUT else _origins.live(1) or Origin.USER
-        by = getattr(asked, "by", "") if record.requested else ""
-        if by or origin != record.origin:  # keyed on the cached record's identity: hashing a record is slow
-            noted = (id(record), origin, by)  # (the caches are cleared together: an id is never stale)
-            record = session.noted.get(noted) or session.noted.setdefault(
-                noted, record._replace(origin=origin, requested_by=by))
-        placed = False
-        ran = found = _NOTHING_PLACED
+            op, kind, record = session.described[(op_type, full, requested, attrs)]
+        except (KeyError, TypeError):
+            op, kind, record = _describe(session, op_type, full, requested, attrs)
+        if record.origin != _INPUT:  # read from the live stack: `_origins.live(1)`, its shortcut inlined
+            known = session.origin_shortcuts.get(_getframe(1).f_code)
+            try:
+                origin = known[3] if known is not None and _getframe(1 + known[0]).f_code is known[1] and (
+                    known[0] == 0 or _getframe(known[0]).f_code is known[2]) else ""
+            except ValueError:  # the stack is shallower this time
+                origin = ""
+            if not origin:
+                origin = _origins.live(1) or Origin.USER
+            by = getattr(asked, "by", "") if record.requested else ""
+            if by or origin != record.origin:  # keyed on the cached record's identity: hashing a record is slow
+                noted = (id(record), origin, by)  # (the caches are cleared together: an id is never stale)
+                record = session.noted.get(noted) or session.noted.setdefault(
+                    noted, record._replace(origin=origin, requested_by=by))
         copies: Sequence[CopyRecord] = ()
-        later: Optional[tuple[_events.EventKey, Sequence[PlacementRecord]]] = None
-        unseen = ""
-        uncertain: Sequence[PlacementRecord] = ()  # records of `unseen`'s functions, where it names some
-        executed: Sequence[PlacementRecord] = ()
-        if kind <= _eager.FUNCTION and CUSTOM_DEVICE in full:  # DTensor's device: per-device functions (`_dtensor`)
-            host = _dtensor.on_host(op) if kind == _eager.OP else ""
-            if host:  # one eager op on the host, its result broadcast: no function of DTensor's ran
-                executed = (record._replace(device=canonical_name(host), requested="", requested_by=""),)
-            else:
-                collected = _graphs.collect_dtensor(op, record.origin)
-                mesh = _dtensor.after(_dtensor.key(op, attrs, inputs), collected)
-                found, placed = collected.placed, collected.placed.functions > 0
-                ran, copies, executed = mesh.placed, mesh.placed.transfers, mesh.executed
-                kind = _eager.FUNCTION  # listeners hear of it as of a function call (its records, its runs)
-        elif kind == _eager.OP:
+        if kind == _OP and _CUSTOM not in full:
             for tensor in inputs:
                 if tensor.backing_device != full:
                     copies = _eager.copies(op, inputs, full, record.device)
@@ -112,15 +98,58 @@ class Hook:
                     _datasets.cardinality(inputs[0], outputs[0])
                 elif _datasets.reading():
                     _datasets.read(inputs[:1], 1)
+        elif kind != _EXPLICIT or _CUSTOM in full:
+            return self._called(session, op, kind, record, full, inputs, attrs, outputs)
+        plain = record
+        if self.sources or copies:
+            record, copies = self._sourced(session, record, copies, False)
+        for call, sources in self.calls:  # a listener that did not ask for sources gets none
+            call(record if sources else plain, copies)
+        for call, sources in self.outputs:
+            call(record if sources else plain, outputs)
+        return None
+
+    def _sourced(self, session: _session.Session, record: PlacementRecord, copies: Sequence[CopyRecord],
+                 called: bool) -> tuple[PlacementRecord, Sequence[CopyRecord]]:
+        """The record with the user's line (when a listener asks for sources) and the copies with it."""
+        source = user_line()
+        if called:
+            copies = [copy._replace(function=copy.function or record.op, call=source) for copy in copies]
+        elif copies:
+            copies = [copy._replace(source=source) for copy in copies]
+        if self.sources:
+            sourced = (id(record), source)
+            record = session.sourced.get(sourced) or session.sourced.setdefault(sourced, record._replace(source=source))
+        return record, copies
+
+    def _called(self, session: _session.Session, op: str, kind: int, record: PlacementRecord, full: str,
+                inputs: Sequence[Any], attrs: Any, outputs: Any) -> None:
+        """The rest of `__call__` for a function call, an iterator's making and an op on DTensor's device:
+        what they placed, ran and moved, and the records of the datasets they read."""
+        placed = False
+        ran = found = _NOTHING_PLACED
+        copies: Sequence[CopyRecord] = ()
+        later: Optional[tuple[_events.EventKey, Sequence[PlacementRecord]]] = None
+        unseen = ""
+        uncertain: Sequence[PlacementRecord] = ()  # records of `unseen`'s functions, where it names some
+        executed: Sequence[PlacementRecord] = ()
+        if kind <= _eager.FUNCTION and _CUSTOM in full:  # DTensor's device: per-device functions (`_dtensor`)
+            host = _dtensor.on_host(op) if kind == _OP else ""
+            if host:  # one eager op on the host, its result broadcast: no function of DTensor's ran
+                executed = (record._replace(device=canonical_name(host), requested="", requested_by=""),)
+            else:
+                collected = _graphs.collect_dtensor(op, record.origin)
+                mesh = _dtensor.after(_dtensor.key(op, attrs, inputs), collected)
+                found, placed = collected.placed, collected.placed.functions > 0
+                ran, copies, executed = mesh.placed, mesh.placed.transfers, mesh.executed
+                kind = _eager.FUNCTION  # listeners hear of it as of a function call (its records, its runs)
         elif kind == _eager.FUNCTION:
             if _placed.is_xla(op):
                 later = _events.EventKey(_events.Event.COMPILED, op, record.device), _placed.compiled_records(op, full)
                 placed = True
                 ran = _graphs.Placed(1, later[1])
             else:
-                me = threading.get_ident()
-                found = _graphs.collect(op, frozenset(name for thread, name in tuple(session.in_flight.items())
-                                                      if thread != me))
+                found = _graphs.collect(op, _graphs.in_flight_elsewhere(session), (op, full, _calls.argument_devices(inputs)))
                 placed = found.functions > 0 or bool(found.unseen)
                 unseen = found.unseen
                 ran = _calls.after(op, full, inputs, found)
@@ -143,14 +172,7 @@ class Hook:
                 uncertain = _pipelines.uncertain_records(pipeline, full) if unseen else ()
         plain = record
         if self.sources or copies:
-            source = user_line()
-            if kind == _eager.FUNCTION:
-                copies = [copy._replace(function=copy.function or op, call=source) for copy in copies]
-            elif copies:
-                copies = [copy._replace(source=source) for copy in copies]
-            if self.sources:
-                sourced = (id(record), source)
-                record = session.sourced.get(sourced) or session.sourced.setdefault(sourced, record._replace(source=source))
+            record, copies = self._sourced(session, record, copies, kind == _eager.FUNCTION)
         for call, sources in self.calls:  # a listener that did not ask for sources gets none
             call(record if sources else plain, copies)
         for call, sources in self.outputs:
@@ -167,6 +189,26 @@ class Hook:
         if unseen:
             self.records(_events.EventKey(_events.Event.UNSEEN, unseen), uncertain)
         return None
+
+
+def _describe(session: _session.Session, op_type: Any, full: str, requested: Optional[str], attrs: Any) -> tuple:
+    """(op type, what it is, its record without source) of an eager op, described once per session and kept
+    (`_eager.describe`); keyed on the type attributes alone where an attribute is a list (strides)."""
+    described = session.described
+    try:
+        key: tuple = (op_type, full, requested, attrs)
+        hash(key)
+    except TypeError:  # a list-valued attribute
+        key = (op_type, full, requested, _eager.type_values(op_type, attrs))
+    known = described.get(key)
+    if known is None:
+        known = _eager.describe(op_type, full, requested, _eager.type_values(op_type, attrs))
+        if len(described) > 100_000:  # caches, bounded: records are made again when needed
+            described.clear()
+            session.noted.clear()
+            session.sourced.clear()
+        described[key] = known
+    return known
 
 
 def thread_hooks() -> list[Hook]:

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 from tfplace.placement import _session
 from tfplace.placement._graphs import Placed
 
-__all__ = ["after"]
+__all__ = ["after", "argument_devices"]
 
 _LIMIT = 1024  # (function, device) pairs remembered, oldest forgotten first
 # What each call runs is a fact of TensorFlow's runtime, which outlives captures: kept in
@@ -39,7 +39,8 @@ def _merged(old: Placed, new: Placed) -> Placed:
                   tuple(runs.items()))
 
 
-def _argument_devices(inputs: Sequence[Any]) -> tuple[str, ...]:
+def argument_devices(inputs: Sequence[Any]) -> tuple[str, ...]:
+    """Where each argument's memory is: with the function and device, what TensorFlow places a function for."""
     return tuple(tensor.backing_device for tensor in inputs)
 
 
@@ -48,7 +49,7 @@ def after(function: str, device: str, inputs: Sequence[Any], found: Placed) -> P
     `collect()` found after it (`found`: what TensorFlow placed for this call, if anything)."""
     key = (function, device)
     if found.functions:
-        devices = _argument_devices(inputs)
+        devices = argument_devices(inputs)
         runtime = _session.runtime()
         with runtime.lock:
             known = runtime.calls
@@ -64,4 +65,4 @@ def after(function: str, device: str, inputs: Sequence[Any], found: Placed) -> P
         return found
     if len(entries) == 1:
         return next(iter(entries.values()))
-    return entries.get(_argument_devices(inputs), found)
+    return entries.get(argument_devices(inputs), found)

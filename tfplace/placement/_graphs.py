@@ -35,7 +35,7 @@ from __future__ import annotations
 import threading
 import warnings
 from collections import Counter
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 from tensorflow.core.framework import graph_pb2
 
@@ -107,6 +107,12 @@ def attach(log: object, *, sources: bool = False) -> None:
         start()
 
 
+def in_flight_elsewhere(session: _session.Session) -> frozenset:
+    """The functions other threads are calling now (their graphs wait for those threads' collections)."""
+    me = threading.get_ident()
+    return frozenset(name for thread, name in tuple(session.in_flight.items()) if thread != me)
+
+
 def detach(log: object) -> None:
     """Collects what this thread's calls placed and no callback collected yet (functions placed since the
     last function call: their records, and their transfers, which ran at least once) for the logs this
@@ -115,8 +121,8 @@ def detach(log: object) -> None:
     if session is None:
         return
     with session.graph_lock:
-        pending = collect()
         here = threading.get_ident()
+        pending = collect(elsewhere=in_flight_elsewhere(session))
         for other, sources, thread in session.logs if pending.functions else ():
             if isinstance(other, PlacementLog) and thread == here:
                 other.add(pending.instantiated if sources else _placed.without_sources(pending.instantiated), pending.transfers)
@@ -221,16 +227,26 @@ def _ours(session: _session.Session, called: str, elsewhere: frozenset) -> list[
     return mine
 
 
-def collect(called: str = "", elsewhere: frozenset = frozenset()) -> Placed:
+def collect(called: str = "", elsewhere: frozenset = frozenset(), call: Optional[tuple] = None) -> Placed:
     """The functions TensorFlow placed for the call of `called` since the last collection; `elsewhere`:
     the functions other threads are calling now, whose graphs wait for those threads' collections.
-    The caller hands the records to its captures (`Placed.instantiated`)."""
+    The caller hands the records to its captures (`Placed.instantiated`).
+
+    `call`: the call's kernel (function, device, its arguments' devices), as TensorFlow caches it. A
+    kernel already collected in this session places nothing (TensorFlow places a function when it makes
+    its kernel), so while no graph waits for a thread its collection is skipped: reading the collection
+    first waits for every op in flight (in a cluster, the step's own collectives), which would end the
+    overlap of one step's Python with the last step's work."""
     session = _session.current()
     if session is None:
         return Placed()
     with session.graph_lock:
         if not session.collecting:
             return Placed()
+        if call is not None:
+            if call in session.collected and not session.pending and not session.merged:
+                return Placed()
+            session.collected.add(call)
         functions = _ours(session, called, elsewhere)
         if functions and _tensorflow.tensorboard_tracing():
             warnings.warn(

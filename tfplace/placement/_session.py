@@ -58,6 +58,7 @@ class Session:
         self.logs: list[tuple[Any, bool, int]] = []
         self.pending: list[Any] = []
         self.merged: set[str] = set()
+        self.collected: set[tuple] = set()  # the function kernels collected: their calls place nothing more
         self.collecting = False
         self.waiting = False
         self.awaiting_runtime = False  # `Context.ensure_initialized` patched to start collection (`_graphs`)
