@@ -6,7 +6,7 @@ cluster is launched with `--trace` (every task traced, checked as it runs and me
 alternately; the figure is the median over rounds of the slower worker's time per step, traced over
 untraced (goal <= 1.10). The launch's own start and the merge are not steps.
 
-    python benchmarks/bench_cluster.py [--steps=300] [--rounds=3]
+    python benchmarks/bench_cluster.py [--steps=1000] [--rounds=3]
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def per_step(traced: bool, steps: int) -> float:
     return max(found)
 
 
-def run(steps: int = 300, rounds: int = 3) -> list[dict[str, str]]:
+def run(steps: int = 1000, rounds: int = 3) -> list[dict[str, str]]:
     pairs = []
     for _ in range(rounds):
         traced, plain = per_step(True, steps), per_step(False, steps)
@@ -49,7 +49,7 @@ def run(steps: int = 300, rounds: int = 3) -> list[dict[str, str]]:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
     flags = parser.parse_args()
     print_table(run(flags.steps, flags.rounds))
