@@ -39,6 +39,7 @@ class Hook:
         self.session = session  # the capture session it belongs to: its caches, its threads' device scopes
         self.listeners: list[_events.Listener] = []
         self.calls: tuple[tuple[Callable, bool], ...] = ()  # each listener's on_op, and whether it keeps sources
+        self.plain_calls: tuple[Callable, ...] = ()
         self.outputs: tuple[tuple[Callable, bool], ...] = ()  # the listeners that count the tensors ops return
         self.sources = False
         self.thread_data = _tensorflow.thread_data()  # per thread inside
@@ -46,6 +47,7 @@ class Hook:
 
     def update(self) -> None:
         self.calls = tuple((listener.on_op, listener.sources) for listener in self.listeners)
+        self.plain_calls = tuple(listener.on_op for listener in self.listeners)  # for a record without source
         self.outputs = tuple((listener.on_outputs, listener.sources) for listener in self.listeners
                              if getattr(listener, "memory", False))
         self.sources = any(listener.sources for listener in self.listeners)
@@ -74,12 +76,15 @@ class Hook:
         except (KeyError, TypeError):
             op, kind, record = _describe(session, op_type, full, requested, attrs)
         if record.origin != _INPUT:  # read from the live stack: `_origins.live(1)`, its shortcut inlined
+            origin = ""
             known = session.origin_shortcuts.get(_getframe(1).f_code)
-            try:
-                origin = known[3] if known is not None and _getframe(1 + known[0]).f_code is known[1] and (
-                    known[0] == 0 or _getframe(known[0]).f_code is known[2]) else ""
-            except ValueError:  # the stack is shallower this time
-                origin = ""
+            if known is not None:
+                depth, decider, inner, verdict = known
+                try:
+                    if _getframe(1 + depth).f_code is decider and (depth == 0 or _getframe(depth).f_code is inner):
+                        origin = verdict
+                except ValueError:  # the stack is shallower this time
+                    pass
             if not origin:
                 origin = _origins.live(1) or Origin.USER
             by = getattr(asked, "by", "") if record.requested else ""
@@ -88,7 +93,9 @@ class Hook:
                 record = session.noted.get(noted) or session.noted.setdefault(
                     noted, record._replace(origin=origin, requested_by=by))
         copies: Sequence[CopyRecord] = ()
-        if kind == _OP and _CUSTOM not in full:
+        if kind == _OP:
+            if _CUSTOM in full:
+                return self._called(session, op, kind, record, full, inputs, attrs, outputs)
             for tensor in inputs:
                 if tensor.backing_device != full:
                     copies = _eager.copies(op, inputs, full, record.device)
@@ -98,15 +105,19 @@ class Hook:
                     _datasets.cardinality(inputs[0], outputs[0])
                 elif _datasets.reading():
                     _datasets.read(inputs[:1], 1)
-        elif kind != _EXPLICIT or _CUSTOM in full:
+        elif kind != _EXPLICIT:
             return self._called(session, op, kind, record, full, inputs, attrs, outputs)
         plain = record
         if self.sources or copies:
             record, copies = self._sourced(session, record, copies, False)
-        for call, sources in self.calls:  # a listener that did not ask for sources gets none
-            call(record if sources else plain, copies)
-        for call, sources in self.outputs:
-            call(record if sources else plain, outputs)
+            for call, sources in self.calls:  # a listener that did not ask for sources gets none
+                call(record if sources else plain, copies)
+        else:
+            for call in self.plain_calls:
+                call(record, copies)
+        if self.outputs:
+            for call, sources in self.outputs:
+                call(record if sources else plain, outputs)
         return None
 
     def _sourced(self, session: _session.Session, record: PlacementRecord, copies: Sequence[CopyRecord],
