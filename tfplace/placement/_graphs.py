@@ -246,6 +246,8 @@ def collect(called: str = "", elsewhere: frozenset = frozenset(), call: Optional
         if call is not None:
             if call in session.collected and not session.pending and not session.merged:
                 return Placed()
+            if len(session.collected) > 100_000:  # bounded: a kernel forgotten is only collected again
+                session.collected.clear()
             session.collected.add(call)
         functions = _ours(session, called, elsewhere)
         if functions and _tensorflow.tensorboard_tracing():

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import array
 import threading
 import time
 import weakref
@@ -143,7 +144,9 @@ class Census:
         self._made: dict[tuple, Optional[_Entry]] = {}  # (device, dtype, shape, line) -> the entry of such tensors
         self._sources = _session.runtime().made  # the lines of tensors alive, for live_tensors()
         self.clock: Callable[[], int] = lambda: 0  # where the block is (its log's length), for `series()`
-        self._series: list[tuple[int, str, int, int]] = []  # (clock, device, live bytes, epoch ns) at each change
+        # At each change: clock, device (its index in `_series_devices`), live bytes, epoch ns; flat, 32 bytes a change.
+        self._series = array.array("q")
+        self._series_devices: dict[str, int] = {}
         self._live: dict[str, int] = {}
         self._peak: dict[str, int] = {}
         self._line_live: dict[tuple[str, str], int] = {}
@@ -190,7 +193,8 @@ class Census:
             live = self._live[device] = self._live.get(device, 0) + size
             if live > self._peak.get(device, 0):
                 self._peak[device] = live
-            self._series.append((self.clock(), device, live, time.time_ns()))
+            self._series.extend((self.clock(), self._series_devices.setdefault(device, len(self._series_devices)), live,
+                                 time.time_ns()))
             live = self._line_live[line] = self._line_live.get(line, 0) + size
             if live > self._line_peak.get(line, 0):
                 self._line_peak[line] = live
@@ -204,13 +208,14 @@ class Census:
                 return
             entry = ref.entry
             self._live[entry.device] -= entry.size
-            self._series.append((self.clock(), entry.device, self._live[entry.device], time.time_ns()))
+            self._series.extend((self.clock(), self._series_devices[entry.device], self._live[entry.device], time.time_ns()))
             self._line_live[(entry.device, entry.source)] -= entry.size
 
     def series(self) -> list[tuple[int, str, int, int]]:
         """(clock, device, live bytes, time.time_ns()) at every change while the block ran, in order."""
         with self._lock:
-            return list(self._series)
+            flat, devices = self._series.tolist(), list(self._series_devices)
+        return [(flat[i], devices[flat[i + 1]], flat[i + 2], flat[i + 3]) for i in range(0, len(flat), 4)]
 
     def largest(self, device: str, count: int = _TOP) -> list[_Entry]:
         """The largest counted tensors and variables alive now on `device`."""
