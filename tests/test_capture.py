@@ -129,6 +129,35 @@ def test_host_memory_arguments_are_not_copies(python):
     assert out == {"copies": 0, "fill": ["/device:CPU:1"]}
 
 
+def test_variables_handed_to_ops_are_read_where_they_live_and_each_read_is_recorded(python):
+    out = python("""
+        import tensorflow as tf, tfplace
+        from tensorflow.python.ops import resource_variable_ops
+        tfplace.configure(logical_cpus=2)
+        with tf.device("CPU:0"):
+            v = tf.Variable([1.0, 2.0])
+        c = tf.constant(2.0)
+        with tfplace.capture_placement(sources=True) as log:
+            tf.multiply(v, v)            # TensorFlow's fast path reads v twice, in C++
+            c * v                        # once
+            with tf.device("CPU:1"):
+                v * 2.0                  # read on CPU:0, where v lives; the product on CPU:1
+            v.assign_add([1.0, 1.0])     # no read
+        reads = [(r.device, r.requested, r.origin, r.source.split(":")[-1]) for r in log.records if r.op == "ReadVariableOp"]
+        left = [name for name in ("_dtype", "_handle") if name in vars(resource_variable_ops.BaseResourceVariable)]
+        report({"ops": [r.op for r in log.records], "reads": reads, "copies": [(c.op, c.from_device, c.to_device)
+                for c in log.copies], "left": left, "value": v.numpy().tolist()})
+    """)
+    assert out["ops"] == ["ReadVariableOp", "ReadVariableOp", "Mul", "ReadVariableOp", "Mul", "ReadVariableOp", "Mul",
+                          "AssignAddVariableOp"]
+    lines = [int(read[3]) for read in out["reads"]]
+    assert [read[:3] for read in out["reads"]] == [["/device:CPU:0", "", "user"]] * 3 + [
+        ["/device:CPU:0", "/device:CPU:1", "user"]]
+    assert lines[0] == lines[1] and lines[1] < lines[2] < lines[3]  # each read on the line that handed v over
+    assert out["copies"] == [["Mul", "/device:CPU:0", "/device:CPU:1"]]  # the value read moves to the product
+    assert out["left"] == [] and out["value"] == [2.0, 3.0]  # the variables are as they were after the block
+
+
 def test_replica_threads_are_recorded_and_other_threads_are_not(python):
     out = python("""
         import threading, tensorflow as tf, tfplace

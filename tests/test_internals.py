@@ -51,6 +51,8 @@ INTERNALS = [
      "tf.data: auto-sharding rewrites its input's graph, known by its class name"),
     ("tensorflow.python.framework.ops", "EagerTensor._datatype_enum", "copies: an input's dtype, in the op callback"),
     ("tensorflow.python.framework.ops", "EagerTensor.backing_device", "copies: where a tensor's memory is"),
+    ("tensorflow.python.ops.resource_variable_ops", "BaseResourceVariable",
+     "eager ops: the variables whose _dtype and _handle the eager fast path reads in C++ (watched while a capture listens)"),
     ("tensorflow.python.eager.execute", "execute_with_cancellation",
      "eager ops: function calls under a cancellation manager (ClusterCoordinator closures) reach no op callback"),
     ("tensorflow.python.eager.context", "Context.ensure_initialized",
@@ -94,7 +96,7 @@ INTERNALS = [
 ]
 # Attributes of objects rather than of modules, checked on real objects by the tests below.
 OBJECT_INTERNALS = ["_variant_tensor_attr", "_init_func", "_next_func", "_finalize_func", "_shape_tuple",
-                    "_cached_graph", "_server_def", "_collective_ops_server_def"]
+                    "_cached_graph", "_server_def", "_collective_ops_server_def", "_dtype", "_handle"]
 # Python's own private names `tfplace._tensorflow` uses (frames), and the tag it sets on an error it recorded.
 PYTHON_INTERNALS = ["_getframe", "_tfplace_recorded"]
 STATE_PACKAGE = ROOT / "tfplace" / "_tensorflow"  # the one place: tfplace/_tensorflow/*.py

@@ -29,7 +29,7 @@ from tfplace._tensorflow._runtime import (
 from tfplace._tensorflow._eager import (
     device_name, thread_data, op_callbacks, add_op_callback, remove_op_callback, execute_with_callbacks,
     use_execute, Patch, STATUS_TO_EXCEPTION, SET_DEVICE, ENSURE_INITIALIZED, EXECUTE_CANCELLABLE, PY_FUNCTION_CALL, FROM_FUNC_GRAPH, dtype_enum,
-    device_scopes, traced_stack, locate_device_scope, strategy_name, THREAD_START, start_thread, scope_step,
+    device_scopes, traced_stack, locate_device_scope, strategy_name, THREAD_START, start_thread, watch_variable_reads, scope_step,
     recorded, mark_recorded, failed_op_dtypes, failed_op_argument)
 from tfplace._tensorflow._graphs import (
     enable_graph_collection, disable_graph_collection, export_run_metadata, function_def, function_names, dtensor_layout,
@@ -72,5 +72,5 @@ __all__ = [
     "CALL_FLAT", "COLLECTIVE_OPS", "Collective", "collectives_in", "call_name", "call_definition", "call_graph", "store_set",
     "store_get", "VariableAccess", "variable_accesses",
     # Python's own machinery, where tfplace reaches into TensorFlow's frames, threads and objects
-    "THREAD_START", "start_thread", "scope_step", "recorded", "mark_recorded", "failed_op_dtypes", "failed_op_argument", "dataset_of_variant",
+    "THREAD_START", "start_thread", "watch_variable_reads", "scope_step", "recorded", "mark_recorded", "failed_op_dtypes", "failed_op_argument", "dataset_of_variant",
 ]

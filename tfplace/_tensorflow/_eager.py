@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from typing import Any, Callable, Iterable, Optional
@@ -14,6 +15,7 @@ from tensorflow.python.eager.polymorphic_function import atomic_function as _ato
 from tensorflow.python.framework import op_callbacks as _op_callbacks
 from tensorflow.python.framework import op_def_registry as _op_def_registry
 from tensorflow.python.framework import ops as _ops
+from tensorflow.python.ops import resource_variable_ops as _resource_variable_ops
 from tensorflow.python.ops import script_ops as _script_ops
 from tensorflow.python.util import tf_stack as _tf_stack
 
@@ -90,6 +92,62 @@ ENSURE_INITIALIZED = Patch(_context.Context, "ensure_initialized")
 # Every Python thread started while a capture listens (a process-wide patch): TensorFlow's own
 # threads inherit the capture's callback, and with `all_threads` every thread does.
 THREAD_START = Patch(threading.Thread, "start")
+
+
+class _VariableAttribute:
+    """An attribute of TensorFlow's resource variables (`_dtype`, `_handle`) while tfplace listens: a data
+    descriptor over the instance's own value that sees who reads it.
+
+    TensorFlow's eager fast path (`TFE_Py_FastPathExecute`, a variable handed to an op as an argument:
+    `v * v`) runs a `ReadVariableOp` in C++, which no op callback sees. Its `ReadVariableOp` reads the
+    variable's `_dtype`, then its `_handle`, right under the generated op wrapper that called it (the
+    checks before it read `_handle` alone), where no Python code of TensorFlow reads either: that pair,
+    seen from a `gen_*_ops.py` frame, is one read, told to `on_read(variable, handle)`."""
+
+    def __init__(self, name: str, on_read: Callable[[Any, Any], None], state: threading.local) -> None:
+        self.name, self.on_read, self.state = name, on_read, state
+        self.wrappers: dict[Any, bool] = {}  # code object -> it is a generated op wrapper (gen_*_ops.py)
+
+    def __get__(self, variable: Any, owner: Any = None) -> Any:
+        if variable is None:
+            return self
+        try:
+            value = variable.__dict__[self.name]
+        except KeyError:
+            raise AttributeError(f"{type(variable).__name__!r} object has no attribute {self.name!r}") from None
+        code = sys._getframe(1).f_code  # pylint: disable=protected-access
+        wrapper = self.wrappers.get(code)
+        if wrapper is None:
+            wrapper = self.wrappers[code] = _GENERATED in code.co_filename
+        if wrapper:
+            if self.name == "_dtype":
+                self.state.reading = variable
+            elif getattr(self.state, "reading", None) is variable:
+                self.state.reading = None
+                self.on_read(variable, value)
+        return value
+
+    def __set__(self, variable: Any, value: Any) -> None:
+        variable.__dict__[self.name] = value
+
+    def __delete__(self, variable: Any) -> None:
+        del variable.__dict__[self.name]
+
+
+_GENERATED = f"{os.sep}ops{os.sep}gen_"
+
+
+def watch_variable_reads(on_read: Optional[Callable[[Any, Any], None]]) -> None:
+    """Calls `on_read(variable, handle)` whenever TensorFlow's eager fast path reads a resource variable
+    in C++ (see `_VariableAttribute`); None stops it."""
+    owner = _resource_variable_ops.BaseResourceVariable
+    state = threading.local()
+    for name in ("_dtype", "_handle"):
+        if on_read is None:
+            if isinstance(owner.__dict__.get(name), _VariableAttribute):
+                delattr(owner, name)
+        else:
+            setattr(owner, name, _VariableAttribute(name, on_read, state))
 
 
 def start_thread(thread: threading.Thread, around: Optional[Callable[[Callable[[], None]], Callable[[], None]]]) -> None:

@@ -164,6 +164,13 @@ def _execute_cancellable(op_name: str, num_outputs: int, inputs: Any, attrs: Any
     return tensors
 
 
+def _variable_read(variable: Any, handle: Any) -> None:
+    """A `ReadVariableOp` TensorFlow's eager fast path runs in C++ (`v * v`): this thread's hooks hear of it
+    as of an op without outputs, on the variable's device (where TensorFlow runs it, with its resource)."""
+    for hook in thread_hooks():
+        hook(b"ReadVariableOp", (handle,), ("dtype", variable.dtype.as_datatype_enum), ())
+
+
 _PATCHES = ((_tensorflow.STATUS_TO_EXCEPTION, _failures.status_to_exception),
             (_tensorflow.EXECUTE_CANCELLABLE, _execute_cancellable),
             (_tensorflow.SET_DEVICE, _set_device),
@@ -187,6 +194,7 @@ def _register(hook: Hook) -> None:
             _dtensor.count_host_runs(session)
             for patch, replacement in _PATCHES:
                 patch.install(replacement)
+            _tensorflow.watch_variable_reads(_variable_read)
 
 
 def _unregister(hook: Hook) -> None:
@@ -207,6 +215,7 @@ def _unregister(hook: Hook) -> None:
         if not session.hooks:
             for patch, _ in _PATCHES:
                 patch.remove()
+            _tensorflow.watch_variable_reads(None)
             _tensorflow.use_execute(None)  # TensorFlow's own path, keeping other tools' callbacks working
 
 
