@@ -40,6 +40,7 @@ class Hook:
         self.listeners: list[_events.Listener] = []
         self.calls: tuple[tuple[Callable, bool], ...] = ()  # each listener's on_op, and whether it keeps sources
         self.plain_calls: tuple[Callable, ...] = ()
+        self.copies_only = False  # every listener hears only of eager ops that copy (and of function calls)
         self.outputs: tuple[tuple[Callable, bool], ...] = ()  # the listeners that count the tensors ops return
         self.sources = False
         self.thread_data = _tensorflow.thread_data()  # per thread inside
@@ -48,6 +49,8 @@ class Hook:
     def update(self) -> None:
         self.calls = tuple((listener.on_op, listener.sources) for listener in self.listeners)
         self.plain_calls = tuple(listener.on_op for listener in self.listeners)  # for a record without source
+        self.copies_only = bool(self.listeners) and all(getattr(listener, "copies_only", False)
+                                                        for listener in self.listeners)
         self.outputs = tuple((listener.on_outputs, listener.sources) for listener in self.listeners
                              if getattr(listener, "memory", False))
         self.sources = any(listener.sources for listener in self.listeners)
@@ -75,6 +78,9 @@ class Hook:
             op, kind, record = session.described[(op_type, full, requested, attrs)]
         except (KeyError, TypeError):
             op, kind, record = _describe(session, op_type, full, requested, attrs)
+        if self.copies_only and (kind == _EXPLICIT or kind == _OP and op not in _DATASET_OPS and _CUSTOM not in full
+                                 and all(tensor.backing_device == full for tensor in inputs)):
+            return None  # no listener wants an eager op that copies nothing (transfer guards alone)
         if record.origin != _INPUT:  # read from the live stack: `_origins.live(1)`, its shortcut inlined
             origin = ""
             known = session.origin_shortcuts.get(_getframe(1).f_code)

@@ -22,7 +22,8 @@ __all__ = ["Listener", "Event", "EventKey"]
 
 
 class Listener(Protocol):
-    """What `listening()` calls."""
+    """What `listening()` calls. A listener whose class says `copies_only = True` (a transfer guard) is not
+    called for an eager op that copies nothing, while every listener of the thread says so."""
 
     sources: bool
     all_threads: bool

@@ -62,6 +62,7 @@ class _TransferGuard:
     """One thread's transfer guard: the levels of its nested blocks, innermost last."""
 
     sources = all_threads = False
+    copies_only = True  # an eager op that copies nothing is not its business (the op callback skips it)
 
     def __init__(self) -> None:
         self.levels: list[str] = []
