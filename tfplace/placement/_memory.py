@@ -24,10 +24,10 @@ Example:
 
 from __future__ import annotations
 
+import array
 import functools
 import math
 import re
-import array
 import threading
 import time
 import weakref
