@@ -238,3 +238,66 @@ def test_diff_reads_changed_bytes_readiness_explanations_and_time_shares_from_th
     moved = diff(a, trace("/device:CPU:2", 64, 0.25, ["MatMul"], "no-device"))
     assert moved.status == 1 and [(m.op, m.before, m.after) for m in moved.moved] == [
         ("MatMul", {"/device:CPU:1": 4}, {"/device:CPU:2": 4})]
+
+
+def test_traced_nodes_origins_read_as_each_op_is_made_equal_those_of_their_saved_stacks(python, tmp_path):
+    # the origin of a traced node is read from the live stack as TensorFlow makes the op; a maker that
+    # differs only deep in the stack (tf.data's code inside a loop's body) must not take another's verdict
+    script = tmp_path / "step.py"  # a file: autograph reads the loop's source
+    script.write_text(textwrap.dedent("""
+        import numpy as np, tensorflow as tf, keras, tfplace
+        from tfplace.placement import _function_sources, _origins
+        tfplace.configure(logical_cpus=2)
+        strategy = tf.distribute.MirroredStrategy(["CPU:0", "CPU:1"])
+        layer = keras.layers.Dense(2)
+        optimizer = keras.optimizers.Adam()
+        dataset = tf.data.Dataset.from_tensor_slices(np.ones((4, 3), "float32")).batch(2)
+
+        @tf.function
+        def step(dataset):
+            total = tf.constant(0.0)
+            for batch in dataset:
+                with tf.GradientTape() as tape:
+                    loss = tf.reduce_sum(layer(batch))
+                optimizer.apply_gradients(zip(tape.gradient(loss, layer.trainable_variables), layer.trainable_variables))
+                total += loss
+            return total
+
+        @tf.function
+        def replicated(dist_dataset):  # TensorFlow's custom training tutorial: the loop inside the function
+            total = 0.0
+            for batch in dist_dataset:
+                total += strategy.reduce("SUM", strategy.run(lambda x: tf.reduce_sum(x * 2.0), args=(batch,)), axis=None)
+            return total
+
+        dist_dataset = strategy.experimental_distribute_dataset(dataset)
+        saved_stacks_read = []  # ops whose origin was read from their saved stack, not as they were made
+        read_saved_stack = _origins.frames_of
+        _origins.frames_of = lambda stack: saved_stacks_read.append(1) or read_saved_stack(stack)
+        with tfplace.capture_placement() as log:
+            step(dataset)
+            replicated(dist_dataset)
+        _origins.frames_of = read_saved_stack
+        graphs = [step.get_concrete_function(dataset).graph, replicated.get_concrete_function(dist_dataset).graph]
+        for graph in graphs:  # and the functions they call (loop bodies), found as the list grows
+            graphs += [f.graph for f in graph._functions.values() if f.graph not in graphs]
+        compared, differ = 0, []
+        for function, notes in _function_sources._session.runtime().lines.items():
+            for graph in graphs:
+                ops = {op.name: op for op in graph.get_operations()}
+                if set(notes) != set(ops):
+                    continue
+                for name, note in notes.items():
+                    stack = ops[name].traceback
+                    truth = _origins.of_op(ops[name].type, _origins.of_frames(_origins.frames_of(stack)) if stack else "")
+                    compared += 1
+                    if note.origin != truth:
+                        differ.append((name, note.origin, truth))
+        report([compared, differ, len(saved_stacks_read), sorted({note.origin for notes in _function_sources._session.runtime().lines.values()
+                                          for note in notes.values()})])
+    """))
+    out = python(f"import runpy; runpy.run_path({str(script)!r}, init_globals={{'report': report}})")
+    compared, differ, saved_stacks_read, origins = out
+    assert compared > 200 and differ == []
+    assert saved_stacks_read < compared / 10  # nearly every origin was read as its op was made
+    assert origins == ["framework", "input", "user"]

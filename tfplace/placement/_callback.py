@@ -66,7 +66,14 @@ class Hook:
         session = self.session
         if session.waiting:  # a function's tracing (graph) may come before the first eager op
             _graphs.start()
-        if graph is not None or not self.calls:
+        if graph is not None:  # an op made while a function is traced: what its maker says, read here
+            if session.watchers:  # from the live stack, where repeated makers are known (`_function_sources`)
+                made = session.made_by.get(graph)
+                if made is None:
+                    made = session.made_by.setdefault(graph, {})
+                made[outputs[0].op.name if outputs else op_name] = _origins.live(1, shortcut=False)
+            return None
+        if not self.calls:
             return None
         full = outputs[0].device if outputs else _eager.device_of(inputs)
         asked = session.asked

@@ -7,7 +7,10 @@ gradients, `cond`/`while` bodies, `tf.data` functions: all go through
 Keras and tfplace: the line of user code that created it (a Keras layer's MatMul gets the
 line that called the layer). An `Identity` gets a line only when the user's code made it
 itself (`tf.identity`): one that TensorFlow's or Keras' code made (a strategy's copy to a
-replica) has none, so that only the user's copies count as explicit transfers. `node_sources()` hands them to the records of placed nodes,
+replica) has none, so that only the user's copies count as explicit transfers. Each node's origin is
+read as TensorFlow makes its op, from the live stack (the op callback's graph branch, where each code
+object's verdict is known after its first op): reading a saved stack of a Keras step's hundred frames
+per node was most of what a capture added to tracing. `node_sources()` hands them to the records of placed nodes,
 through their `origin` (see `tfplace.placement._lowering`). Nothing is patched or kept while no
 sources capture is open.
 
@@ -74,14 +77,18 @@ def _made_by_caller(stack: Any) -> bool:
     return False
 
 
-def _notes(operations: Any, lines: Mapping[str, str]) -> dict[str, Note]:
+def _notes(operations: Any, lines: Mapping[str, str], said: Mapping[str, str]) -> dict[str, Note]:
     """Each op's line, origin and who asked for its device (`tfplace.placement._origins`); a gradient
-    op (`gradient_tape/dense/MatMul/MatMul_1`) takes the origin of the op it differentiates."""
+    op (`gradient_tape/dense/MatMul/MatMul_1`) takes the origin of the op it differentiates. `said`: what
+    the code that made an op says, where the op callback read it as the op was made (else its saved stack)."""
     made: dict[str, str] = {}
     notes: dict[str, Note] = {}
     for op in operations:
-        stack = op.traceback  # None for an op made without a Python stack
-        made[op.name] = _origins.of_frames(_origins.frames_of(stack)) if stack is not None else ""
+        found = said.get(op.name)
+        if found is None:
+            stack = op.traceback  # None for an op made without a Python stack
+            found = _origins.of_frames(_origins.frames_of(stack)) if stack is not None else ""
+        made[op.name] = found
         scopes = _tensorflow.device_scopes(op) if op.device else []
         by = _origins.requester(*scopes[-1]) if scopes else ""
         notes[op.name] = Note(lines.get(op.name, ""), _origins.of_op(op.type, made[op.name]), by)
@@ -111,7 +118,7 @@ def _remember(name: str, graph: Any) -> None:
             line = ""  # a copy TensorFlow's or Keras' own code made: not the user's explicit copy
         if line:
             found[op.name] = line
-    notes = _notes(operations, found)
+    notes = _notes(operations, found, session.made_by.get(graph, {}) if session is not None else {})
     runtime = _session.runtime()
     with runtime.lock:
         if len(runtime.lines) >= _LIMIT:

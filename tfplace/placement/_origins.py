@@ -133,17 +133,21 @@ def of_frames(frames: Iterable[tuple[str, int]]) -> str:
     return ""
 
 
-def live(start: int = 1) -> str:
+def live(start: int = 1, shortcut: bool = True) -> str:
     """`of_frames()` of the live stack, from `start` frames above the caller out.
 
     Each code object's verdict is remembered, and, per innermost code object, how far out the
     deciding frame was and which code called it: a repeated call from the same place checks those
-    two frames and is done (as `tfplace.placement._sources.user_line` does).
+    two frames and is done (as `tfplace.placement._sources.user_line` does). `shortcut=False` reads
+    every frame out to the deciding one: for callers whose innermost code is the same for every op
+    (TensorFlow's op-making code), where those two frames do not tell two stacks apart.
     """
     frame: Optional[FrameType] = sys._getframe(start + 1)
     innermost = frame.f_code
     session = _session._current  # pylint: disable=protected-access  # `_session.current()`, inlined: it runs per op
     by_code, shortcuts = (session.origin_of_code, session.origin_shortcuts) if session is not None else ({}, {})
+    if not shortcut:
+        shortcuts = {}
     known = shortcuts.get(innermost)
     if known is not None:
         depth, decider, inner, verdict = known

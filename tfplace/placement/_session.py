@@ -65,6 +65,9 @@ class Session:
         # Function tracing (`_function_sources`): how many watch it, and how many want every line.
         self.watchers = 0
         self.line_watchers = 0
+        # Graphs being traced -> op name -> what the code that made it says ("" for nothing), read from the
+        # live stack by the op callback as each op is made (`_callback`, `_function_sources`).
+        self.made_by: "weakref.WeakKeyDictionary[Any, dict[str, str]]" = weakref.WeakKeyDictionary()
         # Verdicts of code objects and files (`_origins`, `_sources`).
         self.origin_of_file: dict[str, Any] = {}
         self.origin_of_code: dict[Any, str] = {}
