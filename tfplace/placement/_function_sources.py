@@ -71,7 +71,8 @@ _OP_MAKERS = tuple(f"{os.sep}tensorflow{os.sep}python{os.sep}{part}{os.sep}"
 def _made_by_caller(stack: Any) -> bool:
     """True if the first frame outside TensorFlow's op-making modules, from the innermost out, is
     the user's: the op is the user's own `tf.identity`, not one a strategy's or Keras' code made."""
-    for frame in reversed(list(stack)):
+    for index in range(len(stack) - 1, -1, -1):  # one frame at a time: the deciding one is near the op
+        frame = stack[index]
         if not any(part in frame.filename for part in _OP_MAKERS):
             return bool(stack_user_line([frame]))
     return False
