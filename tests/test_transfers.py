@@ -225,3 +225,46 @@ def test_keras_fit_under_mirrored_strategy_has_every_cross_device_edge(tmp_path,
     assert all(ours == theirs for _, ours, theirs in out["sizes"])
     # The replica on CPU:1 gets its batch from the input iterator on CPU:0, on every step (8 steps).
     assert any(count == 8 and dtype == "float32" for count, dtype, _ in out["into_replica"])
+
+
+def test_tf_data_functions_transfers_are_recorded_per_instantiation_and_guarded(tmp_path):
+    code = """
+        def scale(i):
+            x = tf.cast(i, tf.float32)
+            with tf.device("CPU:1"):
+                y = x * 2.0  # the Mul
+            return y + 1.0  # the AddV2
+
+        @tf.function
+        def total(dataset):
+            return dataset.reduce(0.0, lambda a, b: a + b)
+
+        with tfplace.capture_placement(sources=True) as log:
+            dataset = tf.data.Dataset.range(4).map(scale)  # traced in the block: its lines are known
+            for epoch in range(2):
+                for value in dataset:  # the loop
+                    pass
+            total(dataset)  # the call
+        try:
+            with tfplace.transfer_guard():
+                for value in dataset:  # the guarded loop
+                    pass
+            message = None
+        except tfplace.ImplicitCopyError as error:
+            message = str(error)
+        report({"copies": [c._asdict() for c in log.copies],
+                "rows": [[t.op, t.count, t.lower_bound] for t in log.transfers()], "message": message})
+    """
+    out = run_file(tmp_path, code)
+    copies = out["copies"]
+    assert all(c["kind"] == "function" and c["function"].startswith("__inference_Dataset_map_scale_") for c in copies)
+    edges = {(c["op"], c["node"], c["input_index"], c["tensor"], c["from_device"], c["to_device"], c["dtype"], c["source"])
+             for c in copies}
+    assert edges == {("Mul", "mul", 0, "Cast:0", "/device:CPU:0", "/device:CPU:1", "float32", line(code, "# the Mul")),
+                     ("AddV2", "add", 0, "mul:0", "/device:CPU:1", "/device:CPU:0", "float32", line(code, "# the AddV2"))}
+    # each iterator instantiates the function once (two eager loops, one inside the function): three each
+    calls = sorted(c["call"] for c in copies)
+    assert calls == sorted([line(code, "# the loop")] * 4 + [line(code, "# the call")] * 2)
+    assert sorted(map(tuple, out["rows"])) == [("AddV2", 3, True), ("Mul", 3, True)]  # it runs once per element
+    assert out["message"] is not None and "__inference_Dataset_map_scale_" in out["message"]
+    assert line(code, "# the Mul") in out["message"] and "/device:CPU:0" in out["message"]

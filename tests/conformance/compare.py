@@ -392,10 +392,13 @@ def compare_logs(result: Result, log: tflog.TfLog, capture: dict, sends: Optiona
     return result
 
 
-def harness_env(onednn: Optional[str]) -> dict[str, str]:
-    """The environment of a harness run: TensorFlow's logging on, tfplace's settings off."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TFPLACE_", "TF_CPP_"))}
+def harness_env(onednn: Optional[str], graphs: Optional[Path] = None) -> dict[str, str]:
+    """The environment of a harness run: TensorFlow's logging on, tfplace's settings off; with `graphs`,
+    TensorFlow's graph dumper writes every function's graphs there (the oracle of tf.data functions' edges)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TFPLACE_", "TF_CPP_", "TF_DUMP_GRAPH"))}
     env["TF_CPP_MIN_LOG_LEVEL"] = "0"
+    if graphs is not None:
+        env.update(TF_DUMP_GRAPH_PREFIX=str(graphs), TF_DUMP_GRAPH_NAME_FILTER="*", TF_DUMP_GRAPH_GROUPS="main")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
     if onednn is not None:
         env["TF_ENABLE_ONEDNN_OPTS"] = onednn
@@ -417,7 +420,7 @@ def run_program(program: Path | str, onednn: Optional[str] = None, timeout: floa
         start = time.perf_counter()
         try:
             done = subprocess.run([sys.executable, str(HARNESS), str(program), str(out)], cwd=ROOT,
-                                  env=harness_env(onednn), capture_output=True, text=True, errors="replace",
+                                  env=harness_env(onednn, Path(tmp) / "graphs"), capture_output=True, text=True, errors="replace",
                                   timeout=timeout)
         except subprocess.TimeoutExpired as expired:
             result.seconds = time.perf_counter() - start

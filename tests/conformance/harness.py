@@ -10,10 +10,14 @@ and `log.to_json()` goes to OUT.json, with what the harness knows beside it:
 
     {"capture": <log.to_json()>, "capture_source": "to_json" | "records",
      "main_thread": <native id of the thread that ran the program>, "seconds": <float>,
-     "sends": {"edges": <cross-device _Send edges of the functions the block called, one per call>,
+     "sends": {"edges": <cross-device _Send edges of the functions the block called, one per call,
+                         and of the tf.data functions its iterators instantiated, one per instantiation>,
+               "dataset_edges": <those of tf.data functions>,
                "bytes": {<producer tensor>: <bytes per transfer, where the shape is static>}}}
 
-The edges come from `sends.SendOracle`, which reads TensorFlow's partitioned graphs on its own.
+The edges come from `sends.SendOracle`, which reads TensorFlow's partitioned graphs on its own, and,
+for the functions graph collection never reports, from the partitions TensorFlow's graph dumper writes
+when the caller sets `TF_DUMP_GRAPH_PREFIX` (`sends.dumped_sends`).
 
 A program whose text mentions `__warmup__` is first run as `__warmup__` *before* the capture
 opens (its globals carry over to the main run): that is how a program calls a function that
@@ -37,7 +41,7 @@ BEGIN = "CONFORMANCE-BEGIN"
 END = "CONFORMANCE-END"
 
 
-from sends import SendOracle  # the harness runs as a script: its folder is on sys.path
+from sends import SendOracle, dumped_sends  # the harness runs as a script: its folder is on sys.path
 
 
 def _setup() -> None:
@@ -81,6 +85,8 @@ def main(argv: list[str]) -> int:
     sys.path.insert(0, os.path.dirname(program))
     sys.argv = [program]
     carried = runpy.run_path(program, run_name="__warmup__") if warmup else None
+    graphs = os.environ.get("TF_DUMP_GRAPH_PREFIX", "")
+    before = frozenset(os.listdir(graphs)) if graphs and os.path.isdir(graphs) else frozenset()
     start = time.perf_counter()
     _marker(BEGIN)
     oracle = SendOracle()
@@ -94,10 +100,12 @@ def main(argv: list[str]) -> int:
         capture, source = log.to_json(), "to_json"
     else:
         capture, source = _from_records(log), "records"
+    datasets = dumped_sends(graphs, before, frozenset(oracle.exported)) if graphs and os.path.isdir(graphs) else 0
     with open(out, "w", encoding="utf-8") as f:
         json.dump({"capture": capture, "capture_source": source,
                    "main_thread": threading.get_native_id(), "seconds": seconds,
-                   "sends": {"edges": oracle.finish(), "bytes": oracle.sizes}}, f, indent=1)
+                   "sends": {"edges": oracle.finish() + datasets, "dataset_edges": datasets,
+                             "bytes": oracle.sizes}}, f, indent=1)
     return 0
 
 

@@ -7,6 +7,8 @@ edges count (the partitioner's dummy `.../ctrl/_N` scalar: a transfer of 0 bytes
 says). Left out: host-memory values (`_HostSend`/`_HostRecv`, resource handles, strings). A function's edges count once per
 call: they are attributed to the call after which TensorFlow reported the function's graphs (an op on
 DTensor's device is such a call, keyed by its inputs' shapes: DTensor runs it as per-device functions).
+The functions graph collection never reports (tf.data's, per instantiation) are read from the partitions
+TensorFlow's own graph dumper writes (`dumped_sends`).
 
 Example (inside a test, around a capture):
     with SendOracle() as oracle, tfplace.capture_placement() as log, oracle.calls():
@@ -17,6 +19,7 @@ Example (inside a test, around a capture):
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any, Iterator, Optional
 
 import tensorflow as tf
@@ -41,11 +44,15 @@ def cross_device_sends(function_graphs: Any) -> list[Any]:
     """The `_Send` nodes of one function's partitions that move a value of the program between devices."""
     if is_eager_wrapper(function_graphs.pre_optimization_graph):
         return []
+    return _sends(function_graphs.partition_graphs)
+
+
+def _sends(partitions: Any) -> list[Any]:
     host_recvs = {(node.attr["tensor_name"].s, node.attr["recv_device"].s)
-                  for partition in function_graphs.partition_graphs for node in partition.node
+                  for partition in partitions for node in partition.node
                   if node.op == "_HostRecv"}
     found = []
-    for partition in function_graphs.partition_graphs:
+    for partition in partitions:
         for node in partition.node:
             if node.op != "_Send" or node.attr["send_device"].s == node.attr["recv_device"].s:
                 continue
@@ -72,6 +79,7 @@ class SendOracle:
         self.total = 0
         self.sends: list[Any] = []
         self.sizes: dict[str, Optional[int]] = {}  # producer tensor -> bytes, where its shape is static
+        self.exported: set[tuple[str, ...]] = set()  # each partition graph collection handed over, by node names
 
     def _export(self) -> Any:
         metadata = self._original()
@@ -81,6 +89,7 @@ class SendOracle:
             self.pending += len(sends)
             if sends:
                 self.sizes.update(_sizes(function_graphs.post_optimization_graph, sends))
+            self.exported.update(_signature(partition) for partition in function_graphs.partition_graphs)
         return metadata
 
     def _callback(self, op_type: Any, inputs: Any, attrs: Any, outputs: Any, op_name: Any = None,
@@ -122,6 +131,40 @@ class SendOracle:
         return self.total + self.pending
 
 
+def _signature(partition: Any) -> tuple[str, ...]:
+    return tuple(sorted(node.name for node in partition.node))
+
+
+DUMPED = "after_partition_passes"  # the last stage TensorFlow's graph dumper writes of a function's partitions
+
+
+def dumped_sends(directory: str, before: frozenset = frozenset(), exported: frozenset = frozenset()) -> int:
+    """Cross-device `_Send` edges of the functions that never reach graph collection (tf.data's, which an
+    iterator instantiates), one per instantiation, from the partitions TensorFlow's graph dumper wrote
+    (`TF_DUMP_GRAPH_PREFIX=directory`, `TF_DUMP_GRAPH_NAME_FILTER='*'`): files in `before` (written before
+    the block) and instantiations with a partition graph collection handed over (`exported`) left out."""
+    from google.protobuf import text_format
+    from tensorflow.core.framework import graph_pb2
+
+    instances: dict[tuple[str, int], list[Any]] = {}
+    counts: dict[str, int] = {}
+    for name in sorted(os.listdir(directory), key=lambda n: (n.split(".")[0], n)):
+        if name in before or "_partition__" not in name or not name.endswith(f".{DUMPED}.pbtxt"):
+            continue
+        function, _, partition = name.split(".")[0].partition("_partition__")
+        occurrence = counts[name.split(".")[0]] = counts.get(name.split(".")[0], -1) + 1
+        graph = graph_pb2.GraphDef()
+        with open(os.path.join(directory, name), encoding="utf-8") as f:
+            text_format.Parse(f.read(), graph)
+        instances.setdefault((function, occurrence), []).append(graph)
+    total = 0
+    for partitions in instances.values():
+        if any(_signature(partition) in exported for partition in partitions):
+            continue  # a function graph collection reported: counted per call by `SendOracle`
+        total += len(_sends(partitions))
+    return total
+
+
 def _sizes(graph: Any, sends: list[Any]) -> dict[str, Optional[int]]:
     """Bytes of each sent tensor whose shape TensorFlow's shape inference knows (importing the graph runs it)."""
     imported = tf.Graph()
@@ -143,4 +186,4 @@ def _sizes(graph: Any, sends: list[Any]) -> dict[str, Optional[int]]:
     return found
 
 
-__all__ = ["SendOracle", "cross_device_sends"]
+__all__ = ["SendOracle", "cross_device_sends", "dumped_sends"]

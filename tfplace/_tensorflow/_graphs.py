@@ -71,8 +71,14 @@ def static_sizes(graph: Any, tensors: Iterable[str]) -> dict[str, Optional[int]]
     """Elements of each tensor (e.g. "MatMul:0") of a placed `GraphDef`, from TensorFlow's shape
     inference (importing the graph runs it); None where the shape is not fully known or the graph
     cannot be imported (a node whose op this process lacks)."""
+    return {tensor: elements for tensor, (_, elements) in static_tensors(graph, tensors).items()}
+
+
+def static_tensors(graph: Any, tensors: Iterable[str]) -> dict[str, tuple[str, Optional[int]]]:
+    """(dtype name, elements) of each tensor of a `GraphDef`, as `static_sizes()` reads them; ("", None)
+    where the graph cannot be imported or has no such tensor."""
     wanted = list(tensors)
-    found: dict[str, Optional[int]] = dict.fromkeys(wanted)
+    found: dict[str, tuple[str, Optional[int]]] = dict.fromkeys(wanted, ("", None))
     imported = tf.Graph()
     try:
         with imported.as_default():
@@ -81,9 +87,10 @@ def static_sizes(graph: Any, tensors: Iterable[str]) -> dict[str, Optional[int]]
         return found
     for tensor in wanted:
         try:
-            found[tensor] = imported.get_tensor_by_name(tensor).shape.num_elements()
+            value = imported.get_tensor_by_name(tensor)
         except (KeyError, ValueError):
-            pass
+            continue
+        found[tensor] = (value.dtype.name, value.shape.num_elements())
     return found
 
 

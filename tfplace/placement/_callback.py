@@ -122,7 +122,7 @@ class Hook:
             return self._called(session, op, kind, record, full, inputs, attrs, outputs)
         plain = record
         if self.sources or copies:
-            record, copies = self._sourced(session, record, copies, False)
+            record, copies = self._sourced(session, record, copies)
             for call, sources in self.calls:  # a listener that did not ask for sources gets none
                 call(record if sources else plain, copies)
         else:
@@ -133,14 +133,13 @@ class Hook:
                 call(record if sources else plain, outputs)
         return None
 
-    def _sourced(self, session: _session.Session, record: PlacementRecord, copies: Sequence[CopyRecord],
-                 called: bool) -> tuple[PlacementRecord, Sequence[CopyRecord]]:
+    def _sourced(self, session: _session.Session, record: PlacementRecord,
+                 copies: Sequence[CopyRecord]) -> tuple[PlacementRecord, Sequence[CopyRecord]]:
         """The record with the user's line (when a listener asks for sources) and the copies with it."""
         source = user_line()
-        if called:
-            copies = [copy._replace(function=copy.function or record.op, call=source) for copy in copies]
-        elif copies:
-            copies = [copy._replace(source=source) for copy in copies]
+        if copies:  # a function's transfer (a call's, or a tf.data function's) has its node's line: the call's is its `call`
+            copies = [copy._replace(function=copy.function or record.op, call=source)
+                      if copy.kind == "function" else copy._replace(source=source) for copy in copies]
         if self.sources:
             sourced = (id(record), source)
             record = session.sourced.get(sourced) or session.sourced.setdefault(sourced, record._replace(source=source))
@@ -177,26 +176,28 @@ class Hook:
                 placed = found.functions > 0 or bool(found.unseen)
                 unseen = found.unseen
                 ran = _calls.after(op, full, inputs, found)
-                copies = ran.transfers
+                copies = ran.transfers + found.dataset_transfers
                 if _datasets.reading():
                     _datasets.read_in_call(inputs, ran.records)
                 for tensor in inputs if placed else ():
                     if dtype_enum(tensor) == _VARIANT:  # pylint: disable=protected-access
                         pipeline = _datasets.pipeline_of(tensor)
                         if pipeline is not None:
-                            later = _events.EventKey(_events.Event.DATASET, op), _pipelines.iterator_records(pipeline, full)
+                            records, moved = _pipelines.iterator_placement(pipeline, full)
+                            later, copies = (_events.EventKey(_events.Event.DATASET, op), records), copies + moved
                             if pipeline.unseen and not unseen:
                                 unseen, uncertain = pipeline.unseen, _pipelines.uncertain_records(pipeline, full)
         elif kind == _eager.ITERATOR and inputs:
             own = tuple(_eager.function_name(attrs[i + 1]) for i in range(0, len(attrs), 2) if attrs[i] == "f")
             pipeline = _datasets.pipeline_of(inputs[0], own, iterator=inputs[1] if len(inputs) > 1 else None)
             if pipeline is not None:
-                later = _events.EventKey(_events.Event.DATASET, op), _pipelines.iterator_records(pipeline, full)
+                records, copies = _pipelines.iterator_placement(pipeline, full)
+                later = _events.EventKey(_events.Event.DATASET, op), records
                 unseen = pipeline.unseen
                 uncertain = _pipelines.uncertain_records(pipeline, full) if unseen else ()
         plain = record
         if self.sources or copies:
-            record, copies = self._sourced(session, record, copies, kind == _eager.FUNCTION)
+            record, copies = self._sourced(session, record, copies)
         for call, sources in self.calls:  # a listener that did not ask for sources gets none
             call(record if sources else plain, copies)
         for call, sources in self.outputs:

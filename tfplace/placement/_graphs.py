@@ -152,10 +152,10 @@ def _is_eager_op_wrapper(graph: graph_pb2.GraphDef) -> bool:
 
 
 def _function_records(function_graphs: Any, called: str = "") -> tuple[
-        list[PlacementRecord], list[PlacementRecord], list[CopyRecord], Counter]:
+        list[PlacementRecord], list[PlacementRecord], list[CopyRecord], Counter, list[CopyRecord]]:
     """The "place"/"removed" records of one placed function, those of the tf.data functions it
-    instantiates, its implicit transfers (`tfplace.placement._transfers`) and how many of its nodes run per call,
-    by (device, op): removed nodes, arguments and results left out."""
+    instantiates, its implicit transfers (`tfplace.placement._transfers`), how many of its nodes run per call,
+    by (device, op) (removed nodes, arguments and results left out), and the tf.data functions' transfers."""
     graph = function_graphs.pre_optimization_graph
     placed = list(function_graphs.post_optimization_graph.node) or [
         n for g in function_graphs.partition_graphs for n in g.node]
@@ -173,9 +173,13 @@ def _function_records(function_graphs: Any, called: str = "") -> tuple[
         graph=function_graphs.post_optimization_graph, devices={r.name: r.device for r in records}) \
         if devices > 1 else []
     runs = Counter((r.device, r.op, _groups.category(r)) for r in records if r.kind == Kind.PLACE and r.op not in ARGUMENT_OPS)
-    datasets = [record for pipeline, device in _pipelines.graph_datasets(graph, placed)
-                for record in _pipelines.dataset_records(pipeline, device, graph.library)]
-    return records, datasets, transfers, runs
+    datasets: list[PlacementRecord] = []
+    moved: list[CopyRecord] = []
+    for pipeline, device in _pipelines.graph_datasets(graph, placed):
+        found, copies = _pipelines.dataset_placement(pipeline, device, graph.library)
+        datasets += found
+        moved += copies
+    return records, datasets, transfers, runs, moved
 
 
 class Placed(NamedTuple):
@@ -193,6 +197,8 @@ class Placed(NamedTuple):
         instantiate (with source lines; a capture without sources drops them).
       unseen: why the call's own placement cannot be recorded ("" when it can): its graph was
         merged with another thread's by TensorFlow's collection.
+      dataset_transfers: the transfers of the tf.data functions they instantiate, once (each names
+        its function; see `tfplace.placement._transfers.placed_transfers`).
     """
 
     functions: int = 0
@@ -201,6 +207,7 @@ class Placed(NamedTuple):
     runs: tuple[tuple[tuple[str, str, str], int], ...] = ()
     instantiated: tuple[PlacementRecord, ...] = ()
     unseen: str = ""
+    dataset_transfers: tuple[CopyRecord, ...] = ()
 
 
 def _ours(session: _session.Session, called: str, elsewhere: frozenset) -> list[Any]:
@@ -269,13 +276,16 @@ def _placed_by(functions: list[Any], called: str, names: Sequence[str] = (),
     made: list[PlacementRecord] = list(instantiated)
     transfers: list[CopyRecord] = []
     runs: Counter = Counter()
+    inputs: list[CopyRecord] = []
     for index, function_graphs in enumerate(functions):
-        own, datasets, moved, ran = _function_records(function_graphs, called)
+        own, datasets, moved, ran, in_datasets = _function_records(function_graphs, called)
         every += own
         made += own + datasets
         transfers += [copy._replace(function=names[index]) for copy in moved] if names else moved
         runs.update(ran)
-    return Placed(len(functions), tuple(every), tuple(transfers), tuple(runs.items()), tuple(made))
+        inputs += in_datasets
+    return Placed(len(functions), tuple(every), tuple(transfers), tuple(runs.items()), tuple(made),
+                  dataset_transfers=tuple(inputs))
 
 
 def collect_dtensor(op: str, origin: str) -> _dtensor.Ran:

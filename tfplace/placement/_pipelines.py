@@ -2,7 +2,7 @@
 
 `tf.data` functions (`map`, `filter`, generators, a dataset loop inside a `tf.function`) never reach
 graph collection: TensorFlow instantiates them when an iterator is made, on the iterator's device,
-after adding one `FakeSinkN` identity per result. `dataset_records()` rebuilds them from the function
+after adding one `FakeSinkN` identity per result. `dataset_placement()` rebuilds them from the function
 library; a `Pipeline` names the functions an iterator instantiates (from a placed graph's dataset
 ops, or from the Python dataset: `tfplace.placement._datasets`).
 
@@ -21,11 +21,11 @@ from tensorflow.core.framework import function_pb2, graph_pb2, types_pb2
 
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name, requested_name
-from tfplace.placement import _function_sources, _instantiation, _lowering
+from tfplace.placement import _function_sources, _instantiation, _lowering, _transfers
 from tfplace.placement._placed import function_def
-from tfplace.placement._records import Kind, Origin, PlacementRecord
+from tfplace.placement._records import CopyRecord, Kind, Origin, PlacementRecord
 
-__all__ = ["Pipeline", "dataset_records", "dataset_function_names", "iterator_records", "uncertain_records",
+__all__ = ["Pipeline", "dataset_placement", "dataset_function_names", "iterator_placement", "uncertain_records",
            "graph_datasets",
            "ITERATOR_OPS", "MAP_OPS", "OPTIMIZATIONS"]
 
@@ -142,7 +142,7 @@ class Pipeline(NamedTuple):
         tfplace cannot count them ("" when none are).
       uncertain: those functions (a parallel interleave's inner datasets' functions, which
         TensorFlow's own threads instantiate a varying number of times); their records are in
-        `iterator_records()` once per iterator, and in `uncertain_records()`.
+        `iterator_placement()` once per iterator, and in `uncertain_records()`.
     """
 
     functions: tuple[str, ...]
@@ -188,23 +188,26 @@ def _identity_map(function: function_pb2.FunctionDef) -> bool:
 
 
 @functools.lru_cache(maxsize=256)
-def iterator_records(pipeline: Pipeline, device: str) -> tuple[PlacementRecord, ...]:
-    """`dataset_records()` of an eager iterator's pipeline (cached: functions never change)."""
-    return tuple(dataset_records(pipeline, device))
+def iterator_placement(pipeline: Pipeline, device: str) -> tuple[tuple[PlacementRecord, ...], tuple[CopyRecord, ...]]:
+    """`dataset_placement()` of an eager iterator's pipeline (cached: functions never change)."""
+    records, transfers = dataset_placement(pipeline, device)
+    return tuple(records), tuple(transfers)
 
 
 @functools.lru_cache(maxsize=256)
 def uncertain_records(pipeline: Pipeline, device: str) -> tuple[PlacementRecord, ...]:
-    """The records of `iterator_records()` that are the pipeline's `uncertain` functions' nodes."""
-    return tuple(dataset_records(pipeline, device, only=frozenset(pipeline.uncertain)))
+    """The records of `iterator_placement()` that are the pipeline's `uncertain` functions' nodes."""
+    return tuple(dataset_placement(pipeline, device, only=frozenset(pipeline.uncertain))[0])
 
 
-def dataset_records(pipeline: Pipeline, device: str, library: Optional[function_pb2.FunctionDefLibrary] = None,
-                    only: Optional[frozenset] = None) -> list[PlacementRecord]:
+def dataset_placement(pipeline: Pipeline, device: str, library: Optional[function_pb2.FunctionDefLibrary] = None,
+                      only: Optional[frozenset] = None) -> tuple[list[PlacementRecord], list[CopyRecord]]:
     """"place" records of the tf.data functions an iterator instantiates on `device` (those named in
-    `only`, when given)."""
+    `only`, when given), and their implicit transfers (`tfplace.placement._transfers.placed_transfers`:
+    one per instantiation, each function naming itself)."""
     device = canonical_name(device)
     records: list[PlacementRecord] = []
+    transfers: list[CopyRecord] = []
     full_library = function_pb2.FunctionDefLibrary()
     if library is not None:
         full_library.CopyFrom(library)
@@ -223,13 +226,19 @@ def dataset_records(pipeline: Pipeline, device: str, library: Optional[function_
                                             fake_sinks=int(pipeline.rewritten and name not in own) + more.get(name, 0))
         nodes = _lowering.placer_nodes(graph)
         notes = _function_sources.node_notes(nodes, _function_sources.notes(name))
+        placed = []
         for node, note in zip(nodes, notes):
             requested = requested_name(node.requested)
             where = arg_devices.get(node.name, "") if node.op == "_Arg" else ""
-            records.append(PlacementRecord(node.op, node.name, where or requested or device, Kind.PLACE, note.line,
-                                           requested=requested, dtypes=node.dtypes,
-                                           requested_by=note.requested_by if requested else "", origin=Origin.INPUT))
-    return records
+            placed.append(PlacementRecord(node.op, node.name, where or requested or device, Kind.PLACE, note.line,
+                                          requested=requested, dtypes=node.dtypes,
+                                          requested_by=note.requested_by if requested else "", origin=Origin.INPUT))
+        records += placed
+        if len({record.device for record in placed}) > 1:  # only a function on two devices moves anything
+            lines = {node.name: note.line for node, note in zip(nodes, notes) if note.line}
+            transfers += [copy._replace(function=name) for copy in _transfers.placed_transfers(
+                graph, nodes, [record.device for record in placed], lines)]
+    return records, transfers
 
 
 def _library_for(function: function_pb2.FunctionDef,

@@ -26,6 +26,12 @@ inference over the placed graph) times its dtype's size; `None` where the shape
 is not fully known. A transfer whose producer runs inside a loop frame (between
 the lowered loop's `Enter` and `Exit`) runs once per iteration: `in_loop`.
 
+The functions an iterator instantiates (`tf.data`'s) never reach graph collection: for them,
+`placed_transfers()` partitions the placed nodes as TensorFlow's partitioner does (one pair per
+tensor, or control edge, and receiving device), after the graph optimizer's removal of the
+identities beside their input (tf.data's `FakeSink` nodes among them). Such a function runs once
+per element, so one record per instantiation is a lower bound: `in_loop`.
+
 Example:
     >>> import tensorflow as tf
     >>> from tfplace.placement import _transfers
@@ -45,7 +51,7 @@ from tfplace.placement import _kernels
 from tfplace.placement._lowering import PlacerNode
 from tfplace.placement._records import CONTROL, CopyRecord
 
-__all__ = ["function_transfers", "EXPLICIT_COPIES"]
+__all__ = ["function_transfers", "placed_transfers", "EXPLICIT_COPIES"]
 
 EXPLICIT_COPIES = frozenset({"Identity", "IdentityN"})
 _SENDS = frozenset({"_Send", "_HostSend"})
@@ -206,6 +212,59 @@ def function_transfers(partitions: Sequence[Any], placer: Mapping[str, PlacerNod
         found.append((copy, tensor))
     sizes = _tensorflow.static_sizes(graph, {tensor for _, tensor in found}) if graph is not None else {}
     return [copy._replace(bytes=_bytes(sizes.get(tensor), copy.dtype)) for copy, tensor in found] + controls
+
+
+def placed_transfers(graph: Any, nodes: Sequence[PlacerNode], devices: Sequence[str],
+                     sources: Mapping[str, str]) -> list[CopyRecord]:
+    """The implicit transfers of a function whose partitions tfplace cannot read, from its placed nodes,
+    as `CopyRecord(kind="function", in_loop=True)` templates (see the module's docstring).
+
+    Args:
+      graph: the function's GraphDef (`_instantiation.function_graph_def`), for dtypes and static shapes.
+      nodes: its placer nodes (`_lowering.placer_nodes`), in order.
+      devices: the canonical device of each node.
+      sources: node name -> the user's "file.py:LINE" that made it, where known.
+    """
+    where = {node.name: device for node, device in zip(nodes, devices)}
+    by_name = {node.name: node for node in nodes}
+
+    def resolved(tensor: str) -> str:  # through the identities the graph optimizer removes (beside their input)
+        node = by_name.get(_node_name(tensor))
+        while node is not None and node.op == "Identity" and node.inputs and \
+                where.get(_node_name(node.inputs[0])) == where[node.name]:
+            tensor = node.inputs[0]
+            node = by_name.get(_node_name(tensor))
+        return tensor
+
+    edges: dict[tuple[str, str], tuple[PlacerNode, int]] = {}  # (tensor or ^producer, to device) -> first reader
+    for node in nodes:
+        if node.op == "Identity" and node.inputs and where.get(_node_name(node.inputs[0])) == where[node.name]:
+            continue  # removed by the graph optimizer: its readers read its input
+        data = 0
+        for tensor in node.inputs:
+            control = tensor.startswith("^")
+            key = "^" + _node_name(tensor) if control else _tensor_name(resolved(tensor))
+            producer = _node_name(key)
+            if producer in where and where[producer] != where[node.name]:
+                edges.setdefault((key, where[node.name]), (node, CONTROL if control else data))
+            data += not control
+    types = _tensorflow.static_tensors(graph, {key for key, _ in edges if not key.startswith("^")})
+    found = []
+    for (tensor, to_device), (node, index) in edges.items():
+        producer = _node_name(tensor)
+        if tensor.startswith("^"):
+            found.append(CopyRecord(node.op, CONTROL, where[producer], to_device, source=sources.get(node.name, ""),
+                                    kind="function", node=node.name, tensor=tensor, bytes=0, in_loop=True))
+            continue
+        dtype, elements = types.get(tensor, ("", None))
+        if dtype in ("string", "resource"):
+            continue  # kept on the host by design
+        if node.op in EXPLICIT_COPIES and node.requested and sources.get(node.name):
+            continue  # the user's tf.identity under a device
+        found.append(CopyRecord(node.op, index, where[producer], to_device, source=sources.get(node.name, ""),
+                                kind="function", node=node.name, tensor=tensor, dtype=dtype,
+                                bytes=_bytes(elements, dtype), in_loop=True))
+    return found
 
 
 def _bytes(elements: Optional[int], dtype: str) -> Optional[int]:
