@@ -268,3 +268,26 @@ def test_tf_data_functions_transfers_are_recorded_per_instantiation_and_guarded(
     assert sorted(map(tuple, out["rows"])) == [("AddV2", 3, True), ("Mul", 3, True)]  # it runs once per element
     assert out["message"] is not None and "__inference_Dataset_map_scale_" in out["message"]
     assert line(code, "# the Mul") in out["message"] and "/device:CPU:0" in out["message"]
+
+
+def test_prefetch_to_device_instantiates_its_input_pipeline_on_the_source_device(tmp_path):
+    out = run_file(tmp_path, """
+        def scale(i):
+            x = tf.cast(i, tf.float32)
+            with tf.device("CPU:1"):
+                y = x * 2.0
+            return y + 1.0
+
+        pipeline = tf.data.Dataset.range(4).map(scale)
+        prefetched = pipeline.apply(tf.data.experimental.prefetch_to_device("/CPU:1"))
+        with tfplace.capture_placement() as log:
+            devices = [value.device for value in prefetched]
+        report({"devices": sorted(set(devices)), "complete": log.complete,
+                "map": sorted((r.op, r.device) for r in log.records if r.kind == "place" and r.op in ("Cast", "Mul", "AddV2")),
+                "copies": sorted((c.op, c.from_device, c.to_device) for c in log.copies if c.kind == "function")})
+    """)
+    assert out["devices"] == ["/job:localhost/replica:0/task:0/device:CPU:1"] and out["complete"]
+    # the copy's generator (on CPU:1) makes the pipeline's iterator on CPU:0, through a remote call
+    assert list(map(tuple, out["map"])) == [("AddV2", "/device:CPU:0"), ("Cast", "/device:CPU:0"), ("Mul", "/device:CPU:1")]
+    assert list(map(tuple, out["copies"])) == [("AddV2", "/device:CPU:1", "/device:CPU:0"),
+                                               ("Mul", "/device:CPU:0", "/device:CPU:1")]

@@ -36,7 +36,7 @@ from tfplace._tensorflow._graphs import (
     dtensor_stats, tensorboard_tracing, static_sizes, static_tensors, dtype_size, shape_tuple, op_def, registered_kernels)
 from tfplace._tensorflow._data import (
     variant_tensor_of, dataset_functions, dataset_inputs, is_map_dataset, is_generator_dataset, is_cache_dataset,
-    reads_inputs_to_end, rewrites_input_graph, is_parallel_interleave, dataset_of_variant)
+    reads_inputs_to_end, rewrites_input_graph, is_parallel_interleave, dataset_of_variant, copied_from)
 from tfplace._tensorflow._cluster import (
     CALL_FLAT, COLLECTIVE_OPS, Collective, collectives_in, call_name, call_definition, call_graph, store_set,
     store_get, VariableAccess, variable_accesses)
@@ -72,5 +72,5 @@ __all__ = [
     "CALL_FLAT", "COLLECTIVE_OPS", "Collective", "collectives_in", "call_name", "call_definition", "call_graph", "store_set",
     "store_get", "VariableAccess", "variable_accesses",
     # Python's own machinery, where tfplace reaches into TensorFlow's frames, threads and objects
-    "THREAD_START", "start_thread", "watch_variable_reads", "scope_step", "recorded", "mark_recorded", "failed_op_dtypes", "failed_op_argument", "dataset_of_variant",
+    "THREAD_START", "start_thread", "watch_variable_reads", "scope_step", "recorded", "mark_recorded", "failed_op_dtypes", "failed_op_argument", "dataset_of_variant", "copied_from",
 ]

@@ -100,6 +100,14 @@ def rewrites_input_graph(dataset: tf.data.Dataset) -> bool:
     return type(dataset).__name__ == "_AutoShardDataset"
 
 
+def copied_from(dataset: tf.data.Dataset) -> Optional[str]:
+    """The source device of a dataset that copies its input to another device (`prefetch_to_device`,
+    `copy_to_device`: its input's iterator is made on the source device); None for any other."""
+    if type(dataset).__name__ != "_CopyToDeviceDataset":
+        return None
+    return getattr(dataset, "_source_device_string", None) or "/device:CPU:0"
+
+
 def is_generator_dataset(dataset: tf.data.Dataset) -> bool:
     """True for a dataset made by a GeneratorDataset op (`from_generator`'s, a MultiDeviceIterator's
     per-device ones), which TensorFlow cannot serialize."""

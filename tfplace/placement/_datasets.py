@@ -155,6 +155,14 @@ def pipeline_of(variant: Any, own: tuple[str, ...] = (), iterator: Any = None) -
     dataset = _tensorflow.dataset_of_variant(variant, depth=1)
     if dataset is None:
         return _pipelines.Pipeline((), own) if own else None
+    return _pipeline(dataset, own, iterator, variant)
+
+
+def _pipeline(dataset: Any, own: tuple[str, ...] = (), iterator: Any = None,
+              variant: Any = None) -> _pipelines.Pipeline:
+    """`pipeline_of()` of a Python dataset (`variant`: its tensor, whose size a `DatasetCardinality` op
+    may have said). The input of a copy to another device (`prefetch_to_device`) is a pipeline of its
+    own, on its source device: the copy's generator makes its iterator there, through a remote call."""
     runtime = _session.runtime()
     found: dict[str, tuple[str, ...]] = {}
     maps: list[str] = []
@@ -164,6 +172,7 @@ def pipeline_of(variant: Any, own: tuple[str, ...] = (), iterator: Any = None) -
     todo: list[tuple[Any, int, bool]] = [(dataset, 0, True)]  # (dataset, rewrites above it, read whole)
     seen: set[int] = set()
     generator = False
+    elsewhere: list[tuple[_pipelines.Pipeline, str]] = []
     while todo:
         current, above, whole = todo.pop()
         if id(current) in seen:
@@ -184,12 +193,16 @@ def pipeline_of(variant: Any, own: tuple[str, ...] = (), iterator: Any = None) -
                 caches.append(current)
             if current in runtime.filled:
                 continue  # served from the cache: nothing upstream is instantiated
+        source = _tensorflow.copied_from(current)
+        if source is not None:
+            elsewhere += [(_pipeline(child), source) for child in _tensorflow.dataset_inputs(current)]
+            continue
         whole = whole and _tensorflow.reads_inputs_to_end(current)
         todo += [(child, above, whole) for child in _tensorflow.dataset_inputs(current)]
     if iterator is not None and caches:
         if len(runtime.iterators) >= _LIMIT:
             del runtime.iterators[next(iter(runtime.iterators))]
-        runtime.iterators[id(iterator)] = _Reading(iterator, caches, _size(variant))
+        runtime.iterators[id(iterator)] = _Reading(iterator, caches, _size(variant) if variant is not None else None)
     options = dataset.options().experimental_optimization
     allowed = options.apply_default_optimizations is not False or any(
         getattr(options, name, None) is True for name in _pipelines.OPTIMIZATIONS)
@@ -197,4 +210,4 @@ def pipeline_of(variant: Any, own: tuple[str, ...] = (), iterator: Any = None) -
                            tuple((name, kinds) for name, kinds in found.items() if any(kinds)), tuple(maps),
                            tuple(sorted(more.items())),
                            _PARALLEL_INTERLEAVE.format(", ".join(dict.fromkeys(uncertain))) if uncertain else "",
-                           tuple(dict.fromkeys(uncertain)))
+                           tuple(dict.fromkeys(uncertain)), tuple(elsewhere))

@@ -143,6 +143,8 @@ class Pipeline(NamedTuple):
       uncertain: those functions (a parallel interleave's inner datasets' functions, which
         TensorFlow's own threads instantiate a varying number of times); their records are in
         `iterator_placement()` once per iterator, and in `uncertain_records()`.
+      elsewhere: (pipeline, device) of the inputs a copy to another device reads (`prefetch_to_device`):
+        its generator makes their iterator on their source device.
     """
 
     functions: tuple[str, ...]
@@ -153,6 +155,7 @@ class Pipeline(NamedTuple):
     more_rewrites: tuple[tuple[str, int], ...] = ()
     unseen: str = ""
     uncertain: tuple[str, ...] = ()
+    elsewhere: tuple[tuple["Pipeline", str], ...] = ()
 
 
 def dataset_function_names(names: Iterable[str], library: Optional[function_pb2.FunctionDefLibrary] = None) -> list[str]:
@@ -238,6 +241,10 @@ def dataset_placement(pipeline: Pipeline, device: str, library: Optional[functio
             lines = {node.name: note.line for node, note in zip(nodes, notes) if note.line}
             transfers += [copy._replace(function=name) for copy in _transfers.placed_transfers(
                 graph, nodes, [record.device for record in placed], lines)]
+    for inner, where in pipeline.elsewhere:
+        found, moved = dataset_placement(inner, where, library, only)
+        records += found
+        transfers += moved
     return records, transfers
 
 
