@@ -132,3 +132,27 @@ def test_trace_memory_prints_peak_and_live_per_device(tmp_path):
     assert lines[start + 2:start + 4] == ["      grow.py:3  1.0 MiB", "      grow.py:4  48.0 KiB"]
     memory = json.loads((tmp_path / "t.json").read_text())["memory"]
     assert memory["devices"][0]["peak_bytes"] == 512 * 512 * 4 + 3 * 64 * 64 * 4
+
+
+def test_threads_making_and_freeing_tensors_at_once_leave_exact_live_and_peak_bytes(python):
+    # the census takes no lock on an op's path: each change is one row appended at once, replayed when read
+    out = python("""
+        import threading, tensorflow as tf, tfplace
+        x = tf.ones((8, 8))  # 256 bytes
+        kept = []
+        def work():
+            mine = [tf.identity(x) for _ in range(300)]  # each thread holds 300 at its peak
+            for _ in range(300):
+                mine.pop()
+                mine.append(tf.identity(x))
+            kept.extend(mine[:100])
+        with tfplace.capture_placement(memory=True, all_threads=True) as log:
+            threads = [threading.Thread(target=work) for _ in range(4)]
+            for t in threads: t.start()
+            for t in threads: t.join()
+        figures = log.memory().devices["/device:CPU:0"]
+        report([figures.live_bytes, figures.peak_bytes, log.memory().tracked])
+    """)
+    live, peak, tracked = out
+    assert live == 4 * 100 * 256  # what the threads kept
+    assert 300 * 256 <= peak <= 4 * 301 * 256 and tracked == 4 * 600

@@ -3,8 +3,9 @@
 A `Census` (one per `capture_placement(memory=True)`) counts every tensor the block's eager ops
 and function calls return and every variable it creates, on the device holding its memory
 (`backing_device`; a variable's own device), with its bytes and the user's line that made it,
-and drops it when Python frees it (a weak reference's callback). Per device it keeps the live bytes, their
-peak, and per line the most bytes that line held at once. Allocations inside functions (their
+and drops it when Python frees it (a weak reference's callback). Each change is one row of a flat array
+(an append, whatever thread makes it: no lock on an op's path); read, the rows give per device the live
+bytes and their peak, and per line the most bytes that line held at once. Allocations inside functions (their
 intermediate tensors) never reach Python: on a GPU, TensorFlow's allocator figures
 (`tf.config.experimental.get_memory_info`, reset at the block's start) are kept beside tfplace's;
 logical CPUs share one allocator, whose figures cannot tell CPU:0 from CPU:1, so none are kept
@@ -108,6 +109,7 @@ class _Entry(NamedTuple):
     kind: str  # "tensor" or "variable"
     dtype: str
     dims: str  # "1000,1000"; "?" for an unknown dimension or rank
+    codes: tuple[int, int] = (0, 0)  # its device's and line's indexes in its census (`Census._entry`)
 
     @property
     def what(self) -> str:
@@ -136,23 +138,26 @@ class _Counted(weakref.ref):
 
 
 class Census:
-    """The tensors and variables of one memory capture (`add_outputs`, `add_variable`), per device."""
+    """The tensors and variables of one memory capture (`add_outputs`, `add_variable`), per device.
+
+    Each change (a tensor counted, one freed) is one row appended to a flat array, which an append
+    does at once whatever thread makes it (no lock on the op's path); live bytes, peaks and the
+    lines' figures are the rows replayed when they are read."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # held by readers, and to close
         self._entries: dict[int, _Counted] = {}  # id of a counted object alive -> its reference, with its entry
         self._made: dict[tuple, Optional[_Entry]] = {}  # (device, dtype, shape, line) -> the entry of such tensors
         self._sources = _session.runtime().made  # the lines of tensors alive, for live_tensors()
         self.clock: Callable[[], int] = lambda: 0  # where the block is (its log's length), for `series()`
-        # At each change: clock, device (its index in `_series_devices`), live bytes, epoch ns; flat, 32 bytes a change.
-        self._series = array.array("q")
-        self._series_devices: dict[str, int] = {}
-        self._live: dict[str, int] = {}
-        self._peak: dict[str, int] = {}
-        self._line_live: dict[tuple[str, str], int] = {}
-        self._line_peak: dict[tuple[str, str], int] = {}
-        self._tracked = 0
+        # At each change: clock, device and line (their indexes in `_devices`, `_lines`), bytes (negative when
+        # freed), epoch ns; flat, 40 bytes a change.
+        self._changes = array.array("q")
+        self._devices: dict[str, int] = {}
+        self._lines: dict[str, int] = {}
+        self._freed_ref = self._freed  # the callback of every reference, made once
         self._final: Optional[Memory] = None
+        self._closed_at: Optional[int] = None  # rows of `_changes` that count, once closed
         self._gpus = [d for d in _tensorflow.logical_device_names() if parse_device(d).device_type == "GPU"] \
             if _tensorflow.runtime_started() else []
         for gpu in self._gpus:
@@ -166,7 +171,7 @@ class Census:
             entry = made.get(key)
             if entry is None:  # entries are shared by the tensors of one device, dtype, shape and line
                 size, dtype, dims = _sized(tensor.dtype, key[2])
-                entry = made[key] = _Entry(canonical_name(key[0]), size, source, "tensor", dtype, dims) if size else None
+                entry = made[key] = self._entry(canonical_name(key[0]), size, source, "tensor", dtype, dims) if size else None
                 if len(made) > 100_000:
                     made.clear()
             if entry is not None:
@@ -177,45 +182,70 @@ class Census:
         for part in getattr(variable, "values", None) or (variable,):
             size, dtype, dims = _sized(part.dtype, _tensorflow.shape_tuple(part))
             if size:
-                self._add(part, _Entry(canonical_name(part.device), size, source, "variable", dtype, dims))
+                self._add(part, self._entry(canonical_name(part.device), size, source, "variable", dtype, dims))
+
+    def _entry(self, device: str, size: int, source: str, kind: str, dtype: str, dims: str) -> _Entry:
+        devices, lines = self._devices, self._lines
+        with self._lock:
+            codes = (devices.setdefault(device, len(devices)), lines.setdefault(source, len(lines)))
+        return _Entry(device, size, source, kind, dtype, dims, codes)
 
     def _add(self, obj: Any, entry: _Entry) -> None:
+        if self._final is not None:
+            return  # the block is over
         key = id(obj)
-        device, size = entry.device, entry.size
-        line = (device, entry.source)
-        with self._lock:
-            if key in self._entries or self._final is not None:
-                return  # the same object returned again (an identity), or the block is over
-            # A weak reference, kept while the object lives, whose callback drops the entry when it is freed.
-            ref = self._entries[key] = _Counted(obj, self._freed)
-            ref.key, ref.entry = key, entry
-            self._tracked += 1
-            live = self._live[device] = self._live.get(device, 0) + size
-            if live > self._peak.get(device, 0):
-                self._peak[device] = live
-            self._series.extend((self.clock(), self._series_devices.setdefault(device, len(self._series_devices)), live,
-                                 time.time_ns()))
-            live = self._line_live[line] = self._line_live.get(line, 0) + size
-            if live > self._line_peak.get(line, 0):
-                self._line_peak[line] = live
-            if entry.source:
-                self._sources[key] = entry.source
+        # A weak reference, kept while the object lives, whose callback drops the entry when it is freed.
+        ref = _Counted(obj, self._freed_ref)
+        if self._entries.setdefault(key, ref) is not ref:
+            return  # the same object returned again (an identity)
+        ref.key, ref.entry = key, entry
+        device, line = entry.codes
+        self._changes.extend((self.clock(), device, line, entry.size, time.time_ns()))
+        if entry.source:
+            self._sources[key] = entry.source
 
     def _freed(self, ref: "_Counted") -> None:
-        with self._lock:
-            self._sources.pop(ref.key, None)
-            if self._entries.pop(ref.key, None) is None or self._final is not None:
-                return
-            entry = ref.entry
-            self._live[entry.device] -= entry.size
-            self._series.extend((self.clock(), self._series_devices[entry.device], self._live[entry.device], time.time_ns()))
-            self._line_live[(entry.device, entry.source)] -= entry.size
+        self._sources.pop(ref.key, None)
+        if self._entries.pop(ref.key, None) is None or self._final is not None:
+            return
+        entry = ref.entry
+        device, line = entry.codes
+        self._changes.extend((self.clock(), device, line, -entry.size, time.time_ns()))
+
+    def _replay(self, series: Optional[list] = None) -> tuple[dict, dict, dict, int]:
+        """(live and peak bytes per device, peak per (device, line), tensors counted) from the changes so
+        far, read in place; each change's (clock, device, live bytes, epoch ns) appended to `series` when
+        given (the caller holds the lock)."""
+        changes = self._changes
+        end = len(changes) if self._closed_at is None else self._closed_at
+        devices, lines = list(self._devices), list(self._lines)
+        live: dict[str, int] = {}
+        peak: dict[str, int] = {}
+        line_live: dict[tuple[str, str], int] = {}
+        line_peak: dict[tuple[str, str], int] = {}
+        counted = 0
+        for i in range(0, end, 5):
+            device = devices[changes[i + 1]]
+            size = changes[i + 3]
+            now = live[device] = live.get(device, 0) + size
+            where = (device, lines[changes[i + 2]])
+            held = line_live[where] = line_live.get(where, 0) + size
+            if size > 0:
+                counted += 1
+                if now > peak.get(device, 0):
+                    peak[device] = now
+                if held > line_peak.get(where, 0):
+                    line_peak[where] = held
+            if series is not None:
+                series.append((changes[i], device, now, changes[i + 4]))
+        return live, peak, line_peak, counted
 
     def series(self) -> list[tuple[int, str, int, int]]:
         """(clock, device, live bytes, time.time_ns()) at every change while the block ran, in order."""
+        found: list[tuple[int, str, int, int]] = []
         with self._lock:
-            flat, devices = self._series.tolist(), list(self._series_devices)
-        return [(flat[i], devices[flat[i + 1]], flat[i + 2], flat[i + 3]) for i in range(0, len(flat), 4)]
+            self._replay(found)
+        return found
 
     def largest(self, device: str, count: int = _TOP) -> list[_Entry]:
         """The largest counted tensors and variables alive now on `device`."""
@@ -226,18 +256,21 @@ class Census:
     def oom_note(self, error: BaseException) -> str:
         """What an out-of-memory error's device held: the largest live tensors with their lines."""
         match = re.search(r" on (/job:\S+?/device:[A-Za-z_]+:\d+)", str(error))
-        device = canonical_name(match[1]) if match else max(self._live, key=self._live.__getitem__, default="")
+        with self._lock:
+            live = self._replay()[0]
+        device = canonical_name(match[1]) if match else max(live, key=live.__getitem__, default="")
         largest = self.largest(device)
         if not largest:
             return f"tfplace (memory=True): no tensor of the block was alive on {device or 'that device'}"
         rows = "\n".join(f"  {size_text(e.size):>10}  {e.what}, made at {e.source or 'an unknown line'}" for e in largest)
         return (f"tfplace (memory=True): the largest tensors of the block alive on {device} when it ran out of "
-                f"memory ({size_text(self._live[device])} in all):\n{rows}")
+                f"memory ({size_text(live.get(device, 0))} in all):\n{rows}")
 
     def close(self) -> Memory:
         """Freezes the figures at the block's end: later frees change nothing."""
         with self._lock:
             if self._final is None:
+                self._closed_at = len(self._changes)
                 self._final = self._figures(final=True)
         return self._final
 
@@ -248,16 +281,16 @@ class Census:
 
     def _figures(self, final: bool) -> Memory:
         """The figures (the caller holds the lock)."""
+        live, peak, line_peak, counted = self._replay()
         devices = {}
-        for device in sorted(self._peak):
-            top = sorted(((source, size) for (where, source), size in self._line_peak.items() if where == device),
+        for device in sorted(peak):
+            top = sorted(((source, size) for (where, source), size in line_peak.items() if where == device),
                          key=lambda item: (-item[1], item[0]))[:_TOP]
             figures = _tensorflow.allocator_figures(device) if device in self._gpus else None
-            devices[device] = DeviceMemory(self._peak[device], self._live[device], tuple(top),
-                                           *(figures or (None, None)))
+            devices[device] = DeviceMemory(peak[device], live[device], tuple(top), *(figures or (None, None)))
         note = _WHAT + ("; TensorFlow's allocator figures beside them count everything on the GPU"
                         if self._gpus else "") + ("" if final else "; the block is still running")
-        return Memory(devices, self._tracked, note)
+        return Memory(devices, counted, note)
 
 
 class LiveTensor(NamedTuple):
