@@ -49,6 +49,8 @@ INTERNALS = [
      "tf.data: interleave with num_parallel_calls, known by its class name"),
     ("tensorflow.python.data.experimental.ops.distribute", "_AutoShardDataset",
      "tf.data: auto-sharding rewrites its input's graph, known by its class name"),
+    ("tensorflow.python.data.experimental.ops.prefetching_ops", "_CopyToDeviceDataset",
+     "tf.data: prefetch_to_device's copy, whose input is iterated on its _source_device_string"),
     ("tensorflow.python.framework.ops", "EagerTensor._datatype_enum", "copies: an input's dtype, in the op callback"),
     ("tensorflow.python.framework.ops", "EagerTensor.backing_device", "copies: where a tensor's memory is"),
     ("tensorflow.python.ops.resource_variable_ops", "BaseResourceVariable",
@@ -96,7 +98,8 @@ INTERNALS = [
 ]
 # Attributes of objects rather than of modules, checked on real objects by the tests below.
 OBJECT_INTERNALS = ["_variant_tensor_attr", "_init_func", "_next_func", "_finalize_func", "_shape_tuple",
-                    "_cached_graph", "_server_def", "_collective_ops_server_def", "_dtype", "_handle"]
+                    "_cached_graph", "_server_def", "_collective_ops_server_def", "_dtype", "_handle",
+                    "_source_device_string"]
 # Python's own private names `tfplace._tensorflow` uses (frames), and the tag it sets on an error it recorded.
 PYTHON_INTERNALS = ["_getframe", "_tfplace_recorded"]
 STATE_PACKAGE = ROOT / "tfplace" / "_tensorflow"  # the one place: tfplace/_tensorflow/*.py
@@ -236,6 +239,18 @@ def test_generator_datasets_keep_their_functions_where_tfplace_looks(python):
         report([_tensorflow.is_generator_dataset(d) for d in made])
     """)
     assert out == [True]
+
+
+def test_a_copy_to_another_device_says_its_source_device_where_tfplace_looks(python):
+    out = python("""
+        import tensorflow as tf, tfplace
+        from tfplace import _tensorflow
+        tfplace.configure(logical_cpus=2)
+        copied = tf.data.Dataset.range(2).apply(tf.data.experimental.prefetch_to_device("/CPU:1"))
+        found = [_tensorflow.copied_from(d) for d in [copied] + _tensorflow.dataset_inputs(copied)]
+        report([found, _tensorflow.copied_from(tf.data.Dataset.range(2))])
+    """)
+    assert out == [[None, "/cpu:0"], None]  # the prefetch over the copy; the copy, from CPU:0
 
 
 def test_the_datasets_read_whole_are_named_as_tensorflow_names_them():
