@@ -289,12 +289,14 @@ def test_traced_nodes_origins_read_as_each_op_is_made_equal_those_of_their_saved
                     continue
                 for name, note in notes.items():
                     stack = ops[name].traceback
-                    truth = _origins.of_op(ops[name].type, _origins.of_frames(_origins.frames_of(stack)) if stack else "")
+                    said = _origins.of_frames(_origins.frames_of(stack)) if stack else ""
+                    truth = _origins.of_op(ops[name].type, said)
                     compared += 1
                     if note.origin != truth:
                         differ.append((name, note.origin, truth))
-        report([compared, differ, len(saved_stacks_read), sorted({note.origin for notes in _function_sources._session.runtime().lines.values()
-                                          for note in notes.values()})])
+        every = _function_sources._session.runtime().lines.values()
+        origins = sorted({note.origin for notes in every for note in notes.values()})
+        report([compared, differ, len(saved_stacks_read), origins])
     """))
     out = python(f"import runpy; runpy.run_path({str(script)!r}, init_globals={{'report': report}})")
     compared, differ, saved_stacks_read, origins = out

@@ -420,7 +420,8 @@ def run_program(program: Path | str, onednn: Optional[str] = None, timeout: floa
         start = time.perf_counter()
         try:
             done = subprocess.run([sys.executable, str(HARNESS), str(program), str(out)], cwd=ROOT,
-                                  env=harness_env(onednn, Path(tmp) / "graphs"), capture_output=True, text=True, errors="replace",
+                                  env=harness_env(onednn, Path(tmp) / "graphs"), capture_output=True, text=True,
+                                  errors="replace",
                                   timeout=timeout)
         except subprocess.TimeoutExpired as expired:
             result.seconds = time.perf_counter() - start
