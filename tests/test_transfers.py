@@ -262,6 +262,7 @@ def test_tf_data_functions_transfers_are_recorded_per_instantiation_and_guarded(
              for c in copies}
     assert edges == {("Mul", "mul", 0, "Cast:0", "/device:CPU:0", "/device:CPU:1", "float32", line(code, "# the Mul")),
                      ("AddV2", "add", 0, "mul:0", "/device:CPU:1", "/device:CPU:0", "float32", line(code, "# the AddV2"))}
+    assert {c["bytes"] for c in copies} == {4}  # a float32 scalar per element: the arguments' shapes are known
     # each iterator instantiates the function once (two eager loops, one inside the function): three each
     calls = sorted(c["call"] for c in copies)
     assert calls == sorted([line(code, "# the loop")] * 4 + [line(code, "# the call")] * 2)

@@ -102,11 +102,13 @@ def instantiate(function_def: function_pb2.FunctionDef, attrs: Mapping,
             raise ValueError(f"function {function_name!r}: {reader} reads {reference!r}, which is not in the function")
         return tensors[reference]
 
-    for arg, types in zip(signature.input_arg, arg_types(signature.input_arg, attrs)):
+    for position, (arg, types) in enumerate(zip(signature.input_arg, arg_types(signature.input_arg, attrs))):
         first = len(nodes)
         for i, dtype in enumerate(types):
             tensors[f"{arg.name}:{i}"] = [(len(nodes), 0)]
             node_attrs = {"T": attr_value_pb2.AttrValue(type=dtype), "index": attr_value_pb2.AttrValue(i=len(nodes))}
+            if len(types) == 1 and position in function_def.arg_attr:  # its attributes (`_output_shapes`), as TF's
+                node_attrs.update(function_def.arg_attr[position].attr)
             nodes.append(InstantiatedNode(arg.name + (f"_{i}" if len(types) > 1 else ""), argument_op("Arg", dtype),
                                           "", node_attrs, (), ()))
         tensors[arg.name] = [(first + i, 0) for i in range(len(types))]
