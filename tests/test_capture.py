@@ -382,3 +382,124 @@ def test_under_pytest_capture_modes(pytester):
         result.assert_outcomes(failed=1)
         assert "visible-marker" in result.stdout.str()
         assert "AssertionError: show output" in result.stdout.str()
+
+
+REPEATED_OPS = '''
+import keras, tensorflow as tf
+
+x = tf.ones((2, 2))
+layer = keras.layers.Dense(3)
+variable = tf.Variable(tf.ones((2, 2)))
+with tf.device("/cpu:1"):
+    far_variable = tf.Variable(tf.ones((2, 2)))
+
+
+def helper(t):
+    return tf.identity(t) * 2.0
+
+
+def read(v):
+    return tf.identity(v)
+
+
+def program():
+    for step in range(4):
+        for device in ("/cpu:0", "/cpu:1", None, "/gpu:0"):
+            with tf.device(device):
+                y = x + 1.0
+                y = helper(y)
+            z = y * x
+        helper(x)
+        with tf.device("/cpu:1"):
+            helper(x)
+        helper(tf.cast(x, tf.float64))
+        read(variable)
+        read(far_variable)
+        layer(x)
+        other = layer(x)
+        tf.identity(variable)
+        for element in tf.data.Dataset.range(2):
+            tf.cast(element, tf.float32) + 1.0
+        tf.nest.map_structure(lambda t: t + 1.0, [x, x * 3.0])
+'''
+
+
+def test_ops_repeated_from_a_line_get_the_records_a_fresh_reading_gives(python, tmp_path):
+    """An eager op a thread ran before from the same call, with the same device, scope and attributes, takes
+    its record from the callback's kept entries: sources, origins, requesters and copies equal those the
+    callback reads afresh for every op, when the scope alternates, a helper is called from two lines, a
+    Keras layer's line is further out than the frame that decides its origin, or an op copies."""
+    program = tmp_path / "repeated.py"
+    program.write_text(REPEATED_OPS)
+    out = python(f"""
+        import runpy, tensorflow as tf, tfplace
+        from tfplace.placement import _callback
+        tfplace.configure(logical_cpus=2)
+        program = runpy.run_path({str(program)!r})["program"]
+        program()  # Keras builds its layer, tf.data its functions
+        learned, original = [], _callback.Hook._learn
+        def counting(self, *args):
+            learned.append(args[0])
+            return original(self, *args)
+        def fields(log):
+            return ([[r.op, r.device, r.source, r.origin, r.requested, r.requested_by, r.kind, r.dtypes] for r in log.records],
+                    [[c.op, c.input_index, c.from_device, c.to_device, c.source, c.kind] for c in log.copies])
+        runs = {{}}
+        for kept in (True, False):
+            _callback.Hook._learn = counting if kept else (lambda self, *args: None)
+            for sources in (True, False):
+                with tfplace.capture_placement(sources=sources) as log:
+                    program()
+                runs[f"{{kept}} {{sources}}"] = fields(log)
+        _callback.Hook._learn = original
+        report({{"runs": runs, "learned": len(learned)}})
+    """)
+    runs = out["runs"]
+    assert runs["True True"] == runs["False True"]
+    assert runs["True False"] == runs["False False"]
+    records, copies = runs["True True"]
+    assert out["learned"] / 2 < len(records) / 4  # per run: most records came from kept entries
+    def line(marker):
+        return f"{program}:{next(n for n, text in enumerate(REPEATED_OPS.splitlines(), 1) if marker in text)}"
+
+    def count(*record, dtype="float32", attribute="T"):
+        return sum(1 for r in records if r[:7] == list(record) and r[7] == [[attribute, dtype]])
+
+    assert count("MatMul", "/device:CPU:0", line("layer(x)"), "user", "", "", "execute") == 4
+    assert count("AddV2", "/device:CPU:1", line("y = x + 1.0"), "user", "/device:CPU:1", line("with tf.device(device)"), "execute") == 4
+    assert count("Mul", "/device:CPU:1", line("tf.identity(t) * 2.0"), "user", "/device:CPU:1", line("with tf.device(device)"),
+                 "execute") == 4
+    assert count("AddV2", "/device:CPU:0", line("lambda t"), "user", "", "", "execute") == 8
+    assert count("MatMul", "/device:CPU:0", line("other = layer(x)"), "user", "", "", "execute") == 4
+    assert count("ReadVariableOp", "/device:CPU:1", line("return tf.identity(v)"), "user", "", "", "execute",
+                 attribute="dtype") == 4
+    assert count("Mul", "/device:CPU:0", line("tf.identity(t) * 2.0"), "user", "", "", "execute", dtype="float64") == 4
+    assert count("AddV2", "/device:CPU:0", line("y = x + 1.0"), "user", "/device:GPU:0", line("with tf.device(device)"),
+                 "execute") == 4
+    assert count("Mul", "/device:CPU:1", line("tf.identity(t) * 2.0"), "user", "/device:CPU:1", line('        with tf.device("/cpu:1")'),
+                 "execute") == 4
+    assert count("IteratorGetNext", "/device:CPU:0", line("tf.data.Dataset"), "input", "", "", "execute",
+                 attribute="output_types", dtype="int64") == 8
+    assert copies == [["AddV2", 0, "/device:CPU:0", "/device:CPU:1", line("y = x + 1.0"), "eager"],
+                      ["Mul", 0, "/device:CPU:1", "/device:CPU:0", line("z = y * x"), "eager"]] * 4
+
+
+def test_an_op_repeated_from_a_line_on_another_device_gets_that_devices_record(python):
+    """The device an eager op ran on is part of what a kept record must match (on a GPU machine an op without a
+    scope runs where its inputs are): the op callback, handed the same op from one line with its output on two
+    devices in turn, records each op where it ran."""
+    out = python("""
+        import tensorflow as tf, tfplace
+        from tfplace.placement import _callback
+        tfplace.configure(logical_cpus=2)
+        class Output:
+            def __init__(self, device):
+                self.device = device
+        devices = ["/job:localhost/replica:0/task:0/device:CPU:" + str(i % 2) for i in range(6)]
+        with tfplace.capture_placement() as log:
+            hook = _callback.thread_hooks()[0]
+            for device in devices:
+                hook.callback(b"Neg", (), ("T", 1), (Output(device),))
+        report([r.device for r in log.records])
+    """)
+    assert out == ["/device:CPU:0", "/device:CPU:1"] * 3

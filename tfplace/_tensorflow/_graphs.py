@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import tensorflow as tf
 from tensorflow.python.eager import context as _context
@@ -113,6 +113,10 @@ def shape_tuple(tensor: Any) -> Optional[tuple]:
         return tensor._shape_tuple()  # pylint: disable=protected-access
     shape = tensor.shape
     return tuple(shape.as_list()) if shape.rank is not None else None
+
+
+# `shape_tuple` of a value known to be an eager tensor, called directly (a memory capture counts every output).
+eager_shape: Callable[[Any], Optional[tuple]] = _ops.EagerTensor._shape_tuple  # pylint: disable=protected-access
 
 
 # Op definitions and the kernel registry --------------------------------------------------------

@@ -20,7 +20,7 @@ from tfplace._devices import canonical_name
 from tfplace._tensorflow import dtype_enum
 from tfplace.placement import _calls, _datasets, _dtensor, _eager, _events, _graphs, _origins, _pipelines, _placed, _session
 from tfplace.placement._records import CUSTOM_DEVICE, CopyRecord, Origin, PlacementRecord
-from tfplace.placement._sources import user_line
+from tfplace.placement._sources import user_frame, user_line
 
 __all__ = ["Hook", "thread_hooks"]
 
@@ -30,6 +30,7 @@ _OP, _EXPLICIT, _CUSTOM = _eager.OP, _eager.EXPLICIT, CUSTOM_DEVICE
 _getframe = sys._getframe  # pylint: disable=protected-access
 _DATASET_OPS = _datasets.READS | {"DatasetCardinality"}
 _NOTHING_PLACED = _graphs.Placed()  # what an op that is no function call places (made once: it runs per op)
+_KEPT = 8  # per op type, the deciding codes kept; per call, the (device, scope, attributes) kept
 
 
 class Hook:
@@ -44,7 +45,11 @@ class Hook:
         self.outputs: tuple[tuple[Callable, bool], ...] = ()  # the listeners that count the tensors ops return
         self.sources = False
         self.thread_data = _tensorflow.thread_data()  # per thread inside
-        self.lists: list[list[Callable]] = []  # the callback lists holding this hook: its thread's, inheriting threads'
+        self.lists: list[list[Callable]] = []  # the callback lists holding `callback`: its thread's, inheriting threads'
+        self.sink: Optional[Callable[[PlacementRecord], None]] = None  # the one listener's writer of a record alone
+        self.seen: dict[Any, list[tuple]] = {}  # op type -> the lines that ran it before, and their records (`_learn`)
+        self.kinds: dict[Any, tuple[str, int]] = {}  # op type -> (op, what it is): `_eager.kind_of`
+        self.callback = self.__call__  # what TensorFlow's callback lists hold: a bound method is called faster
 
     def update(self) -> None:
         self.calls = tuple((listener.on_op, listener.sources) for listener in self.listeners)
@@ -54,6 +59,8 @@ class Hook:
         self.outputs = tuple((listener.on_outputs, listener.sources) for listener in self.listeners
                              if getattr(listener, "memory", False))
         self.sources = any(listener.sources for listener in self.listeners)
+        self.sink = getattr(self.listeners[0], "sink", None) if len(self.listeners) == 1 else None
+        self.seen = {}  # its records were made for the listeners before
 
     def records(self, key: _events.EventKey, records: Sequence[PlacementRecord]) -> None:
         for listener in tuple(self.listeners):
@@ -61,8 +68,9 @@ class Hook:
 
     def __call__(self, op_type: Any, inputs: Sequence[Any], attrs: Any, outputs: Any,
                  op_name: Optional[str] = None, graph: Any = None) -> None:
-        # It runs per eager op: every statement counts (`benchmarks/bench_callback.py`). An op that is no
-        # function call, iterator or DTensor op is done here; the others go on in `_called()`.
+        # It runs per eager op: every statement counts (`benchmarks/bench_callback.py`). An op this thread ran
+        # before from the same line, with the same device, scope and attributes, is one look-up (`seen`); any
+        # other op that is no function call, iterator or DTensor op is done here; the others go on in `_called()`.
         session = self.session
         if session.waiting:  # a function's tracing (graph) may come before the first eager op
             _graphs.start()
@@ -78,29 +86,83 @@ class Hook:
         full = outputs[0].device if outputs else _eager.device_of(inputs)
         asked = session.asked
         try:
-            requested = asked.name
+            requested, scope_by = asked.name, asked.by
         except AttributeError:  # this thread's first op since the patches went in
-            requested = asked.name = self.thread_data.device_name
+            requested, scope_by = self._asked(asked)
+        known = None
+        groups = self.seen.get(op_type)
+        if groups is not None:  # the frame that decided its origin, at the same depth, at the same call
+            for depth, code, sites in groups:
+                try:
+                    frame = _getframe(depth)
+                except ValueError:  # the stack is shallower this time
+                    continue
+                if frame.f_code is code:
+                    for entry in sites.get(frame.f_lasti, ()):
+                        if (entry[1] == full and entry[2] == requested and entry[3] == scope_by and entry[4] == attrs
+                                and (entry[0] is None or _same_call(*entry[0]))):
+                            known = entry
+                            break
+                    break
+        if known is not None:
+            moved = False
+            if known[7] == _OP:
+                for tensor in inputs:
+                    if tensor.backing_device != full:
+                        moved = True
+                        break
+            if not moved:
+                record, plain = known[5], known[6]
+                sink = self.sink
+                if sink is not None:
+                    sink(record)
+                else:
+                    for call, sources in self.calls:
+                        call(record if sources else plain, ())
+                if self.outputs:
+                    for call, sources in self.outputs:
+                        call(record if sources else plain, outputs)
+                return None
+        if self.copies_only:  # no listener wants an eager op that copies nothing (transfer guards alone)
+            op, kind = self.kinds.get(op_type) or self._kind(op_type)
+            if kind == _EXPLICIT:
+                return None
+            if kind == _OP and op not in _DATASET_OPS and _CUSTOM not in full:
+                for tensor in inputs:
+                    if tensor.backing_device != full:
+                        break
+                else:
+                    return None
         try:
             op, kind, record = session.described[(op_type, full, requested, attrs)]
         except (KeyError, TypeError):
             op, kind, record = _describe(session, op_type, full, requested, attrs)
-        if self.copies_only and (kind == _EXPLICIT or kind == _OP and op not in _DATASET_OPS and _CUSTOM not in full
-                                 and all(tensor.backing_device == full for tensor in inputs)):
-            return None  # no listener wants an eager op that copies nothing (transfer guards alone)
-        if record.origin != _INPUT:  # read from the live stack: `_origins.live(1)`, its shortcut inlined
+        learn = (kind == _OP or kind == _EXPLICIT) and op not in _DATASET_OPS and _CUSTOM not in full
+        decider = user = None
+        source = ""
+        if learn:  # read from the live stack, kept for the next time this line runs it (`_learn`)
+            origin, depth, decider = _origins.deciding(_getframe(1))
+            origin = origin or Origin.USER
+            if self.sources:
+                user_depth, user, source = user_frame(_getframe(1))
+                if user is not None and (user_depth != depth or user is not decider):
+                    user = (user_depth + 1, user.f_code, user.f_lasti)
+                else:
+                    user = None
+        elif record.origin != _INPUT:  # read from the live stack: `_origins.live(1)`, its shortcut inlined
             origin = ""
-            known = session.origin_shortcuts.get(_getframe(1).f_code)
-            if known is not None:
-                depth, decider, inner, verdict = known
+            shortcut = session.origin_shortcuts.get(_getframe(1).f_code)
+            if shortcut is not None:
+                depth, code, inner, verdict = shortcut
                 try:
-                    if _getframe(1 + depth).f_code is decider and (depth == 0 or _getframe(depth).f_code is inner):
+                    if _getframe(1 + depth).f_code is code and (depth == 0 or _getframe(depth).f_code is inner):
                         origin = verdict
                 except ValueError:  # the stack is shallower this time
                     pass
             if not origin:
                 origin = _origins.live(1) or Origin.USER
-            by = getattr(asked, "by", "") if record.requested else ""
+        if record.origin != _INPUT:
+            by = scope_by if record.requested else ""
             if by or origin != record.origin:  # keyed on the cached record's identity: hashing a record is slow
                 noted = (id(record), origin, by)  # (the caches are cleared together: an id is never stale)
                 record = session.noted.get(noted) or session.noted.setdefault(
@@ -122,7 +184,7 @@ class Hook:
             return self._called(session, op, kind, record, full, inputs, attrs, outputs)
         plain = record
         if self.sources or copies:
-            record, copies = self._sourced(session, record, copies)
+            record, copies = self._sourced(session, record, copies, source)
             for call, sources in self.calls:  # a listener that did not ask for sources gets none
                 call(record if sources else plain, copies)
         else:
@@ -131,12 +193,50 @@ class Hook:
         if self.outputs:
             for call, sources in self.outputs:
                 call(record if sources else plain, outputs)
+        if decider is not None and not copies:
+            self._learn(op_type, (user, full, requested, scope_by, attrs, record, plain, kind), depth + 1, decider)
         return None
 
-    def _sourced(self, session: _session.Session, record: PlacementRecord,
-                 copies: Sequence[CopyRecord]) -> tuple[PlacementRecord, Sequence[CopyRecord]]:
-        """The record with the user's line (when a listener asks for sources) and the copies with it."""
-        source = user_line()
+    def _asked(self, asked: Any) -> tuple[Optional[str], str]:
+        """This thread's `tf.device` scope and who entered it, where `_hooks` has not mirrored them yet."""
+        if not hasattr(asked, "name"):
+            asked.name = self.thread_data.device_name
+        if not hasattr(asked, "by"):
+            asked.by = ""
+        return asked.name, asked.by
+
+    def _kind(self, op_type: Any) -> tuple[str, int]:
+        kind = self.kinds[op_type] = _eager.kind_of(op_type)
+        return kind
+
+    def _learn(self, op_type: Any, entry: tuple, depth: int, decider: Any) -> None:
+        """Keeps an eager op's record for the next time this thread runs an op of its type from the same call
+        (`__call__`'s first look-up): the frame that decided its origin (`depth` frames out of the callback) is
+        then the same code at the same instruction, and where the user's line is further out, that frame too.
+        Per op type, a few deciding codes, each with its calls and a few (device, scope, attributes) each."""
+        groups = self.seen.get(op_type)
+        if groups is None:
+            groups = self.seen[op_type] = []
+        code = decider.f_code
+        for group in groups:
+            if group[0] == depth and group[1] is code:
+                sites = group[2]
+                break
+        else:
+            if len(groups) >= _KEPT:
+                groups.clear()
+            sites = {}
+            groups.append((depth, code, sites))
+        entries = sites.setdefault(decider.f_lasti, [])
+        if len(entries) >= _KEPT:
+            entries.clear()
+        entries.append(entry)
+
+    def _sourced(self, session: _session.Session, record: PlacementRecord, copies: Sequence[CopyRecord],
+                 source: str = "") -> tuple[PlacementRecord, Sequence[CopyRecord]]:
+        """The record with the user's line (`source`, else read here; when a listener asks for sources) and the
+        copies with it."""
+        source = source or user_line()
         if copies:  # a function's transfer (a call's, or a tf.data function's) has its node's line: the call's is its `call`
             copies = [copy._replace(function=copy.function or record.op, call=source)
                       if copy.kind == "function" else copy._replace(source=source) for copy in copies]
@@ -236,6 +336,15 @@ def _describe(session: _session.Session, op_type: Any, full: str, requested: Opt
     return known
 
 
+def _same_call(depth: int, code: Any, lasti: int) -> bool:
+    """The frame `depth` frames out of the op callback runs `code` at instruction `lasti`."""
+    try:
+        frame = _getframe(depth + 1)
+    except ValueError:
+        return False
+    return frame.f_code is code and frame.f_lasti == lasti
+
+
 def thread_hooks() -> list[Hook]:
     """The hooks this thread runs: its own, or those it inherited (replica threads)."""
-    return [c for c in _tensorflow.op_callbacks() if isinstance(c, Hook)]
+    return [c.__self__ for c in _tensorflow.op_callbacks() if isinstance(getattr(c, "__self__", None), Hook)]

@@ -42,10 +42,13 @@ class _Recorder:
     def __init__(self, log: PlacementLog, sources: bool, all_threads: bool, census: Optional[Any] = None) -> None:
         self.log = log
         self.on_op = log.add_event  # the hot path: one call per eager op
+        self.sink = log.writer()  # hotter: an eager op's record that came alone
         self.sources = sources
         self.all_threads = all_threads
         self.memory = census is not None
         self.census = census
+        if census is not None:  # the tensors each op returns, with the record's line (none without sources)
+            self.on_outputs = census.add_outputs
         self.placed_here: set[str] = set()
         self.keys: set[tuple] = set()
 
@@ -66,9 +69,6 @@ class _Recorder:
                           "TensorFlow places a function once, at its first call (per device), so its nodes are not "
                           "in this log. Open the capture before the function's first call to record them")
             self.log.mark_incomplete(reason, stacklevel=user_stacklevel())
-
-    def on_outputs(self, record: PlacementRecord, outputs: Sequence[Any]) -> None:
-        self.census.add_outputs(record.source if self.sources else "", outputs)
 
     def creator(self, next_creator: Any, **kwargs: Any) -> Any:
         """A variable creator (`tf.variable_creator_scope`): the block's variables are counted."""
@@ -136,7 +136,7 @@ def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool 
         from tfplace.placement import _memory  # the census loads only when memory is asked for
 
         census = _memory.Census()
-        census.clock = log.__len__
+        census.clock = log.counter()
         log.set_memory(census)
     recorder = _Recorder(log, sources, all_threads, census)
     with _session.hold():  # the capture session: hooks, graph collection, caches (tfplace.placement._session)

@@ -21,7 +21,7 @@ from tfplace._tensorflow import dtype_enum
 from tfplace.placement import _kernels, _origins, _pipelines, _transfers
 from tfplace.placement._records import CopyRecord, Kind, PlacementRecord, is_function_call
 
-__all__ = ["OP", "FUNCTION", "ITERATOR", "EXPLICIT", "HOST", "describe", "type_values", "dtypes", "function_name",
+__all__ = ["OP", "FUNCTION", "ITERATOR", "EXPLICIT", "HOST", "kind_of", "describe", "type_values", "dtypes", "function_name",
            "copies", "device_of"]
 
 HOST = "/job:localhost/replica:0/task:0/device:CPU:0"
@@ -96,14 +96,18 @@ def copies(op: str, inputs: Sequence[Any], full: str, device: str) -> list[CopyR
 OP, FUNCTION, ITERATOR, EXPLICIT = range(4)
 
 
-def describe(op_type: Any, full: str, requested: Optional[str], types: tuple) -> tuple[str, int, PlacementRecord]:
-    """(op type, what it is, its record without source) of an eager op."""
+def kind_of(op_type: Any) -> tuple[str, int]:
+    """(op type, what it is) of an eager op's type as its callback gets it (`b"_MklMatMul"` -> `"MatMul"`, OP)."""
     op = op_type.decode() if isinstance(op_type, bytes) else op_type
     if is_function_call(op) and _tensorflow.op_def(op) is None:
-        kind = FUNCTION
-    else:
-        op = _kernels.op_type(op)
-        kind = ITERATOR if op in _pipelines.ITERATOR_OPS else EXPLICIT if op in _transfers.EXPLICIT_COPIES else OP
+        return op, FUNCTION
+    op = _kernels.op_type(op)
+    return op, ITERATOR if op in _pipelines.ITERATOR_OPS else EXPLICIT if op in _transfers.EXPLICIT_COPIES else OP
+
+
+def describe(op_type: Any, full: str, requested: Optional[str], types: tuple) -> tuple[str, int, PlacementRecord]:
+    """(op type, what it is, its record without source) of an eager op."""
+    op, kind = kind_of(op_type)
     record = PlacementRecord(op, "", canonical_name(full), Kind.EXECUTE, requested=requested_name(requested),
                              dtypes=dtypes(types), origin=_origins.of_op(op, ""))
     return op, kind, record

@@ -120,7 +120,7 @@ def _hooks_in_this_thread(hooks: Sequence[Hook]) -> Iterator[None]:
     session = hooks[0].session if hooks else None
     lock = session.lock if session is not None else contextlib.nullcontext()
     with lock:
-        added = [h for h in hooks if h not in _tensorflow.op_callbacks() and h in h.session.hooks]
+        added = [h for h in hooks if h.callback not in _tensorflow.op_callbacks() and h in h.session.hooks]
         for hook in added:
             _add_callback(hook)
         callbacks = _tensorflow.op_callbacks()
@@ -131,8 +131,8 @@ def _hooks_in_this_thread(hooks: Sequence[Hook]) -> Iterator[None]:
     finally:
         with lock:
             for hook in added:
-                if hook in callbacks:
-                    callbacks.remove(hook)
+                if hook.callback in callbacks:
+                    callbacks.remove(hook.callback)
                 if any(held is callbacks for held in hook.lists):
                     hook.lists.remove(callbacks)
 
@@ -179,7 +179,7 @@ _PATCHES = ((_tensorflow.STATUS_TO_EXCEPTION, _failures.status_to_exception),
 
 
 def _add_callback(hook: Hook) -> None:
-    _tensorflow.add_op_callback(hook)
+    _tensorflow.add_op_callback(hook.callback)
     _tensorflow.use_execute(_failures.execute)  # add_op_callback installs execute_with_callbacks; _execute wraps it
 
 
@@ -205,12 +205,12 @@ def _unregister(hook: Hook) -> None:
     with session.lock:
         session.hooks.remove(hook)
         for callbacks in hook.lists:
-            if hook not in callbacks:
+            if hook.callback not in callbacks:
                 continue
             if callbacks is _tensorflow.op_callbacks():
-                _tensorflow.remove_op_callback(hook)
+                _tensorflow.remove_op_callback(hook.callback)
             else:
-                callbacks.remove(hook)
+                callbacks.remove(hook.callback)
         hook.lists.clear()
         if not session.hooks:
             for patch, _ in _PATCHES:

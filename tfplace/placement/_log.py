@@ -74,6 +74,14 @@ class PlacementLog:
             self._copy_slots.extend([len(self._records) - 1] * len(copies))
             self._copies.extend(copies)
 
+    def writer(self) -> Callable[[PlacementRecord], None]:
+        """The capture's writer of one record that came without copies, for its hottest path (the list's own append)."""
+        return self._records.append
+
+    def counter(self) -> Callable[[], int]:
+        """How many records the log holds, as the list's own length (a memory census stamps each change with it)."""
+        return self._records.__len__
+
     def add_runs(self, runs: Iterable[tuple[tuple[str, str, str], int]]) -> None:
         """Counts one function call's node executions, ((device, op, category), count) pairs (the capture's writer)."""
         with self._lock:

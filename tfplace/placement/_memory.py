@@ -38,6 +38,8 @@ from tfplace import _tensorflow
 from tfplace._devices import canonical_name, parse_device
 from tfplace.placement import _session
 
+_dtype_enum, _shape_of, _time_ns = _tensorflow.dtype_enum, _tensorflow.eager_shape, time.time_ns
+
 __all__ = ["Census", "DeviceMemory", "Memory", "LiveTensor", "live_tensors", "parse_size", "size_text", "renamed",
            "assert_below", "NOT_COUNTED"]
 
@@ -163,11 +165,15 @@ class Census:
         for gpu in self._gpus:
             _tensorflow.reset_allocator_peak(gpu)
 
-    def add_outputs(self, source: str, outputs: Iterable[Any]) -> None:
-        """Counts the tensors an eager op or a function call returned (`source`: the user's line, or "")."""
+    def add_outputs(self, record: Any, outputs: Iterable[Any]) -> None:
+        """Counts the tensors an eager op or a function call returned, with its record's line (`source`, or "")."""
         made = self._made
+        source = record.source
         for tensor in outputs:
-            key = (tensor.backing_device, _tensorflow.dtype_enum(tensor), _tensorflow.shape_tuple(tensor), source)
+            try:  # an eager tensor's own methods: called directly, they cost a fraction of a Python call
+                key = (tensor.backing_device, _dtype_enum(tensor), _shape_of(tensor), source)
+            except TypeError:  # another kind of value
+                key = (tensor.backing_device, _tensorflow.dtype_enum(tensor), _tensorflow.shape_tuple(tensor), source)
             entry = made.get(key)
             if entry is None:  # entries are shared by the tensors of one device, dtype, shape and line
                 size, dtype, dims = _sized(tensor.dtype, key[2])
@@ -199,18 +205,17 @@ class Census:
         if self._entries.setdefault(key, ref) is not ref:
             return  # the same object returned again (an identity)
         ref.key, ref.entry = key, entry
-        device, line = entry.codes
-        self._changes.extend((self.clock(), device, line, entry.size, time.time_ns()))
+        self._changes.extend((self.clock(), *entry.codes, entry.size, _time_ns()))
         if entry.source:
             self._sources[key] = entry.source
 
     def _freed(self, ref: "_Counted") -> None:
-        self._sources.pop(ref.key, None)
+        entry = ref.entry
+        if entry.source:
+            self._sources.pop(ref.key, None)
         if self._entries.pop(ref.key, None) is None or self._final is not None:
             return
-        entry = ref.entry
-        device, line = entry.codes
-        self._changes.extend((self.clock(), device, line, -entry.size, time.time_ns()))
+        self._changes.extend((self.clock(), *entry.codes, -entry.size, _time_ns()))
 
     def _replay(self, series: Optional[list] = None) -> tuple[dict, dict, dict, int]:
         """(live and peak bytes per device, peak per (device, line), tensors counted) from the changes so

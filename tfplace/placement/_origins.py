@@ -44,7 +44,7 @@ from tfplace.placement._records import Kind, Origin
 from tfplace.placement._sources import shown_path
 
 __all__ = ["ORIGINS", "PLUMBING_OPS", "is_plumbing", "is_input_op", "of_op", "of_frames", "frames_of", "live",
-           "requester", "entering"]
+           "deciding", "requester", "entering"]
 
 ORIGINS = tuple(Origin)
 
@@ -168,6 +168,23 @@ def live(start: int = 1, shortcut: bool = True) -> str:
             return found
         inner, frame, depth = code, frame.f_back, depth + 1
     return ""
+
+
+def deciding(frame: Optional[FrameType]) -> tuple[str, int, Optional[FrameType]]:
+    """What the code that made an op says, read from `frame` out as `live()` reads it, with how many frames
+    out of `frame` the deciding one is, and that frame (`("", -1, None)` when none says anything)."""
+    session = _session._current  # pylint: disable=protected-access
+    by_code = session.origin_of_code if session is not None else {}
+    depth = 0
+    while frame is not None:
+        code = frame.f_code
+        found = by_code.get(code)
+        if found is None:
+            found = by_code[code] = _file_origin(code.co_filename)
+        if found:
+            return found, depth, frame
+        frame, depth = frame.f_back, depth + 1
+    return "", -1, None
 
 
 def requester(filename: str, lineno: int) -> str:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from types import CodeType, TracebackType
+from types import CodeType, FrameType, TracebackType
 from typing import Any, Optional, Sequence
 
 from tfplace.placement import _session
 
-__all__ = ["user_line", "user_stacklevel", "stack_user_line", "shown_path", "started_by_framework", "end_at_user"]
+__all__ = ["user_line", "user_frame", "user_stacklevel", "stack_user_line", "shown_path", "started_by_framework", "end_at_user"]
 
 
 def _package_dir(name: str) -> str:
@@ -97,6 +97,19 @@ def user_line() -> str:
         inner = frame.f_code
         frame, depth = frame.f_back, depth + 1  # type: ignore[assignment]
     return ""
+
+
+def user_frame(frame: Optional[FrameType]) -> tuple[int, Optional[FrameType], str]:
+    """The innermost frame from `frame` out outside TensorFlow, Keras and tfplace: (how many frames out of
+    `frame` it is, the frame, its `"file.py:LINE"`); `(-1, None, "")` when there is none."""
+    where = _caches()[0]
+    depth = 0
+    while frame is not None:
+        shown = _shown(frame.f_code, where)
+        if shown:
+            return depth, frame, f"{shown}:{frame.f_lineno}"
+        frame, depth = frame.f_back, depth + 1
+    return -1, None, ""
 
 
 def stack_user_line(frames: Sequence[Any]) -> str:
