@@ -32,6 +32,7 @@ from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 from tfplace import _tensorflow
 from tfplace.placement import _origins, _session
 from tfplace.placement._lowering import PlacerNode
+from tfplace.placement._records import Origin
 from tfplace.placement._sources import stack_user_line
 
 __all__ = ["Note", "watching", "watched", "lines", "notes", "notes_of_graph", "functions_with_nodes", "node_notes"]
@@ -64,6 +65,7 @@ _NONE = Note()
 
 
 # TensorFlow's modules that make ops on behalf of the code calling them (`tf.identity` and the like).
+_NOT_USERS = (Origin.FRAMEWORK, Origin.INPUT)
 _OP_MAKERS = tuple(f"{os.sep}tensorflow{os.sep}python{os.sep}{part}{os.sep}"
                    for part in ("ops", "framework", "util", "eager", "autograph"))
 
@@ -110,16 +112,17 @@ def _remember(name: str, graph: Any) -> None:
     session = _session.current()
     every = session is not None and session.line_watchers > 0  # else only the identities: whether each is
     # the user's explicit copy
+    said = session.made_by.get(graph, {}) if session is not None else {}
     for op in operations:
-        if not every and op.type not in _IDENTITIES:
-            continue
+        if not every and (op.type not in _IDENTITIES or said.get(op.name) in _NOT_USERS):
+            continue  # (an identity the machinery made, as the live stack said: no explicit copy of the user's)
         stack = op.traceback  # None for an op made without a Python stack
         line = stack_user_line(stack.get_user_frames()) if stack is not None else ""  # TensorFlow's frames left out
         if line and op.type in _IDENTITIES and not _made_by_caller(stack):
             line = ""  # a copy TensorFlow's or Keras' own code made: not the user's explicit copy
         if line:
             found[op.name] = line
-    notes = _notes(operations, found, session.made_by.get(graph, {}) if session is not None else {})
+    notes = _notes(operations, found, said)
     runtime = _session.runtime()
     with runtime.lock:
         if len(runtime.lines) >= _LIMIT:

@@ -20,8 +20,9 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import heapq
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping, NamedTuple, Optional
 
 from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, types_pb2
 
@@ -68,21 +69,34 @@ def arg_types(args: Any, attrs: Mapping, defaults: Mapping = {}) -> list[list[in
     return types
 
 
-def _output_ranges(op: str, attrs: Mapping, library: Mapping) -> dict[str, tuple[int, int]]:
+def _output_ranges(op: str, attrs: Mapping, library: Mapping) -> tuple[tuple[str, tuple[int, int]], ...]:
     """For each named output of `op` (a registered op or a library function): (its first flat output
     index, its element count)."""
     if op in library:
         args, defaults = library[op].signature.output_arg, {}
     else:
+        fixed = _fixed_ranges(op)
+        if fixed is not None:
+            return fixed
         op_def = _tensorflow.op_def(op)
         if op_def is None:
             raise ValueError(f"op {op!r} is neither registered nor a library function")
         args, defaults = op_def.output_arg, {a.name: a.default_value for a in op_def.attr}
-    ranges, start = {}, 0
+    ranges, start = [], 0
     for arg, types in zip(args, arg_types(args, attrs, defaults)):
-        ranges[arg.name] = (start, len(types))
+        ranges.append((arg.name, (start, len(types))))
         start += len(types)
-    return ranges
+    return tuple(ranges)
+
+
+@functools.lru_cache(maxsize=4096)
+def _fixed_ranges(op: str) -> Optional[tuple[tuple[str, tuple[int, int]], ...]]:
+    """`_output_ranges` of a registered op whose outputs are one element each whatever its attributes
+    (most ops), found once; None for the others."""
+    op_def = _tensorflow.op_def(op)
+    if op_def is None or any(arg.number_attr or arg.type_list_attr for arg in op_def.output_arg):
+        return None
+    return tuple((arg.name, (index, 1)) for index, arg in enumerate(op_def.output_arg))
 
 
 def instantiate(function_def: function_pb2.FunctionDef, attrs: Mapping,
@@ -114,7 +128,7 @@ def instantiate(function_def: function_pb2.FunctionDef, attrs: Mapping,
         tensors[arg.name] = [(first + i, 0) for i in range(len(types))]
     body_start = len(nodes)
     for k, node_def in enumerate(function_def.node_def):
-        for output, (start, count) in _output_ranges(node_def.op, node_def.attr, library).items():
+        for output, (start, count) in _output_ranges(node_def.op, node_def.attr, library):
             tensors[f"{node_def.name}:{output}"] = [(body_start + k, start + j) for j in range(count)]
             for j in range(count):
                 tensors[f"{node_def.name}:{output}:{j}"] = [(body_start + k, start + j)]
@@ -163,9 +177,12 @@ def _in_id_order(nodes: list[InstantiatedNode], function_name: str) -> list[Inst
     if len(order) < len(nodes):
         raise ValueError(f"function {function_name!r}: {len(nodes) - len(order)} nodes are in a cycle")
     position = {old: new for new, old in enumerate(order)}
-    return [node._replace(inputs=tuple((position[source], output) for source, output in node.inputs),
-                          control_inputs=tuple(sorted({position[c] for c in node.control_inputs})))
-            for node in (nodes[i] for i in order)]
+    renumbered = []
+    for node in (nodes[i] for i in order):
+        renumbered.append(InstantiatedNode(
+            node.name, node.op, node.device, node.attrs, tuple([(position[source], output) for source, output in node.inputs]),
+            tuple(sorted({position[c] for c in node.control_inputs})) if node.control_inputs else ()))
+    return renumbered
 
 
 def function_graph_def(function_def: function_pb2.FunctionDef, library: function_pb2.FunctionDefLibrary,

@@ -38,7 +38,7 @@ from tfplace import _tensorflow
 from tfplace._devices import canonical_name, parse_device
 from tfplace.placement import _session
 
-_dtype_enum, _shape_of, _time_ns = _tensorflow.dtype_enum, _tensorflow.eager_shape, time.time_ns
+_dtype_enum, _shape_of = _tensorflow.dtype_enum, _tensorflow.eager_shape
 
 __all__ = ["Census", "DeviceMemory", "Memory", "LiveTensor", "live_tensors", "parse_size", "size_text", "renamed",
            "assert_below", "NOT_COUNTED"]
@@ -146,14 +146,16 @@ class Census:
     does at once whatever thread makes it (no lock on the op's path); live bytes, peaks and the
     lines' figures are the rows replayed when they are read."""
 
-    def __init__(self) -> None:
+    def __init__(self, timed: bool = False) -> None:
         self._lock = threading.Lock()  # held by readers, and to close
+        # Each change's epoch ns, which only a timed block's timeline reads (`int()`, a builtin call, is 0).
+        self._now: Callable[[], int] = time.time_ns if timed else int
         self._entries: dict[int, _Counted] = {}  # id of a counted object alive -> its reference, with its entry
         self._made: dict[tuple, Optional[_Entry]] = {}  # (device, dtype, shape, line) -> the entry of such tensors
         self._sources = _session.runtime().made  # the lines of tensors alive, for live_tensors()
         self.clock: Callable[[], int] = lambda: 0  # where the block is (its log's length), for `series()`
         # At each change: clock, device and line (their indexes in `_devices`, `_lines`), bytes (negative when
-        # freed), epoch ns; flat, 40 bytes a change.
+        # freed), epoch ns (0 untimed); flat, 40 bytes a change.
         self._changes = array.array("q")
         self._devices: dict[str, int] = {}
         self._lines: dict[str, int] = {}
@@ -205,7 +207,7 @@ class Census:
         if self._entries.setdefault(key, ref) is not ref:
             return  # the same object returned again (an identity)
         ref.key, ref.entry = key, entry
-        self._changes.extend((self.clock(), *entry.codes, entry.size, _time_ns()))
+        self._changes.extend((self.clock(), *entry.codes, entry.size, self._now()))
         if entry.source:
             self._sources[key] = entry.source
 
@@ -215,7 +217,7 @@ class Census:
             self._sources.pop(ref.key, None)
         if self._entries.pop(ref.key, None) is None or self._final is not None:
             return
-        self._changes.extend((self.clock(), *entry.codes, -entry.size, _time_ns()))
+        self._changes.extend((self.clock(), *entry.codes, -entry.size, self._now()))
 
     def _replay(self, series: Optional[list] = None) -> tuple[dict, dict, dict, int]:
         """(live and peak bytes per device, peak per (device, line), tensors counted) from the changes so
@@ -246,7 +248,8 @@ class Census:
         return live, peak, line_peak, counted
 
     def series(self) -> list[tuple[int, str, int, int]]:
-        """(clock, device, live bytes, time.time_ns()) at every change while the block ran, in order."""
+        """(clock, device, live bytes, epoch ns: 0 unless the block was timed) at every change while the block ran,
+        in order."""
         found: list[tuple[int, str, int, int]] = []
         with self._lock:
             self._replay(found)
