@@ -51,6 +51,16 @@ INTERNALS = [
      "tf.data: auto-sharding rewrites its input's graph, known by its class name"),
     ("tensorflow.python.data.experimental.ops.prefetching_ops", "_CopyToDeviceDataset",
      "tf.data: prefetch_to_device's copy, whose input is iterated on its _source_device_string"),
+    ("tensorflow.python.client.pywrap_tf_session", "TF_NewImportGraphDefOptions",
+     "transfers: a placed graph imported for its static shapes, without a Python op per node"),
+    ("tensorflow.python.client.pywrap_tf_session", "TF_ImportGraphDefOptionsAddReturnOutput", "transfers: static shapes"),
+    ("tensorflow.python.client.pywrap_tf_session", "TF_GraphImportGraphDefWithResults", "transfers: static shapes"),
+    ("tensorflow.python.client.pywrap_tf_session", "TF_ImportGraphDefResultsReturnOutputs", "transfers: static shapes"),
+    ("tensorflow.python.client.pywrap_tf_session", "TF_DeleteImportGraphDefResults", "transfers: static shapes"),
+    ("tensorflow.python.client.pywrap_tf_session", "TF_DeleteImportGraphDefOptions", "transfers: static shapes"),
+    ("tensorflow.python.framework.c_api_util", "tf_buffer", "transfers: static shapes (the serialized graph)"),
+    ("tensorflow.python.framework.ops", "Graph._create_op_from_tf_operation",
+     "transfers: static shapes (a Python op for each wanted tensor's op alone)"),
     ("tensorflow.python.framework.ops", "EagerTensor._datatype_enum", "copies: an input's dtype, in the op callback"),
     ("tensorflow.python.framework.ops", "EagerTensor.backing_device", "copies: where a tensor's memory is"),
     ("tensorflow.python.ops.resource_variable_ops", "BaseResourceVariable",
@@ -99,7 +109,7 @@ INTERNALS = [
 # Attributes of objects rather than of modules, checked on real objects by the tests below.
 OBJECT_INTERNALS = ["_variant_tensor_attr", "_init_func", "_next_func", "_finalize_func", "_shape_tuple",
                     "_cached_graph", "_server_def", "_collective_ops_server_def", "_dtype", "_handle",
-                    "_source_device_string"]
+                    "_source_device_string", "_c_graph"]
 # Python's own private names `tfplace._tensorflow` uses (frames), and the tag it sets on an error it recorded.
 PYTHON_INTERNALS = ["_getframe", "_tfplace_recorded"]
 STATE_PACKAGE = ROOT / "tfplace" / "_tensorflow"  # the one place: tfplace/_tensorflow/*.py

@@ -303,3 +303,60 @@ def test_traced_nodes_origins_read_as_each_op_is_made_equal_those_of_their_saved
     assert compared > 200 and differ == []
     assert saved_stacks_read < compared / 10  # nearly every origin was read as its op was made
     assert origins == ["framework", "input", "user"]
+
+
+def test_traced_nodes_lines_read_as_each_op_is_made_equal_those_of_their_saved_stacks(python, tmp_path):
+    # with sources, a traced node's line is read from the live stack as TensorFlow makes the op, except in
+    # autograph's generated code, which only the op's saved stack maps back to the user's source
+    script = tmp_path / "fit.py"
+    script.write_text(textwrap.dedent("""
+        import numpy as np, tensorflow as tf, keras, tfplace
+        from tfplace.placement import _function_sources
+        from tfplace.placement._sources import stack_user_line
+        tfplace.configure(logical_cpus=2)
+        strategy = tf.distribute.MirroredStrategy(["CPU:0", "CPU:1"])
+        with strategy.scope():
+            model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+            model.compile("adam", "mse")
+
+        @tf.function
+        def converted(x):  # autograph's code: lines from the saved stack
+            for i in tf.range(2):
+                x = x + tf.cast(i, tf.float32)
+            return x
+
+        @tf.function(autograph=False)
+        def plain(x):
+            return model(x) * 2.0
+
+        traced, remember = [], _function_sources._remember
+        _function_sources._remember = lambda name, graph: traced.append((name, graph)) or remember(name, graph)
+        saved_stacks_read = []
+        read_saved_stack = _function_sources.stack_user_line
+        _function_sources.stack_user_line = lambda frames: saved_stacks_read.append(1) or read_saved_stack(frames)
+        with tfplace.capture_placement(sources=True) as log:
+            model.fit(np.ones((8, 3), "float32"), np.ones((8, 2), "float32"), epochs=1, batch_size=4, verbose=0)
+            converted(tf.ones(2))
+            plain(tf.ones((1, 3)))
+        _function_sources._remember, _function_sources.stack_user_line = remember, read_saved_stack
+        compared, differ, lines = 0, [], set()
+        for name, graph in traced:
+            notes = _function_sources.notes(name)
+            for op in graph.get_operations():
+                if op.type in ("Identity", "IdentityN") or op.traceback is None:
+                    continue  # an identity's line says whether the user made it (its own test)
+                truth = stack_user_line(op.traceback.get_user_frames())
+                compared += 1
+                lines.add(truth.rpartition(":")[2])
+                if notes[op.name].line != truth:
+                    differ.append((name, op.name, notes[op.name].line, truth))
+        report([compared, differ[:5], len(saved_stacks_read), sorted(lines)])
+    """))
+    out = python(f"import runpy; runpy.run_path({str(script)!r}, init_globals={{'report': report}})")
+    compared, differ, saved_stacks_read, lines = out
+    assert compared > 200 and differ == []
+    assert saved_stacks_read < compared / 5  # most lines were read as their ops were made
+    text = script.read_text().splitlines()
+    expected = {str(next(n for n, line in enumerate(text, 1) if marker in line))
+                for marker in ("x = x + tf.cast", "return model(x)", "model.fit(")}
+    assert expected <= set(lines)  # in the converted loop, the model's call, the fit

@@ -292,3 +292,23 @@ def test_prefetch_to_device_instantiates_its_input_pipeline_on_the_source_device
     assert list(map(tuple, out["map"])) == [("AddV2", "/device:CPU:0"), ("Cast", "/device:CPU:0"), ("Mul", "/device:CPU:1")]
     assert list(map(tuple, out["copies"])) == [("AddV2", "/device:CPU:1", "/device:CPU:0"),
                                                ("Mul", "/device:CPU:0", "/device:CPU:1")]
+
+
+def test_static_shapes_of_a_graphs_tensors_are_read_with_their_dtypes(python):
+    """Bytes per transfer come from a placed graph's static shapes: each wanted tensor's dtype and elements;
+    ("", None) for a tensor the graph lacks or an output its node does not have."""
+    out = python("""
+        import tensorflow as tf
+        from tfplace import _tensorflow
+
+        @tf.function
+        def f(x):
+            return tf.matmul(x, x) + 1.0, tf.unstack(tf.ones((3, 2), tf.int32)), tf.reshape(x, [-1, 2])[:, :1]
+
+        graph = f.get_concrete_function(tf.TensorSpec((4, 4))).graph.as_graph_def()
+        names = ["MatMul:0", "add:0", "unstack:1", "x:0", "missing:0", "nocolon"]
+        report([_tensorflow.static_tensors(graph, names), _tensorflow.static_tensors(graph, names + ["MatMul:7"])])
+    """)
+    expected = {"MatMul:0": ["float32", 16], "add:0": ["float32", 16], "unstack:1": ["int32", 2], "x:0": ["float32", 16],
+                "missing:0": ["", None], "nocolon": ["", None]}
+    assert out == [expected, {**expected, "MatMul:7": ["", None]}]

@@ -7,7 +7,9 @@ import sys
 from typing import Any, Callable, Iterable, Optional
 
 import tensorflow as tf
+from tensorflow.python.client import pywrap_tf_session as _c_api
 from tensorflow.python.eager import context as _context
+from tensorflow.python.framework import c_api_util as _c_api_util
 from tensorflow.python.framework import kernels as _kernels
 from tensorflow.python.framework import op_def_registry as _op_def_registry
 from tensorflow.python.framework import ops as _ops
@@ -76,8 +78,45 @@ def static_sizes(graph: Any, tensors: Iterable[str]) -> dict[str, Optional[int]]
 
 def static_tensors(graph: Any, tensors: Iterable[str]) -> dict[str, tuple[str, Optional[int]]]:
     """(dtype name, elements) of each tensor of a `GraphDef`, as `static_sizes()` reads them; ("", None)
-    where the graph cannot be imported or has no such tensor."""
+    where the graph cannot be imported or has no such tensor.
+
+    The graph is imported by TensorFlow's C importer, which runs shape inference, and only the ops of the
+    wanted tensors get Python objects (making one for every node, as `import_graph_def` does, takes several
+    times longer); where that import refuses a tensor, `import_graph_def` reads them one by one."""
     wanted = list(tensors)
+    found: dict[str, tuple[str, Optional[int]]] = dict.fromkeys(wanted, ("", None))
+    nodes = {node.name for node in graph.node}
+    references = []
+    for tensor in wanted:
+        name, colon, index = tensor.rpartition(":")
+        if colon and index.isdigit() and name in nodes:
+            references.append((tensor, name, int(index)))
+    if not references:
+        return found
+    imported = tf.Graph()
+    options = _c_api.TF_NewImportGraphDefOptions()
+    try:
+        for _, name, index in references:
+            _c_api.TF_ImportGraphDefOptionsAddReturnOutput(options, name, index)
+        with _c_api_util.tf_buffer(graph.SerializeToString()) as buffer, imported._c_graph.get() as c_graph:
+            results = _c_api.TF_GraphImportGraphDefWithResults(c_graph, buffer, options)
+            outputs = _c_api.TF_ImportGraphDefResultsReturnOutputs(results)
+            _c_api.TF_DeleteImportGraphDefResults(results)
+    except Exception:  # pylint: disable=broad-except  # an op unknown here, an output the node lacks
+        return _imported_one_by_one(graph, wanted)
+    finally:
+        _c_api.TF_DeleteImportGraphDefOptions(options)
+    operations: dict[str, Any] = {}
+    for (tensor, name, _), output in zip(references, outputs):
+        operation = operations.get(name)
+        if operation is None:
+            operation = operations[name] = imported._create_op_from_tf_operation(output.oper)
+        value = operation.outputs[output.index]
+        found[tensor] = (value.dtype.name, value.shape.num_elements())
+    return found
+
+
+def _imported_one_by_one(graph: Any, wanted: list[str]) -> dict[str, tuple[str, Optional[int]]]:
     found: dict[str, tuple[str, Optional[int]]] = dict.fromkeys(wanted, ("", None))
     imported = tf.Graph()
     try:

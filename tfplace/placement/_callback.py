@@ -20,7 +20,7 @@ from tfplace._devices import canonical_name
 from tfplace._tensorflow import dtype_enum
 from tfplace.placement import _calls, _datasets, _dtensor, _eager, _events, _graphs, _origins, _pipelines, _placed, _session
 from tfplace.placement._records import CUSTOM_DEVICE, CopyRecord, Origin, PlacementRecord
-from tfplace.placement._sources import user_frame, user_line
+from tfplace.placement._sources import live_line, user_frame, user_line
 
 __all__ = ["Hook", "thread_hooks"]
 
@@ -76,10 +76,16 @@ class Hook:
             _graphs.start()
         if graph is not None:  # an op made while a function is traced: what its maker says, read here
             if session.watchers:  # from the live stack, where repeated makers are known (`_function_sources`)
+                name = outputs[0].op.name if outputs else op_name
                 made = session.made_by.get(graph)
                 if made is None:
                     made = session.made_by.setdefault(graph, {})
-                made[outputs[0].op.name if outputs else op_name] = _origins.live(1, shortcut=False)
+                made[name] = _origins.live(1, shortcut=False)
+                if session.line_watchers:  # and the user's line
+                    lines = session.lines_made.get(graph)
+                    if lines is None:
+                        lines = session.lines_made.setdefault(graph, {})
+                    lines[name] = live_line(_getframe(1))
             return None
         if not self.calls:
             return None

@@ -113,12 +113,15 @@ def _remember(name: str, graph: Any) -> None:
     every = session is not None and session.line_watchers > 0  # else only the identities: whether each is
     # the user's explicit copy
     said = session.made_by.get(graph, {}) if session is not None else {}
+    lines = session.lines_made.get(graph, {}) if session is not None else {}  # as the op callback read them
     for op in operations:
         if not every and (op.type not in _IDENTITIES or said.get(op.name) in _NOT_USERS):
             continue  # (an identity the machinery made, as the live stack said: no explicit copy of the user's)
         stack = op.traceback  # None for an op made without a Python stack
-        line = stack_user_line(stack.get_user_frames()) if stack is not None else ""  # TensorFlow's frames left out
-        if line and op.type in _IDENTITIES and not _made_by_caller(stack):
+        line = lines.get(op.name)
+        if line is None:  # TensorFlow's frames left out
+            line = stack_user_line(stack.get_user_frames()) if stack is not None else ""
+        if line and op.type in _IDENTITIES and (stack is None or not _made_by_caller(stack)):
             line = ""  # a copy TensorFlow's or Keras' own code made: not the user's explicit copy
         if line:
             found[op.name] = line

@@ -68,6 +68,8 @@ class Session:
         # Graphs being traced -> op name -> what the code that made it says ("" for nothing), read from the
         # live stack by the op callback as each op is made (`_callback`, `_function_sources`).
         self.made_by: "weakref.WeakKeyDictionary[Any, dict[str, str]]" = weakref.WeakKeyDictionary()
+        # ... and, while a capture wants every line, the user's line (None: read from the op's saved stack).
+        self.lines_made: "weakref.WeakKeyDictionary[Any, dict[str, Optional[str]]]" = weakref.WeakKeyDictionary()
         # Verdicts of code objects and files (`_origins`, `_sources`).
         self.origin_of_file: dict[str, Any] = {}
         self.origin_of_code: dict[Any, str] = {}
