@@ -2,13 +2,12 @@
 
 * A program that calls `configure()` vs one that does not, per eager op
   (alternating process pairs): tfplace costs nothing outside a capture.
-* An eager op inside `capture_placement()` vs outside, with and without
-  sources; inside `transfer_guard()` vs outside (one process, alternating rounds).
 * 100,000 eager ops in one capture: every record, memory per record (tracemalloc).
 * `PlacementLog.from_text` on a 1,000,000-line saved log.
 * `tfplace trace` on the d2l training example vs running it plainly (wall time).
-* Keras `fit` (2 epochs, small model, synthetic data) inside a capture vs without.
 * `tfplace trace` vs a plain run on each program of the conformance suite (median).
+
+Per-op and Keras `fit` costs beside TensorFlow's own floor: `bench_overhead.py`.
 
     python benchmarks/bench_capture.py [--ops 20000]
 """
@@ -23,7 +22,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from common import print_table, ratio, row
+from common import print_table, row
 
 ROOT = Path(__file__).resolve().parents[1]
 PER_OP = """
@@ -72,26 +71,6 @@ def trace_cost(pairs: int = 3) -> tuple[float, float, float]:
     return tuple(statistics.median(r[i] for r in results) for i in range(3))  # type: ignore[return-value]
 
 
-KERAS_FIT = """
-import sys, time, numpy as np, keras, tensorflow as tf, tfplace
-x, y = np.random.default_rng(0).normal(size=(512, 16)).astype("float32"), np.ones((512, 1), "float32")
-def fit():
-    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(1)])
-    model.compile("adam", "mse")
-    start = time.perf_counter()
-    model.fit(x, y, epochs=2, batch_size=32, verbose=0)
-    return time.perf_counter() - start
-fit()  # warm up Keras and TensorFlow
-times = {"plain": [], "capture": []}
-for round in range(4):
-    for mode in (("plain", "capture") if round % 2 else ("capture", "plain")):
-        if mode == "capture":
-            with tfplace.capture_placement() as log:
-                times[mode].append(fit())
-        else:
-            times[mode].append(fit())
-print(min(times["capture"]), min(times["plain"]), len(log))
-"""
 PLAIN_PROGRAM = """
 import runpy, sys, tensorflow as tf
 tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
@@ -99,13 +78,6 @@ tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU"
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
-
-
-def keras_fit_cost() -> tuple[float, float, float, int]:
-    """Keras fit (2 epochs) inside a capture vs without, fresh models, alternating, best of 4 each."""
-    done = subprocess.run([sys.executable, "-c", KERAS_FIT], capture_output=True, text=True, check=True, cwd=ROOT)
-    captured, plain, records = done.stdout.split()[-3:]
-    return float(captured) / float(plain), float(captured), float(plain), int(records)
 
 
 def trace_programs_cost() -> tuple[float, list[tuple[str, float]]]:
@@ -130,37 +102,6 @@ def run(ops: int = 20_000) -> list[dict[str, str]]:
     import tfplace
 
     x = tf.ones(1)
-
-    def block():
-        y = x
-        for _ in range(ops):
-            y = tf.identity(y)
-
-    def inside(**kwargs):
-        def call():
-            with tfplace.capture_placement(**kwargs):
-                block()
-        return call
-
-    def guarded():
-        with tfplace.transfer_guard():
-            block()
-
-    captured = ratio(inside(), block, calls=1, rounds=7)
-    sourced = ratio(inside(sources=True), block, calls=1, rounds=7)
-    z = tf.ones(1)
-
-    def adds():
-        y = x
-        for _ in range(ops):
-            y = y + z
-
-    def adds_inside():
-        with tfplace.capture_placement():
-            adds()
-
-    added = ratio(adds_inside, adds, calls=1, rounds=7)
-    guard = ratio(guarded, block, calls=1, rounds=7)
 
     peaks = {}
     for n in (25_000, 100_000):
@@ -191,7 +132,6 @@ def run(ops: int = 20_000) -> list[dict[str, str]]:
 
     configured, configured_s, plain_s = configure_cost(ops)
     traced, traced_s, untraced_s = trace_cost()
-    fitted, fitted_s, unfitted_s, fit_records = keras_fit_cost()
     programs, per_program = trace_programs_cost()
     long_line = "x" * 20_000 + "): /job:" + "y" * 20_000
     line_times = []
@@ -199,25 +139,13 @@ def run(ops: int = 20_000) -> list[dict[str, str]]:
         start = time.perf_counter()
         tfplace.PlacementLog.from_text(long_line)
         line_times.append(time.perf_counter() - start)
-    us = 1e6 / ops
     return [
         row("eager op after configure() vs without tfplace", f"{configured:.3f}", "<= 1.02",
             f"{configured_s * 1e6:.1f} vs {plain_s * 1e6:.1f} us per tf.identity, best of 5 rounds per process, median of 9 process pairs"),
-        row("eager op inside capture_placement() vs outside", f"{captured[0]:.2f}", "<= 1.15",
-            f"{captured[1] * us:.1f} vs {captured[2] * us:.1f} us per tf.identity"),
-        row("eager op with two inputs (copy check) inside a capture vs outside", f"{added[0]:.2f}", "<= 1.15",
-            f"{added[1] * us:.1f} vs {added[2] * us:.1f} us per x + y"),
-        row("eager op inside capture_placement(sources=True) vs outside", f"{sourced[0]:.2f}", "<= 1.3",
-            f"{sourced[1] * us:.1f} vs {sourced[2] * us:.1f} us per tf.identity"),
-        row("Keras fit inside capture_placement() vs outside", f"{fitted:.2f}", "<= 1.10",
-            f"{fitted_s:.2f} vs {unfitted_s:.2f} s, 2 epochs of 16 steps, fresh model each, best of 4; "
-            f"{fit_records} records"),
         row("tfplace trace vs plain run, conformance programs (median)", f"{programs:.2f}", "<= 1.10",
             ", ".join(f"{name.split('_')[0]} {r:.2f}" for name, r in per_program)),
         row("PlacementLog.from_text on one 40 kB line with a placer marker",
             f"{min(line_times) * 1e3:.1f} ms", "< 10 ms", "best of 5"),
-        row("eager op inside transfer_guard() vs outside", f"{guard[0]:.2f}", "<= 1.3",
-            f"{guard[1] * us:.1f} vs {guard[2] * us:.1f} us per tf.identity"),
         row("memory per record, 100,000 eager ops in one capture", f"{per_record:.0f} B", "<= 300 B, linear",
             f"{large_count} of 100000 records; tracemalloc peak {small / 1e6:.2f} MB for {small_count}, "
             f"{large / 1e6:.2f} MB for {large_count} (identical events share one record)"),

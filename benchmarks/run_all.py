@@ -26,6 +26,7 @@ SUITES = [
     ("d2l GPUs chapter exercises", "bench_gpus_chapter", "run(quick={quick})"),
     ("device helpers", "bench_devices", "run()"),
     ("placement records, guards and trace", "bench_capture", "run(ops={ops})"),
+    ("what a capture costs beside TensorFlow's floor", "bench_overhead", "run()"),
     ("the op callback's own work", "bench_callback", "run()"),
     ("transfers and timing", "bench_transfers", "run()"),
     ("memory per device", "bench_memory", "run()"),
