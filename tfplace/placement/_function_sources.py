@@ -86,15 +86,20 @@ def _notes(operations: Any, lines: Mapping[str, str], said: Mapping[str, str]) -
     the code that made an op says, where the op callback read it as the op was made (else its saved stack)."""
     made: dict[str, str] = {}
     notes: dict[str, Note] = {}
+    kept: dict[tuple, Note] = {}  # one Note per (line, origin, requester): most nodes share a few
     for op in operations:
-        found = said.get(op.name)
+        name, op_type = op.name, op.type  # (each a call into TensorFlow: read once)
+        found = said.get(name)
         if found is None:
             stack = op.traceback  # None for an op made without a Python stack
             found = _origins.of_frames(_origins.frames_of(stack)) if stack is not None else ""
-        made[op.name] = found
+        made[name] = found
         scopes = _tensorflow.device_scopes(op) if op.device else []
-        by = _origins.requester(*scopes[-1]) if scopes else ""
-        notes[op.name] = Note(lines.get(op.name, ""), _origins.of_op(op.type, made[op.name]), by)
+        key = (lines.get(name, ""), _origins.of_op(op_type, found), _origins.requester(*scopes[-1]) if scopes else "")
+        note = kept.get(key)
+        if note is None:
+            note = kept[key] = Note(*key)
+        notes[name] = note
     for name, note in notes.items():
         head, slash, rest = name.partition("/")
         if slash and head.startswith(_GRADIENTS) and not _origins.is_input_op(name):
