@@ -1,7 +1,7 @@
 """tfplace's own work per eager op, without TensorFlow's: the capture's op callback replayed on one real op's
 arguments, in microseconds, beside a do-nothing callback called the same way.
 
-A whole-op ratio (`bench_capture.py`) divides this work by the op's time, which on a shared 2-core
+A whole-op ratio (`bench_overhead.py`) divides this work by the op's time, which on a shared 2-core
 machine moves by a third between runs; the replay measures the numerator alone, the best of 15 rounds,
 each normalised by a fixed pure-Python workload timed just before it (so that a slower moment of the
 machine slows both). Cases: a capture, `sources=True`, `memory=True`, `transfer_guard()`, and an op with
@@ -30,22 +30,24 @@ def _reference() -> float:
 
 def _replayed(block, make) -> tuple[float, float]:
     """(best µs per call, reference µs per call in that round) of the hook a block installs, on `make()`'s op."""
+    from tfplace import _tensorflow
     from tfplace.placement import _callback
 
     grabbed = []
     with block:
         hook = _callback.thread_hooks()[0]
-        original = type(hook).__call__
+        callbacks = _tensorflow.op_callbacks()  # the thread's list holds the hook's bound `callback`
+        index = callbacks.index(hook.callback)
 
-        def grab(self, *args, **kwargs):
+        def grab(*args, **kwargs):
             grabbed.append((args, kwargs))
-            return original(self, *args, **kwargs)
+            return hook.callback(*args, **kwargs)
 
-        type(hook).__call__ = grab
+        callbacks[index] = grab
         try:
             make()
         finally:
-            type(hook).__call__ = original
+            callbacks[index] = hook.callback
         args, kwargs = grabbed[0]
         best = None
         for _ in range(15):
