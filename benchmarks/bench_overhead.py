@@ -17,12 +17,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 from common import print_table, row
 
@@ -50,10 +52,21 @@ def _nothing(*args: object, **kwargs: object) -> None:
     return None
 
 
+@contextlib.contextmanager
+def _floor() -> Iterator[None]:
+    """The block under a do-nothing op callback: TensorFlow's own callback path, what any hook pays."""
+    from tensorflow.python.framework import op_callbacks
+
+    op_callbacks.add_op_callback(_nothing)
+    try:
+        yield
+    finally:
+        op_callbacks.remove_op_callback(_nothing)
+
+
 def per_op() -> dict[str, float]:
     """Median µs per op of each case (see the module's docstring), measured in place."""
     import tensorflow as tf
-    from tensorflow.python.framework import op_callbacks
 
     import tfplace
 
@@ -77,21 +90,12 @@ def per_op() -> dict[str, float]:
                 return loop()
         return run
 
-    def floor(loop):
-        def run() -> float:
-            op_callbacks.add_op_callback(_nothing)
-            try:
-                return loop()
-            finally:
-                op_callbacks.remove_op_callback(_nothing)
-        return run
-
     cases = {
-        "plain": identities, "floor": floor(identities), "capture": under(tfplace.capture_placement, identities),
+        "plain": identities, "floor": under(_floor, identities), "capture": under(tfplace.capture_placement, identities),
         "sources": under(lambda: tfplace.capture_placement(sources=True), identities),
         "memory": under(lambda: tfplace.capture_placement(memory=True), identities),
         "transfer_guard": under(tfplace.transfer_guard, identities),
-        "two plain": additions, "two floor": floor(additions), "two capture": under(tfplace.capture_placement, additions),
+        "two plain": additions, "two floor": under(_floor, additions), "two capture": under(tfplace.capture_placement, additions),
     }
     for run in cases.values():
         run()
@@ -107,7 +111,6 @@ def keras_fit() -> dict[str, float]:
     """Best seconds of a fresh-model Keras fit: plain, under a do-nothing op callback, inside a capture."""
     import numpy as np
     import keras
-    from tensorflow.python.framework import op_callbacks
 
     import tfplace
 
@@ -121,11 +124,8 @@ def keras_fit() -> dict[str, float]:
         return time.perf_counter() - start
 
     def floor() -> float:
-        op_callbacks.add_op_callback(_nothing)
-        try:
+        with _floor():
             return fit()
-        finally:
-            op_callbacks.remove_op_callback(_nothing)
 
     def captured() -> float:
         with tfplace.capture_placement():

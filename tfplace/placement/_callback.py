@@ -2,6 +2,11 @@
 records of the functions it placed and the datasets it read, for its listeners
 (`tfplace.placement._hooks.listening` installs it; `tfplace.placement._events` says what a listener gets).
 
+An op the thread runs again from the same call (the same op type, device, `tf.device` scope and attributes,
+and the same code at the same instruction in the frame that decided its origin, and in the user's frame
+when sources are asked for) takes the record kept the first time (`Hook._learn`): one look-up and one frame
+read, instead of describing the op and walking the stack again.
+
 Example:
     >>> from tfplace.placement import _callback
     >>> _callback.thread_hooks()   # no capture open in this thread

@@ -145,10 +145,8 @@ def live(start: int = 1, shortcut: bool = True) -> str:
     frame: Optional[FrameType] = sys._getframe(start + 1)
     innermost = frame.f_code
     session = _session._current  # pylint: disable=protected-access  # `_session.current()`, inlined: it runs per op
-    by_code, shortcuts = (session.origin_of_code, session.origin_shortcuts) if session is not None else ({}, {})
-    if not shortcut:
-        shortcuts = {}
-    known = shortcuts.get(innermost)
+    shortcuts = session.origin_shortcuts if session is not None else {}
+    known = shortcuts.get(innermost) if shortcut else None
     if known is not None:
         depth, decider, inner, verdict = known
         try:
@@ -157,17 +155,10 @@ def live(start: int = 1, shortcut: bool = True) -> str:
                 return verdict
         except ValueError:  # the stack is shallower this time
             pass
-    depth, inner = 0, None
-    while frame is not None:
-        code = frame.f_code
-        found = by_code.get(code)
-        if found is None:
-            found = by_code[code] = _file_origin(code.co_filename)
-        if found:
-            shortcuts[innermost] = (depth, code, inner, found)
-            return found
-        inner, frame, depth = code, frame.f_back, depth + 1
-    return ""
+    verdict, depth, decider = deciding(frame)
+    if shortcut and decider is not None:  # with the code of the frame just inside it
+        shortcuts[innermost] = (depth, decider.f_code, sys._getframe(start + depth).f_code if depth else None, verdict)
+    return verdict
 
 
 def deciding(frame: Optional[FrameType]) -> tuple[str, int, Optional[FrameType]]:
