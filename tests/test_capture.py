@@ -103,7 +103,11 @@ COPIES = TWO_CPUS_XY + """
         with tf.device("CPU:1"):
             w = tfplace.to_device(x, "CPU:1") + y
             s = tf.identity(x) + y
-    report({"copies": [list(c[:5]) for c in implicit.copies], "explicit": len(explicit.copies)})
+    with tfplace.capture_placement() as unscoped:
+        for _ in range(2):
+            t = tf.identity(y)  # no scope: it runs on CPU:0 and reads y from CPU:1
+    report({"copies": [list(c[:5]) for c in implicit.copies], "explicit": len(explicit.copies),
+            "unscoped": [list(c[:5]) for c in unscoped.copies], "ran": [r.device for r in unscoped.records]})
 """
 
 
@@ -113,6 +117,9 @@ def test_implicit_copy_has_its_source_line_and_explicit_copies_none(python):
     assert (op, index, source, target) == ("AddV2", 0, "/device:CPU:0", "/device:CPU:1")
     assert line == line_of(COPIES, "# the copy")
     assert out["explicit"] == 0
+    # an identity is an explicit copy under a tf.device scope only (TensorFlow's "warn" policy logs this one)
+    assert out["ran"] == ["/device:CPU:0"] * 2
+    assert out["unscoped"] == [["Identity", 0, "/device:CPU:1", "/device:CPU:0", line_of(COPIES, "t = tf.identity(y)")]] * 2
 
 
 def test_host_memory_arguments_are_not_copies(python):
@@ -481,7 +488,9 @@ def test_ops_repeated_from_a_line_get_the_records_a_fresh_reading_gives(python, 
     assert count("IteratorGetNext", "/device:CPU:0", line("tf.data.Dataset"), "input", "", "", "execute",
                  attribute="output_types", dtype="int64") == 8
     assert copies == [["AddV2", 0, "/device:CPU:0", "/device:CPU:1", line("y = x + 1.0"), "eager"],
-                      ["Mul", 0, "/device:CPU:1", "/device:CPU:0", line("z = y * x"), "eager"]] * 4
+                      ["Mul", 0, "/device:CPU:1", "/device:CPU:0", line("z = y * x"), "eager"],
+                      # an identity under no scope reads the far variable's value where it runs
+                      ["Identity", 0, "/device:CPU:1", "/device:CPU:0", line("return tf.identity(v)"), "eager"]] * 4
 
 
 def test_an_op_repeated_from_a_line_on_another_device_gets_that_devices_record(python):

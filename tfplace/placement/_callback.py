@@ -35,6 +35,7 @@ _OP, _EXPLICIT, _CUSTOM = _eager.OP, _eager.EXPLICIT, CUSTOM_DEVICE
 _getframe = sys._getframe  # pylint: disable=protected-access
 _DATASET_OPS = _datasets.READS | {"DatasetCardinality"}
 _NOTHING_PLACED = _graphs.Placed()  # what an op that is no function call places (made once: it runs per op)
+_COPYING = (_OP, _EXPLICIT)  # what an op's kind may be when its inputs can be copied implicitly
 _KEPT = 8  # per op type, the deciding codes kept; per call, the (device, scope, attributes) kept
 
 
@@ -136,9 +137,9 @@ class Hook:
                 return None
         if self.copies_only:  # no listener wants an eager op that copies nothing (transfer guards alone)
             op, kind = self.kinds.get(op_type) or self._kind(op_type)
-            if kind == _EXPLICIT:
+            if kind == _EXPLICIT and requested:  # an identity under a tf.device scope (`_eager.describe`)
                 return None
-            if kind == _OP and op not in _DATASET_OPS and _CUSTOM not in full:
+            if kind in _COPYING and op not in _DATASET_OPS and _CUSTOM not in full:
                 for tensor in inputs:
                     if tensor.backing_device != full:
                         break

@@ -92,7 +92,8 @@ def copies(op: str, inputs: Sequence[Any], full: str, device: str) -> list[CopyR
 
 
 # What an eager op is, for the op callback: an op whose inputs may be copied, a function call,
-# an op making an iterator (it instantiates tf.data functions), or an op that copies explicitly.
+# an op making an iterator (it instantiates tf.data functions), or an op that copies explicitly (an
+# identity, under a `tf.device` scope: `describe`).
 OP, FUNCTION, ITERATOR, EXPLICIT = range(4)
 
 
@@ -106,8 +107,12 @@ def kind_of(op_type: Any) -> tuple[str, int]:
 
 
 def describe(op_type: Any, full: str, requested: Optional[str], types: tuple) -> tuple[str, int, PlacementRecord]:
-    """(op type, what it is, its record without source) of an eager op."""
+    """(op type, what it is, its record without source) of an eager op. An identity is an explicit copy
+    only under a `tf.device` scope; under none it runs where TensorFlow puts it and its input is copied
+    there implicitly, as TensorFlow's "warn" device policy logs it."""
     op, kind = kind_of(op_type)
+    if kind == EXPLICIT and not requested:
+        kind = OP
     record = PlacementRecord(op, "", canonical_name(full), Kind.EXECUTE, requested=requested_name(requested),
                              dtypes=dtypes(types), origin=_origins.of_op(op, ""))
     return op, kind, record

@@ -64,8 +64,9 @@ _NONE = Note()
 # functions traced with them, oldest first: `tf.function(lambda x: x * 2.0)` twice gives two).
 
 
-# TensorFlow's modules that make ops on behalf of the code calling them (`tf.identity` and the like).
+# What the live stack says of an identity that no user's code made (so it is no explicit copy of the user's).
 _NOT_USERS = (Origin.FRAMEWORK, Origin.INPUT)
+# TensorFlow's modules that make ops on behalf of the code calling them (`tf.identity` and the like).
 _OP_MAKERS = tuple(f"{os.sep}tensorflow{os.sep}python{os.sep}{part}{os.sep}"
                    for part in ("ops", "framework", "util", "eager", "autograph"))
 

@@ -172,10 +172,8 @@ class Census:
         made = self._made
         source = record.source
         for tensor in outputs:
-            try:  # an eager tensor's own methods: called directly, they cost a fraction of a Python call
-                key = (tensor.backing_device, _dtype_enum(tensor), _shape_of(tensor), source)
-            except TypeError:  # another kind of value
-                key = (tensor.backing_device, _tensorflow.dtype_enum(tensor), _tensorflow.shape_tuple(tensor), source)
+            # (an eager tensor's own methods, called directly: a fraction of a Python call's cost)
+            key = (tensor.backing_device, _dtype_enum(tensor), _shape_of(tensor), source)
             entry = made.get(key)
             if entry is None:  # entries are shared by the tensors of one device, dtype, shape and line
                 size, dtype, dims = _sized(tensor.dtype, key[2])

@@ -3,7 +3,7 @@
 CPU:0 and CPU:1 stand in for GPU:0 and GPU:1. Cells: "Logging device placement",
 "Manual device placement", "Using a single GPU on a multi-GPU system" (soft
 placement of a device that does not exist), an explicit and an implicit copy across
-devices, and "Using multiple GPUs" / manual replication with `tf.add_n` on CPU:0.
+devices (an identity is explicit under a device scope only), and "Using multiple GPUs" / manual replication with `tf.add_n` on CPU:0.
 """
 import tensorflow as tf
 
@@ -29,6 +29,7 @@ with tf.device("/device:GPU:2"):
 with tf.device("/CPU:1"):
     a1 = tf.identity(a)
     d = tf.matmul(a1, b)          # b lives on CPU:0: an implicit copy of input #1
+e = tf.identity(d)                # no device scope: it runs on CPU:0, reading d from CPU:1 (implicit)
 
 # Manual replication
 cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
