@@ -42,14 +42,18 @@ def test_log_level_logs_each_copy_and_goes_on(python):
         with tf.device("CPU:1"):
             a = x + y  # first copy
             b = x * y  # second copy
+            c = tf.identity(x)  # explicit, under the scope: no copy to log
+        d = tf.identity(y)  # third copy: under no scope, the identity runs on CPU:0
     logging.get_absl_logger().removeHandler(handler)
     report({"lines": stream.getvalue().splitlines(), "a": a.numpy().tolist(), "b": b.numpy().tolist()})
     """
     out = python(code)
     assert out["a"] == [[2.0, 2.0], [2.0, 2.0]] and out["b"] == [[1.0, 1.0], [1.0, 1.0]]
-    assert len(out["lines"]) == 2
+    assert len(out["lines"]) == 3
     assert out["lines"][0].startswith(f"tfplace.transfer_guard: implicit copy at {line_of(code, '# first copy')}: AddV2")
     assert out["lines"][1].startswith(f"tfplace.transfer_guard: implicit copy at {line_of(code, '# second copy')}: Mul")
+    assert out["lines"][2].startswith(f"tfplace.transfer_guard: implicit copy at {line_of(code, '# third copy')}: "
+                                      "Identity input #0 lives on /device:CPU:1, but Identity runs on /device:CPU:0")
 
 
 def test_nested_allow_and_restoring_the_outer_level(python):

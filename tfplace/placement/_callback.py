@@ -96,6 +96,14 @@ class Hook:
         if not self.calls:
             return None
         full = outputs[0].device if outputs else _eager.device_of(inputs)
+        if self.copies_only:  # no listener wants an eager op whose inputs all are where it ran (transfer guards alone)
+            op, kind = self.kinds.get(op_type) or self._kind(op_type)
+            if kind in _COPYING and op not in _DATASET_OPS and _CUSTOM not in full:
+                for tensor in inputs:
+                    if tensor.backing_device != full:
+                        break  # (an identity under a tf.device scope copies explicitly: told apart below)
+                else:
+                    return None
         asked = session.asked
         try:
             requested, scope_by = asked.name, asked.by
@@ -135,16 +143,6 @@ class Hook:
                     for call, sources in self.outputs:
                         call(record if sources else plain, outputs)
                 return None
-        if self.copies_only:  # no listener wants an eager op that copies nothing (transfer guards alone)
-            op, kind = self.kinds.get(op_type) or self._kind(op_type)
-            if kind == _EXPLICIT and requested:  # an identity under a tf.device scope (`_eager.describe`)
-                return None
-            if kind in _COPYING and op not in _DATASET_OPS and _CUSTOM not in full:
-                for tensor in inputs:
-                    if tensor.backing_device != full:
-                        break
-                else:
-                    return None
         try:
             op, kind, record = session.described[(op_type, full, requested, attrs)]
         except (KeyError, TypeError):
