@@ -512,3 +512,18 @@ def test_an_op_repeated_from_a_line_on_another_device_gets_that_devices_record(p
         report([r.device for r in log.records])
     """)
     assert out == ["/device:CPU:0", "/device:CPU:1"] * 3
+
+
+def test_an_op_a_thread_pool_runs_has_no_line_in_the_standard_librarys_pool(python):
+    """The standard library's pools are plumbing, as its threads are: an op TensorFlow's code makes on a pool's
+    thread (MultiWorkerMirroredStrategy's eager all-reduce) names no line of `multiprocessing/pool.py`."""
+    out = python("""
+        from multiprocessing.pool import ThreadPool
+        import tensorflow as tf, tfplace
+        x = tf.ones(2)
+        with tfplace.capture_placement(sources=True, all_threads=True) as log:
+            with ThreadPool(1) as pool:
+                pool.apply(tf.identity, (x,))
+        report([(r.op, r.source) for r in log.records if r.op == "Identity"])
+    """)
+    assert out == [["Identity", ""]]

@@ -26,8 +26,10 @@ def _package_dir(name: str) -> str:
     return os.path.join(list(spec.submodule_search_locations)[0], "")
 
 
-_INTERNAL = tuple(d for d in map(_package_dir, ("tensorflow", "keras", "tf_keras", "tfplace", "optree")) if d) + tuple(
-    os.path.join(os.path.dirname(os.__file__), name) for name in ("threading.py", "contextlib.py"))
+# The standard library's context managers, threads and pools (TensorFlow runs some of its own work on them).
+_PLUMBING = tuple(os.path.join(os.path.dirname(os.__file__), name) for name in (
+    "threading.py", "contextlib.py", os.path.join("multiprocessing", ""), os.path.join("concurrent", "")))
+_INTERNAL = tuple(d for d in map(_package_dir, ("tensorflow", "keras", "tf_keras", "tfplace", "optree")) if d) + _PLUMBING
 _TFPLACE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
 _FRAMEWORKS = tuple(d for d in map(_package_dir, ("tensorflow", "keras", "tf_keras")) if d)
 _STDLIB = os.path.join(os.path.dirname(os.__file__), "")
