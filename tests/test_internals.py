@@ -62,6 +62,7 @@ INTERNALS = [
     ("tensorflow.python.framework.ops", "Graph._create_op_from_tf_operation",
      "transfers: static shapes (a Python op for each wanted tensor's op alone)"),
     ("tensorflow.python.framework.ops", "EagerTensor._datatype_enum", "copies: an input's dtype, in the op callback"),
+    ("tensorflow.python.framework.ops", "EagerTensor._num_elements", "memory: the size of each tensor a block makes"),
     ("tensorflow.python.framework.ops", "EagerTensor.backing_device", "copies: where a tensor's memory is"),
     ("tensorflow.python.ops.resource_variable_ops", "BaseResourceVariable",
      "eager ops: the variables whose _dtype and _handle the eager fast path reads in C++ (watched while a capture listens)"),

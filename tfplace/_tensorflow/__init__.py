@@ -33,7 +33,7 @@ from tfplace._tensorflow._eager import (
     recorded, mark_recorded, failed_op_dtypes, failed_op_argument)
 from tfplace._tensorflow._graphs import (
     enable_graph_collection, disable_graph_collection, export_run_metadata, function_def, function_names, dtensor_layout,
-    dtensor_stats, tensorboard_tracing, static_sizes, static_tensors, dtype_size, shape_tuple, eager_shape, op_def,
+    dtensor_stats, tensorboard_tracing, static_sizes, static_tensors, dtype_size, shape_tuple, eager_elements, op_def,
     registered_kernels)
 from tfplace._tensorflow._data import (
     variant_tensor_of, dataset_functions, dataset_inputs, is_map_dataset, is_generator_dataset, is_cache_dataset,
@@ -59,7 +59,7 @@ __all__ = [
     # graph collection
     "enable_graph_collection", "disable_graph_collection", "export_run_metadata", "function_def", "function_names",
     "dtensor_layout", "dtensor_stats",
-    "tensorboard_tracing", "static_sizes", "static_tensors", "dtype_size", "shape_tuple", "eager_shape",
+    "tensorboard_tracing", "static_sizes", "static_tensors", "dtype_size", "shape_tuple", "eager_elements",
     # op definitions and the kernel registry
     "op_def", "registered_kernels",
     # memory

@@ -106,7 +106,8 @@ class _VariableAttribute:
 
     def __init__(self, name: str, on_read: Callable[[Any, Any], None], state: threading.local) -> None:
         self.name, self.on_read, self.state = name, on_read, state
-        self.wrappers: dict[Any, bool] = {}  # code object -> it is a generated op wrapper (gen_*_ops.py)
+        self.wrappers: dict[int, bool] = {}  # id of a code object -> it is a generated op wrapper (gen_*_ops.py)
+        self.pinned: list[Any] = []  # those code objects, kept alive: no id is reused (hashing a code is slow)
 
     def __get__(self, variable: Any, owner: Any = None) -> Any:
         if variable is None:
@@ -116,9 +117,10 @@ class _VariableAttribute:
         except KeyError:
             raise AttributeError(f"{type(variable).__name__!r} object has no attribute {self.name!r}") from None
         code = sys._getframe(1).f_code  # pylint: disable=protected-access
-        wrapper = self.wrappers.get(code)
+        wrapper = self.wrappers.get(id(code))
         if wrapper is None:
-            wrapper = self.wrappers[code] = _GENERATED in code.co_filename
+            self.pinned.append(code)
+            wrapper = self.wrappers[id(code)] = _GENERATED in code.co_filename
         if wrapper:
             if self.name == "_dtype":
                 self.state.reading = variable

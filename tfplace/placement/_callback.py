@@ -49,12 +49,13 @@ class Hook:
         self.plain_calls: tuple[Callable, ...] = ()
         self.copies_only = False  # every listener hears only of eager ops that copy (and of function calls)
         self.outputs: tuple[tuple[Callable, bool], ...] = ()  # the listeners that count the tensors ops return
+        self.counter: Optional[tuple[Callable, bool]] = None  # the one listener that counts them, where only one does
         self.sources = False
         self.thread_data = _tensorflow.thread_data()  # per thread inside
         self.lists: list[list[Callable]] = []  # the callback lists holding `callback`: its thread's, inheriting threads'
         self.sink: Optional[Callable[[PlacementRecord], None]] = None  # the one listener's writer of a record alone
         self.seen: dict[Any, list[tuple]] = {}  # op type -> the lines that ran it before, and their records (`_learn`)
-        self.kinds: dict[Any, tuple[str, int]] = {}  # op type -> (op, what it is): `_eager.kind_of`
+        self.copying: dict[Any, bool] = {}  # op type -> whether its inputs can be copied implicitly (`_copying`)
         self.callback = self.__call__  # what TensorFlow's callback lists hold: a bound method is called faster
 
     def update(self) -> None:
@@ -64,6 +65,7 @@ class Hook:
                                                         for listener in self.listeners)
         self.outputs = tuple((listener.on_outputs, listener.sources) for listener in self.listeners
                              if getattr(listener, "memory", False))
+        self.counter = self.outputs[0] if len(self.outputs) == 1 else None
         self.sources = any(listener.sources for listener in self.listeners)
         self.sink = getattr(self.listeners[0], "sink", None) if len(self.listeners) == 1 else None
         self.seen = {}  # its records were made for the listeners before
@@ -97,8 +99,10 @@ class Hook:
             return None
         full = outputs[0].device if outputs else _eager.device_of(inputs)
         if self.copies_only:  # no listener wants an eager op whose inputs all are where it ran (transfer guards alone)
-            op, kind = self.kinds.get(op_type) or self._kind(op_type)
-            if kind in _COPYING and op not in _DATASET_OPS and _CUSTOM not in full:
+            copying = self.copying.get(op_type)
+            if copying is None:
+                copying = self._copying(op_type)
+            if copying and _CUSTOM not in full:
                 for tensor in inputs:
                     if tensor.backing_device != full:
                         break  # (an identity under a tf.device scope copies explicitly: told apart below)
@@ -139,7 +143,10 @@ class Hook:
                 else:
                     for call, sources in self.calls:
                         call(record if sources else plain, ())
-                if self.outputs:
+                counter = self.counter
+                if counter is not None:
+                    counter[0](record if counter[1] else plain, outputs)
+                elif self.outputs:
                     for call, sources in self.outputs:
                         call(record if sources else plain, outputs)
                 return None
@@ -161,7 +168,7 @@ class Hook:
                     user = None
         elif record.origin != _INPUT:  # read from the live stack: `_origins.live(1)`, its shortcut inlined
             origin = ""
-            shortcut = session.origin_shortcuts.get(_getframe(1).f_code)
+            shortcut = session.origin_shortcuts.get(id(_getframe(1).f_code))
             if shortcut is not None:
                 depth, code, inner, verdict = shortcut
                 try:
@@ -215,9 +222,12 @@ class Hook:
             asked.by = ""
         return asked.name, asked.by
 
-    def _kind(self, op_type: Any) -> tuple[str, int]:
-        kind = self.kinds[op_type] = _eager.kind_of(op_type)
-        return kind
+    def _copying(self, op_type: Any) -> bool:
+        """Whether an eager op of this type reads inputs that may be copied implicitly (no function call,
+        iterator or dataset op: those are looked at whole), found once per type."""
+        op, kind = _eager.kind_of(op_type)
+        copying = self.copying[op_type] = kind in _COPYING and op not in _DATASET_OPS
+        return copying
 
     def _learn(self, op_type: Any, entry: tuple, depth: int, decider: Any) -> None:
         """Keeps an eager op's record for the next time this thread runs an op of its type from the same call

@@ -38,7 +38,7 @@ from tfplace import _tensorflow
 from tfplace._devices import canonical_name, parse_device
 from tfplace.placement import _session
 
-_dtype_enum, _shape_of = _tensorflow.dtype_enum, _tensorflow.eager_shape
+_dtype_enum, _elements = _tensorflow.dtype_enum, _tensorflow.eager_elements
 
 __all__ = ["Census", "DeviceMemory", "Memory", "LiveTensor", "live_tensors", "parse_size", "size_text", "renamed",
            "assert_below", "NOT_COUNTED"]
@@ -110,8 +110,7 @@ class _Entry(NamedTuple):
     source: str
     kind: str  # "tensor" or "variable"
     dtype: str
-    dims: str  # "1000,1000"; "?" for an unknown dimension or rank
-    codes: tuple[int, int] = (0, 0)  # its device's and line's indexes in its census (`Census._entry`)
+    dims: str  # "1000,1000"; "?" for an unknown dimension or rank; "" for a tensor (its own, read when listed)
 
     @property
     def what(self) -> str:
@@ -130,10 +129,15 @@ def _sized(dtype: Any, shape: Optional[tuple]) -> tuple[int, str, str]:
 
 
 class _Counted(weakref.ref):
-    """A weak reference to a counted tensor or variable, with its id (`key`) and `entry`."""
+    """A weak reference to a counted tensor or variable, with its id (`key`) and its entry's `code`."""
 
-    __slots__ = ("key", "entry")
+    __slots__ = ("key", "code")
 
+
+# A change is one int: the log's length at the change (`_CLOCK` bits up) and the code of its entry: the entry's
+# index in `Census._table` plus one (`_INDEX` bits up; 0: not counted), whether it has a line (`_LINED`), whether it is a free (`_FREED`).
+_CLOCK, _INDEX, _LINED, _FREED = 32, 2, 2, 1
+_INDEXES = 1 << (_CLOCK - _INDEX)  # entries a census can name
 
 # The lines of the tensors a memory capture saw made, by id, while they live (for `live_tensors()`,
 # after the capture too): `_session.runtime().made`.
@@ -142,98 +146,127 @@ class _Counted(weakref.ref):
 class Census:
     """The tensors and variables of one memory capture (`add_outputs`, `add_variable`), per device.
 
-    Each change (a tensor counted, one freed) is one row appended to a flat array, which an append
+    Each change (a tensor counted, one freed) is one int appended to a flat array, which an append
     does at once whatever thread makes it (no lock on the op's path); live bytes, peaks and the
-    lines' figures are the rows replayed when they are read."""
+    lines' figures are the changes replayed when they are read."""
 
-    def __init__(self, timed: bool = False) -> None:
+    def __init__(self, timed: bool = False, clock: Optional[Callable[[], int]] = None) -> None:
         self._lock = threading.Lock()  # held by readers, and to close
-        # Each change's epoch ns, which only a timed block's timeline reads (`int()`, a builtin call, is 0).
-        self._now: Callable[[], int] = time.time_ns if timed else int
-        self._entries: dict[int, _Counted] = {}  # id of a counted object alive -> its reference, with its entry
-        self._made: dict[tuple, Optional[_Entry]] = {}  # (device, dtype, shape, line) -> the entry of such tensors
+        self._timed = timed
+        self.clock: Callable[[], int] = clock or (lambda: 0)  # where the block is (its log's length), for `series()`
+        self._entries: dict[int, _Counted] = {}  # id of a counted object alive -> its reference, with its code
+        self._made: dict[tuple, int] = {}  # (device, dtype, elements, line) -> the code of such tensors (0: not counted)
+        self._table: list[_Entry] = []  # the entries codes name
         self._sources = _session.runtime().made  # the lines of tensors alive, for live_tensors()
-        self.clock: Callable[[], int] = lambda: 0  # where the block is (its log's length), for `series()`
-        # At each change: clock, device and line (their indexes in `_devices`, `_lines`), bytes (negative when
-        # freed), epoch ns (0 untimed); flat, 40 bytes a change.
-        self._changes = array.array("q")
-        self._devices: dict[str, int] = {}
-        self._lines: dict[str, int] = {}
-        self._freed_ref = self._freed  # the callback of every reference, made once
-        self._final: Optional[Memory] = None
-        self._closed_at: Optional[int] = None  # rows of `_changes` that count, once closed
+        self._changes = array.array("q")  # each change: clock << _CLOCK | code (8 bytes)
+        self._times = array.array("q")  # each change's epoch ns, in a timed block (its timeline reads them)
+        self._closed_at: Optional[int] = None  # changes that count, once closed
+        self._allocator: dict[str, Optional[tuple[int, int]]] = {}  # GPUs' allocator figures at the block's end
+        self._final: Optional[Memory] = None  # the figures once closed, made when first read
         self._gpus = [d for d in _tensorflow.logical_device_names() if parse_device(d).device_type == "GPU"] \
             if _tensorflow.runtime_started() else []
         for gpu in self._gpus:
             _tensorflow.reset_allocator_peak(gpu)
+        self._freed = self._on_free()  # the callback of every reference
+        self.add_outputs = self._outputs_counter()
 
-    def add_outputs(self, record: Any, outputs: Iterable[Any]) -> None:
-        """Counts the tensors an eager op or a function call returned, with its record's line (`source`, or "")."""
-        made = self._made
-        source = record.source
-        for tensor in outputs:
-            # (an eager tensor's own methods, called directly: a fraction of a Python call's cost)
-            key = (tensor.backing_device, _dtype_enum(tensor), _shape_of(tensor), source)
-            entry = made.get(key)
-            if entry is None:  # entries are shared by the tensors of one device, dtype, shape and line
-                size, dtype, dims = _sized(tensor.dtype, key[2])
-                entry = made[key] = self._entry(canonical_name(key[0]), size, source, "tensor", dtype, dims) if size else None
-                if len(made) > 100_000:
-                    made.clear()
-            if entry is not None:
-                self._add(tensor, entry)
+    def _on_free(self) -> Callable[["_Counted"], None]:
+        """The callback of a counted object's reference: its change appended, its line dropped. It runs per
+        tensor: what it reads is bound here."""
+        census, pop, lines_pop, append, clock = self, self._entries.pop, self._sources.pop, self._changes.append, self.clock
+        stamp, now = self._times.append, time.time_ns
+
+        def freed(ref: _Counted, lined: int = _LINED, shift: int = _CLOCK, free: int = _FREED) -> bool:
+            code = ref.code
+            if code & lined:
+                lines_pop(ref.key, None)
+            if pop(ref.key, None) is None or census._closed_at is not None:
+                return False
+            append(clock() << shift | code | free)
+            return True
+
+        def freed_timed(ref: _Counted) -> None:
+            if freed(ref):
+                stamp(now())
+        return freed_timed if self._timed else freed
+
+    def _outputs_counter(self) -> Callable[[Any, Iterable[Any]], None]:
+        """`add_outputs(record, outputs)`: counts the tensors an eager op or a function call returned, with its
+        record's line (`source`, or ""). It runs per eager op: what it reads is bound here; an eager tensor's
+        own methods are called directly."""
+        census, made, setdefault, lines = self, self._made, self._entries.setdefault, self._sources
+        append, clock, freed, timed, stamp, now = (self._changes.append, self.clock, self._freed, self._timed,
+                                                   self._times.append, time.time_ns)
+
+        def add_outputs(record: Any, outputs: Iterable[Any], shift: int = _CLOCK) -> None:
+            source = record.source
+            for tensor in outputs:
+                key = (tensor.backing_device, _dtype_enum(tensor), _elements(tensor), source)
+                code = made.get(key)
+                if code is None:  # codes are shared by the tensors of one device, dtype, size and line
+                    size, dtype, _ = _sized(tensor.dtype, (key[2],))
+                    code = census._code(canonical_name(key[0]), size, source, "tensor", dtype, "") if size else 0
+                    if len(made) > 100_000:
+                        made.clear()
+                    made[key] = code
+                if code and census._closed_at is None:
+                    ident = id(tensor)
+                    ref = _Counted(tensor, freed)
+                    if setdefault(ident, ref) is ref:  # (else the same object returned again: an identity)
+                        ref.key, ref.code = ident, code
+                        append(clock() << shift | code)
+                        if timed:
+                            stamp(now())
+                        if source:
+                            lines[ident] = source
+        return add_outputs
 
     def add_variable(self, variable: Any, source: str) -> None:
         """Counts a variable the block created (each replica's, for a distributed one)."""
         for part in getattr(variable, "values", None) or (variable,):
             size, dtype, dims = _sized(part.dtype, _tensorflow.shape_tuple(part))
-            if size:
-                self._add(part, self._entry(canonical_name(part.device), size, source, "variable", dtype, dims))
+            if size and self._closed_at is None:
+                code = self._code(canonical_name(part.device), size, source, "variable", dtype, dims)
+                key = id(part)
+                ref = _Counted(part, self._freed)
+                if self._entries.setdefault(key, ref) is ref:
+                    ref.key, ref.code = key, code
+                    self._changes.append(self.clock() << _CLOCK | code)
+                    if self._timed:
+                        self._times.append(time.time_ns())
+                    if source:
+                        self._sources[key] = source
 
-    def _entry(self, device: str, size: int, source: str, kind: str, dtype: str, dims: str) -> _Entry:
-        devices, lines = self._devices, self._lines
+    def _code(self, device: str, size: int, source: str, kind: str, dtype: str, dims: str) -> int:
+        """The code of a new entry (`_CLOCK`)."""
         with self._lock:
-            codes = (devices.setdefault(device, len(devices)), lines.setdefault(source, len(lines)))
-        return _Entry(device, size, source, kind, dtype, dims, codes)
-
-    def _add(self, obj: Any, entry: _Entry) -> None:
-        if self._final is not None:
-            return  # the block is over
-        key = id(obj)
-        # A weak reference, kept while the object lives, whose callback drops the entry when it is freed.
-        ref = _Counted(obj, self._freed_ref)
-        if self._entries.setdefault(key, ref) is not ref:
-            return  # the same object returned again (an identity)
-        ref.key, ref.entry = key, entry
-        self._changes.extend((self.clock(), *entry.codes, entry.size, self._now()))
-        if entry.source:
-            self._sources[key] = entry.source
-
-    def _freed(self, ref: "_Counted") -> None:
-        entry = ref.entry
-        if entry.source:
-            self._sources.pop(ref.key, None)
-        if self._entries.pop(ref.key, None) is None or self._final is not None:
-            return
-        self._changes.extend((self.clock(), *entry.codes, -entry.size, self._now()))
+            index = len(self._table) + 1  # (0: a tensor not counted)
+            if index >= _INDEXES:
+                raise OverflowError(f"a memory capture names at most {_INDEXES} kinds of tensor (device, dtype, "
+                                    f"size, line); this block made more")
+            self._table.append(_Entry(device, size, source, kind, dtype, dims))
+        return index << _INDEX | (_LINED if source else 0)
 
     def _replay(self, series: Optional[list] = None) -> tuple[dict, dict, dict, int]:
         """(live and peak bytes per device, peak per (device, line), tensors counted) from the changes so
         far, read in place; each change's (clock, device, live bytes, epoch ns) appended to `series` when
         given (the caller holds the lock)."""
-        changes = self._changes
+        changes, table, times = self._changes, self._table, self._times
         end = len(changes) if self._closed_at is None else self._closed_at
-        devices, lines = list(self._devices), list(self._lines)
         live: dict[str, int] = {}
         peak: dict[str, int] = {}
         line_live: dict[tuple[str, str], int] = {}
         line_peak: dict[tuple[str, str], int] = {}
         counted = 0
-        for i in range(0, end, 5):
-            device = devices[changes[i + 1]]
-            size = changes[i + 3]
+        mask = (1 << _CLOCK) - 1
+        for i in range(end):
+            change = changes[i]
+            code = change & mask
+            entry = table[(code >> _INDEX) - 1]
+            device = entry.device
+            size = -entry.size if code & _FREED else entry.size
             now = live[device] = live.get(device, 0) + size
-            where = (device, lines[changes[i + 2]])
+            where = (device, entry.source)
             held = line_live[where] = line_live.get(where, 0) + size
             if size > 0:
                 counted += 1
@@ -242,7 +275,7 @@ class Census:
                 if held > line_peak.get(where, 0):
                     line_peak[where] = held
             if series is not None:
-                series.append((changes[i], device, now, changes[i + 4]))
+                series.append((change >> _CLOCK, device, now, times[i] if self._timed else 0))
         return live, peak, line_peak, counted
 
     def series(self) -> list[tuple[int, str, int, int]]:
@@ -254,10 +287,19 @@ class Census:
         return found
 
     def largest(self, device: str, count: int = _TOP) -> list[_Entry]:
-        """The largest counted tensors and variables alive now on `device`."""
+        """The largest counted tensors and variables alive now on `device`, with their dimensions."""
         with self._lock:
-            found = [ref.entry for ref in self._entries.values() if ref.entry.device == device]
-        return sorted(found, key=lambda entry: -entry.size)[:count]
+            table = self._table
+            found = [(table[(ref.code >> _INDEX) - 1], ref) for ref in list(self._entries.values())]
+        found = sorted(((entry, ref) for entry, ref in found if entry.device == device), key=lambda pair: -pair[0].size)
+        largest = []
+        for entry, ref in found:
+            obj = ref()
+            if obj is not None:  # (a tensor's entry names its size alone: its dimensions are read here)
+                largest.append(entry._replace(dims=entry.dims or _sized(obj.dtype, _tensorflow.shape_tuple(obj))[2]))
+                if len(largest) == count:
+                    break
+        return largest
 
     def oom_note(self, error: BaseException) -> str:
         """What an out-of-memory error's device held: the largest live tensors with their lines."""
@@ -272,18 +314,21 @@ class Census:
         return (f"tfplace (memory=True): the largest tensors of the block alive on {device} when it ran out of "
                 f"memory ({size_text(live.get(device, 0))} in all):\n{rows}")
 
-    def close(self) -> Memory:
-        """Freezes the figures at the block's end: later frees change nothing."""
+    def close(self) -> None:
+        """Freezes the figures at the block's end: later frees change nothing (they are made when first read)."""
         with self._lock:
-            if self._final is None:
+            if self._closed_at is None:
                 self._closed_at = len(self._changes)
-                self._final = self._figures(final=True)
-        return self._final
+                self._allocator = {gpu: _tensorflow.allocator_figures(gpu) for gpu in self._gpus}
 
     def figures(self) -> Memory:
         """The figures: frozen at the block's end, else so far."""
         with self._lock:
-            return self._final if self._final is not None else self._figures(final=False)
+            if self._closed_at is None:
+                return self._figures(final=False)
+            if self._final is None:
+                self._final = self._figures(final=True)
+            return self._final
 
     def _figures(self, final: bool) -> Memory:
         """The figures (the caller holds the lock)."""
@@ -292,7 +337,8 @@ class Census:
         for device in sorted(peak):
             top = sorted(((source, size) for (where, source), size in line_peak.items() if where == device),
                          key=lambda item: (-item[1], item[0]))[:_TOP]
-            figures = _tensorflow.allocator_figures(device) if device in self._gpus else None
+            figures = (self._allocator.get(device) if final else
+                       _tensorflow.allocator_figures(device) if device in self._gpus else None)
             devices[device] = DeviceMemory(peak[device], live[device], tuple(top), *(figures or (None, None)))
         note = _WHAT + ("; TensorFlow's allocator figures beside them count everything on the GPU"
                         if self._gpus else "") + ("" if final else "; the block is still running")

@@ -85,9 +85,9 @@ _REQUESTERS = (
 )
 
 # The capture session keeps the verdicts it reached (`_session.current()`): `origin_of_file`, file ->
-# its origin ("" when it says nothing, "user" for the user's code); `origin_of_code`, code object ->
-# the same; `origin_shortcuts`, innermost code -> (frames out to the deciding one, its code, the code
-# it called, the verdict). Outside a session nothing is kept.
+# its origin ("" when it says nothing, "user" for the user's code); `origin_of_code`, id of a code object
+# -> the same; `origin_shortcuts`, id of an innermost code -> (frames out to the deciding one, its code, the
+# code it called, the verdict). Outside a session nothing is kept.
 
 
 def _file_origin(filename: str) -> str:
@@ -146,7 +146,7 @@ def live(start: int = 1, shortcut: bool = True) -> str:
     innermost = frame.f_code
     session = _session._current  # pylint: disable=protected-access  # `_session.current()`, inlined: it runs per op
     shortcuts = session.origin_shortcuts if session is not None else {}
-    known = shortcuts.get(innermost) if shortcut else None
+    known = shortcuts.get(id(innermost)) if shortcut else None
     if known is not None:
         depth, decider, inner, verdict = known
         try:
@@ -157,7 +157,8 @@ def live(start: int = 1, shortcut: bool = True) -> str:
             pass
     verdict, depth, decider = deciding(frame)
     if shortcut and decider is not None:  # with the code of the frame just inside it
-        shortcuts[innermost] = (depth, decider.f_code, sys._getframe(start + depth).f_code if depth else None, verdict)
+        shortcuts[_session.pin(innermost)] = (depth, decider.f_code, sys._getframe(start + depth).f_code if depth else None,
+                                              verdict)
     return verdict
 
 
@@ -169,9 +170,9 @@ def deciding(frame: Optional[FrameType]) -> tuple[str, int, Optional[FrameType]]
     depth = 0
     while frame is not None:
         code = frame.f_code
-        found = by_code.get(code)
+        found = by_code.get(id(code))
         if found is None:
-            found = by_code[code] = _file_origin(code.co_filename)
+            found = by_code[_session.pin(code)] = _file_origin(code.co_filename)
         if found:
             return found, depth, frame
         frame, depth = frame.f_back, depth + 1

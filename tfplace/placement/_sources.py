@@ -35,8 +35,8 @@ _FRAMEWORKS = tuple(d for d in map(_package_dir, ("tensorflow", "keras", "tf_ker
 _STDLIB = os.path.join(os.path.dirname(os.__file__), "")
 _AUTOGRAPH = "__autograph_generated_file"  # the files autograph writes a converted function's code to
 # The capture session keeps what it learned of code objects and files (`_session.current()`):
-# `line_of_code`, code object -> shown path ("" for internal code); `shown_files`, file name -> the
-# same; `user_depths`, code of an innermost frame -> (frames from it to the user's, code of the
+# `line_of_code`, id of a code object -> shown path ("" for internal code); `shown_files`, file name -> the
+# same; `user_depths`, id of the code of an innermost frame -> (frames from it to the user's, code of the
 # internal frame just inside the user's). Outside a session nothing is kept.
 
 
@@ -64,9 +64,9 @@ def _shown_file(filename: str) -> str:
 
 
 def _shown(code: CodeType, where: dict) -> str:
-    shown = where.get(code)
+    shown = where.get(id(code))
     if shown is None:
-        shown = where[code] = _shown_file(code.co_filename)
+        shown = where[_session.pin(code)] = _shown_file(code.co_filename)
     return shown
 
 
@@ -80,7 +80,7 @@ def user_line() -> str:
     """
     innermost = sys._getframe(1).f_code
     where, _, depths = _caches()
-    known = depths.get(innermost)
+    known = depths.get(id(innermost))
     if known is not None:
         depth, boundary = known
         try:
@@ -95,7 +95,7 @@ def user_line() -> str:
     while frame is not None:
         shown = _shown(frame.f_code, where)
         if shown:
-            depths[innermost] = (depth, inner)
+            depths[_session.pin(innermost)] = (depth, inner)
             return f"{shown}:{frame.f_lineno}"
         inner = frame.f_code
         frame, depth = frame.f_back, depth + 1  # type: ignore[assignment]
