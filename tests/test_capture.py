@@ -374,23 +374,6 @@ def test_capture_before_the_runtime_starts_then_configure(python):
     assert out == {"complete": True, "mul": [["/device:CPU:1", "place"]]}
 
 
-def test_under_pytest_capture_modes(pytester):
-    pytester.makepyfile(test_modes="""
-        import os, tensorflow as tf, tfplace
-        def test_capture():
-            with tfplace.capture_placement() as log:
-                print("visible-marker")
-                tf.matmul(tf.ones((2, 2)), tf.ones((2, 2)))
-            log.assert_placed("MatMul", "CPU:0")
-            assert False, "show output"
-    """)
-    for mode in ("fd", "sys", "no"):
-        result = pytester.runpytest_subprocess(f"--capture={mode}", "-p", "no:cacheprovider")
-        result.assert_outcomes(failed=1)
-        assert "visible-marker" in result.stdout.str()
-        assert "AssertionError: show output" in result.stdout.str()
-
-
 REPEATED_OPS = '''
 import keras, tensorflow as tf
 

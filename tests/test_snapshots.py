@@ -29,16 +29,10 @@ TEST_FILE = """
 """
 
 
-@pytest.mark.xdist
 @pytest.mark.placement
-def test_snapshot_missing_written_matching_and_moved(pytester):
+def test_snapshot_written_with_each_ops_device_and_a_moved_op_named(pytester):
     pytester.makeini("[pytest]\ntfplace_logical_cpus = 2\n")
     pytester.makepyfile(test_model=TEST_FILE.format(where="CPU:1"))
-    missing = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    missing.assert_outcomes(failed=3)
-    missing.stdout.fnmatch_lines(["*AssertionError: no placement snapshot at *__placement__/test_model/test_step.json:"
-                                  " run pytest with --tfplace-update-snapshots to write it*"])
-
     written = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--tfplace-update-snapshots")
     written.assert_outcomes(passed=3)
     written.stdout.fnmatch_lines(["tfplace: wrote 3 placement snapshot(s)"])
@@ -51,10 +45,6 @@ def test_snapshot_missing_written_matching_and_moved(pytester):
     assert json.loads((folder / "test_param[2].json").read_text())["placement"] == {
         "/device:CPU:0": {"AddV2": 2, "Fill": 2}}
 
-    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=3)
-    on_workers = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--tfplace-update-snapshots")
-    on_workers.stdout.fnmatch_lines(["tfplace: wrote 3 placement snapshot(s)", "*3 passed*"])  # pytest-xdist
-
     pytester.makepyfile(test_model=TEST_FILE.format(where="CPU:0"))
     moved = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "test_step")
     moved.assert_outcomes(failed=1, deselected=2)
@@ -63,6 +53,22 @@ def test_snapshot_missing_written_matching_and_moved(pytester):
         "*MatMul moved from /device:CPU:1 to /device:CPU:0: /device:CPU:0 0 -> 1, /device:CPU:1 1 -> 0",
         "*--tfplace-update-snapshots*",
     ])
+
+
+@pytest.mark.xdist
+def test_snapshot_missing_then_written_by_workers_then_matching(pytester):
+    pytester.makeini("[pytest]\ntfplace_logical_cpus = 2\n")
+    pytester.makepyfile(test_model=TEST_FILE.format(where="CPU:1"))
+    missing = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    missing.assert_outcomes(failed=3)
+    missing.stdout.fnmatch_lines(["*AssertionError: no placement snapshot at *__placement__/test_model/test_step.json:"
+                                  " run pytest with --tfplace-update-snapshots to write it*"])
+
+    on_workers = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--tfplace-update-snapshots")
+    on_workers.stdout.fnmatch_lines(["tfplace: wrote 3 placement snapshot(s)", "*3 passed*"])  # pytest-xdist
+    folder = pytester.path / "__placement__" / "test_model"
+    assert sorted(p.name for p in folder.iterdir()) == ["test_param[1].json", "test_param[2].json", "test_step.json"]
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=3)
 
 
 def test_each_test_item_has_its_own_snapshot_file(pytester):
@@ -271,9 +277,6 @@ def test_snapshots_no_test_wrote_or_read_are_listed_after_a_whole_run_and_remove
                                   "tfplace: removed 2 unused placement snapshot(s): __placement__/test_m/test_b.json, "
                                   "__placement__/test_m/test_renamed.json"])
     assert sorted(p.name for p in folder.iterdir()) == ["test_a.json", "test_skipped.json"]
-    again = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    again.assert_outcomes(passed=2, skipped=1)
-    assert "unused" not in again.stdout.str()
 
 
 INTERLEAVE_TEST = """

@@ -85,9 +85,9 @@ _REQUESTERS = (
 )
 
 # The capture session keeps the verdicts it reached (`_session.current()`): `origin_of_file`, file ->
-# its origin ("" when it says nothing, "user" for the user's code); `origin_of_code`, id of a code object
-# -> the same; `origin_shortcuts`, id of an innermost code -> (frames out to the deciding one, its code, the
-# code it called, the verdict). Outside a session nothing is kept.
+# its origin ("" when it says nothing, "user" for the user's code; a code object's file name is one string
+# per module, whose hash is kept); `origin_shortcuts`, id of an innermost code -> (frames out to the deciding
+# one, its code, the code it called, the verdict). Outside a session nothing is kept.
 
 
 def _file_origin(filename: str) -> str:
@@ -166,13 +166,12 @@ def deciding(frame: Optional[FrameType]) -> tuple[str, int, Optional[FrameType]]
     """What the code that made an op says, read from `frame` out as `live()` reads it, with how many frames
     out of `frame` the deciding one is, and that frame (`("", -1, None)` when none says anything)."""
     session = _session._current  # pylint: disable=protected-access
-    by_code = session.origin_of_code if session is not None else {}
+    by_file = session.origin_of_file if session is not None else {}
     depth = 0
     while frame is not None:
-        code = frame.f_code
-        found = by_code.get(id(code))
+        found = by_file.get(frame.f_code.co_filename)
         if found is None:
-            found = by_code[_session.pin(code)] = _file_origin(code.co_filename)
+            found = _file_origin(frame.f_code.co_filename)
         if found:
             return found, depth, frame
         frame, depth = frame.f_back, depth + 1

@@ -70,13 +70,11 @@ class Session:
         self.made_by: "weakref.WeakKeyDictionary[Any, dict[str, str]]" = weakref.WeakKeyDictionary()
         # ... and, while a capture wants every line, the user's line (None: read from the op's saved stack).
         self.lines_made: "weakref.WeakKeyDictionary[Any, dict[str, Optional[str]]]" = weakref.WeakKeyDictionary()
-        # Verdicts of code objects and files (`_origins`, `_sources`). Code objects are keyed by their `id`
-        # (hashing one hashes its bytecode and constants, per frame of every walk), each kept alive in
-        # `pinned` (`pin()`) while the session lives, so that no id is reused.
+        # Verdicts of files and code objects (`_origins`, `_sources`). Code objects are keyed by their `id`
+        # (hashing one hashes its bytecode and constants), each kept alive in `pinned` (`pin()`) while the
+        # session lives, so that no id is reused.
         self.origin_of_file: dict[str, Any] = {}
-        self.origin_of_code: dict[int, str] = {}
         self.origin_shortcuts: dict[int, tuple] = {}
-        self.line_of_code: dict[int, Any] = {}
         self.shown_files: dict[str, str] = {}
         self.user_depths: dict[int, Any] = {}
         self.pinned: list[Any] = []

@@ -35,14 +35,14 @@ _FRAMEWORKS = tuple(d for d in map(_package_dir, ("tensorflow", "keras", "tf_ker
 _STDLIB = os.path.join(os.path.dirname(os.__file__), "")
 _AUTOGRAPH = "__autograph_generated_file"  # the files autograph writes a converted function's code to
 # The capture session keeps what it learned of code objects and files (`_session.current()`):
-# `line_of_code`, id of a code object -> shown path ("" for internal code); `shown_files`, file name -> the
-# same; `user_depths`, id of the code of an innermost frame -> (frames from it to the user's, code of the
-# internal frame just inside the user's). Outside a session nothing is kept.
+# `shown_files`, file name -> how a line of it is shown ("" for internal code: a code object's file name is
+# one string per module, whose hash is kept); `user_depths`, id of the code of an innermost frame -> (frames
+# from it to the user's, code of the internal frame just inside the user's). Outside a session nothing is kept.
 
 
-def _caches() -> tuple[dict, dict, dict]:
+def _caches() -> tuple[dict, dict]:
     session = _session.current()
-    return (session.line_of_code, session.shown_files, session.user_depths) if session is not None else ({}, {}, {})
+    return (session.shown_files, session.user_depths) if session is not None else ({}, {})
 
 
 def shown_path(filename: str) -> str:
@@ -56,17 +56,18 @@ def shown_path(filename: str) -> str:
 
 def _shown_file(filename: str) -> str:
     """How `filename` is shown in a source line, "" for TensorFlow's, Keras's and tfplace's code (cached)."""
-    files = _caches()[1]
+    files = _caches()[0]
     shown = files.get(filename)
     if shown is None:
         shown = files[filename] = "" if filename.startswith(_INTERNAL) else shown_path(filename)
     return shown
 
 
-def _shown(code: CodeType, where: dict) -> str:
-    shown = where.get(id(code))
+def _shown(code: CodeType, files: dict) -> str:
+    """`_shown_file` of the file of `code`, read in `files` (the session's `shown_files`)."""
+    shown = files.get(code.co_filename)
     if shown is None:
-        shown = where[_session.pin(code)] = _shown_file(code.co_filename)
+        shown = _shown_file(code.co_filename)
     return shown
 
 
@@ -79,7 +80,7 @@ def user_line() -> str:
     (a program run by `runpy` from tfplace's own code has user-looking frames further out).
     """
     innermost = sys._getframe(1).f_code
-    where, _, depths = _caches()
+    files, depths = _caches()
     known = depths.get(id(innermost))
     if known is not None:
         depth, boundary = known
@@ -88,12 +89,12 @@ def user_line() -> str:
         except ValueError:
             frame = None
         if frame is not None:
-            shown = _shown(frame.f_code, where)
+            shown = _shown(frame.f_code, files)
             if shown and (depth == 0 or sys._getframe(depth).f_code is boundary):
                 return f"{shown}:{frame.f_lineno}"
     frame, depth, inner = sys._getframe(1), 0, None
     while frame is not None:
-        shown = _shown(frame.f_code, where)
+        shown = _shown(frame.f_code, files)
         if shown:
             depths[_session.pin(innermost)] = (depth, inner)
             return f"{shown}:{frame.f_lineno}"
@@ -105,10 +106,10 @@ def user_line() -> str:
 def user_frame(frame: Optional[FrameType]) -> tuple[int, Optional[FrameType], str]:
     """The innermost frame from `frame` out outside TensorFlow, Keras and tfplace: (how many frames out of
     `frame` it is, the frame, its `"file.py:LINE"`); `(-1, None, "")` when there is none."""
-    where = _caches()[0]
+    files = _caches()[0]
     depth = 0
     while frame is not None:
-        shown = _shown(frame.f_code, where)
+        shown = _shown(frame.f_code, files)
         if shown:
             return depth, frame, f"{shown}:{frame.f_lineno}"
         frame, depth = frame.f_back, depth + 1
@@ -137,9 +138,9 @@ def stack_user_line(frames: Sequence[Any]) -> str:
 def user_stacklevel() -> int:
     """The `stacklevel` for `warnings.warn`, called here, that points at the user's code."""
     frame, level = sys._getframe(1), 1
-    where = _caches()[0]
+    files = _caches()[0]
     while frame is not None:
-        if _shown(frame.f_code, where):
+        if _shown(frame.f_code, files):
             return level
         frame, level = frame.f_back, level + 1  # type: ignore[assignment]
     return 1
