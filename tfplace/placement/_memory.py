@@ -160,7 +160,7 @@ class Census:
         self._sources = _session.runtime().made  # the lines of tensors alive, for live_tensors()
         self._changes = array.array("q")  # each change: clock << _CLOCK | code (8 bytes)
         self._times = array.array("q")  # each change's epoch ns, in a timed block (its timeline reads them)
-        self._closed_at: Optional[int] = None  # changes that count, once closed
+        self._closed_at: Optional[int] = None  # changes that count, once closed (those appended later are not read)
         self._allocator: dict[str, Optional[tuple[int, int]]] = {}  # GPUs' allocator figures at the block's end
         self._final: Optional[Memory] = None  # the figures once closed, made when first read
         self._gpus = [d for d in _tensorflow.logical_device_names() if parse_device(d).device_type == "GPU"] \
@@ -173,14 +173,14 @@ class Census:
     def _on_free(self) -> Callable[["_Counted"], None]:
         """The callback of a counted object's reference: its change appended, its line dropped. It runs per
         tensor: what it reads is bound here."""
-        census, pop, lines_pop, append, clock = self, self._entries.pop, self._sources.pop, self._changes.append, self.clock
+        pop, lines_pop, append, clock = self._entries.pop, self._sources.pop, self._changes.append, self.clock
         stamp, now = self._times.append, time.time_ns
 
         def freed(ref: _Counted, lined: int = _LINED, shift: int = _CLOCK, free: int = _FREED) -> bool:
             code = ref.code
             if code & lined:
                 lines_pop(ref.key, None)
-            if pop(ref.key, None) is None or census._closed_at is not None:
+            if pop(ref.key, None) is None:
                 return False
             append(clock() << shift | code | free)
             return True
@@ -209,7 +209,7 @@ class Census:
                     if len(made) > 100_000:
                         made.clear()
                     made[key] = code
-                if code and census._closed_at is None:
+                if code:
                     ident = id(tensor)
                     ref = _Counted(tensor, freed)
                     if setdefault(ident, ref) is ref:  # (else the same object returned again: an identity)
