@@ -3,7 +3,8 @@
 * Per eager op, in place (one process, 4000 ops a round, 15 rounds in alternating order, medians): a
   `tf.identity` of a 2x2 tensor and an `x + z` (two inputs) outside any hook, under a do-nothing op
   callback (the floor: TensorFlow's own callback path), inside `capture_placement()`, with `sources=True`,
-  with `memory=True`, and inside `transfer_guard()`.
+  with `memory=True`, and inside `transfer_guard()`; beside them, the least a callback that records an op
+  reads (the op's device and the thread's scope, appended; then its input's memory device too).
 * Keras `fit` with a fresh model each time (2 epochs of 16 steps, best of 6 rounds in alternating order):
   plain, under a do-nothing op callback, inside a capture.
 * `tfplace trace` on a Keras `fit` under `MirroredStrategy` (2 logical CPUs, fresh model, 2 epochs): the
@@ -22,9 +23,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from common import print_table, row
 
@@ -53,15 +55,36 @@ def _nothing(*args: object, **kwargs: object) -> None:
 
 
 @contextlib.contextmanager
-def _floor() -> Iterator[None]:
-    """The block under a do-nothing op callback: TensorFlow's own callback path, what any hook pays."""
+def _floor(callback: Callable[..., None] = _nothing) -> Iterator[None]:
+    """The block under an op callback: by default one that does nothing, TensorFlow's own callback path,
+    what any hook pays."""
     from tensorflow.python.framework import op_callbacks
 
-    op_callbacks.add_op_callback(_nothing)
+    op_callbacks.add_op_callback(callback)
     try:
         yield
     finally:
-        op_callbacks.remove_op_callback(_nothing)
+        op_callbacks.remove_op_callback(callback)
+
+
+class _Least:
+    """The least a callback that records an eager op reads at the op (references beside the capture: what
+    1.10 leaves): the op's device and the thread's `tf.device` scope, appended as a tuple; with `copies`,
+    each input's memory device too (an implicit copy is seen at the op, while its input lives)."""
+
+    def __init__(self, copies: bool) -> None:
+        self.scope, self.log, self.copies = threading.local(), [], copies
+        self.scope.name = None
+
+    def __call__(self, op_type: object, inputs: Any, attrs: object, outputs: Any, op_name: object = None,
+                 graph: object = None) -> None:
+        if graph is None:
+            device = outputs[0].device
+            if self.copies:
+                for tensor in inputs:
+                    if tensor.backing_device != device:
+                        break
+            self.log.append((op_type, device, self.scope.name))
 
 
 def per_op() -> dict[str, float]:
@@ -90,8 +113,11 @@ def per_op() -> dict[str, float]:
                 return loop()
         return run
 
+    least, least_copies = _Least(copies=False), _Least(copies=True)
     cases = {
         "plain": identities, "floor": under(_floor, identities), "capture": under(tfplace.capture_placement, identities),
+        "least": under(lambda: _floor(least.__call__), identities),
+        "least copies": under(lambda: _floor(least_copies.__call__), identities),
         "sources": under(lambda: tfplace.capture_placement(sources=True), identities),
         "memory": under(lambda: tfplace.capture_placement(memory=True), identities),
         "transfer_guard": under(tfplace.transfer_guard, identities),
@@ -173,6 +199,9 @@ def run() -> list[dict[str, str]]:
                                       ("capture_placement(sources=True)", "sources", "<= 1.25"),
                                       ("capture_placement(memory=True)", "memory", "<= 1.35"),
                                       ("transfer_guard()", "transfer_guard", "<= 1.12"))]
+    rows += [row(f"reference: a callback that reads the op's device and scope{more} and appends a tuple",
+                 f"{op[case] / op['plain']:.3f}", "", versus(case))
+             for more, case in (("", "least"), (", and its input's memory device", "least copies"))]
     rows.insert(1, row("eager op with two inputs (x + z): capture_placement() vs outside",
                        f"{op['two capture'] / op['two plain']:.3f}", "<= 1.12",
                        versus("two capture", "two plain", "two floor")))
