@@ -56,6 +56,38 @@ def test_log_level_logs_each_copy_and_goes_on(python):
                                       "Identity input #0 lives on /device:CPU:1, but Identity runs on /device:CPU:0")
 
 
+def test_a_capture_inside_a_guard_records_every_op_and_the_guard_keeps_watching(python):
+    out = python(SETUP + """
+    from tensorflow.python.framework import op_callbacks
+    from tensorflow.python.eager import context
+    def held():
+        return len(context.context().op_callbacks)
+    events = []
+    with tfplace.transfer_guard():
+        events.append(("guard alone", held()))
+        with tfplace.capture_placement() as log:
+            events.append(("guard and capture", held()))
+            x * 2.0
+            with tf.device("CPU:1"):
+                tfplace.to_device(x, "CPU:1") + 1.0
+        events.append(("capture closed", held()))
+        for where in ("inside", "after"):
+            try:
+                with tf.device("CPU:1"):
+                    x + y  # a copy
+            except tfplace.ImplicitCopyError:
+                events.append(("copy stopped", where))
+            if where == "inside":
+                with tfplace.capture_placement() as inner:
+                    pass
+    events.append(("no guard", held()))
+    report({"events": events, "ops": [(r.op, r.device) for r in log.records if r.kind == "execute"]})
+    """)
+    assert out["events"] == [["guard alone", 1], ["guard and capture", 1], ["capture closed", 1],
+                             ["copy stopped", "inside"], ["copy stopped", "after"], ["no guard", 0]]
+    assert ["Mul", "/device:CPU:0"] in out["ops"] and ["AddV2", "/device:CPU:1"] in out["ops"]
+
+
 def test_nested_allow_and_restoring_the_outer_level(python):
     out = python(SETUP + """
     from tensorflow.python.eager import context

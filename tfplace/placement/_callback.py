@@ -56,7 +56,10 @@ class Hook:
         self.sink: Optional[Callable[[PlacementRecord], None]] = None  # the one listener's writer of a record alone
         self.seen: dict[Any, list[tuple]] = {}  # op type -> the lines that ran it before, and their records (`_learn`)
         self.copying: dict[Any, bool] = {}  # op type -> whether its inputs can be copied implicitly (`_copying`)
-        self.callback = self.__call__  # what TensorFlow's callback lists hold: a bound method is called faster
+        # What TensorFlow's callback lists hold (a bound method is called faster than an object): `__call__`, or
+        # while every listener hears only of copies, `_copies_only` (`update`, which swaps them in the lists).
+        self.full_callback, self.copies_callback = self.__call__, self._copies_only
+        self.callback: Callable = self.full_callback
 
     def update(self) -> None:
         self.calls = tuple((listener.on_op, listener.sources) for listener in self.listeners)
@@ -69,6 +72,32 @@ class Hook:
         self.sources = any(listener.sources for listener in self.listeners)
         self.sink = getattr(self.listeners[0], "sink", None) if len(self.listeners) == 1 else None
         self.seen = {}  # its records were made for the listeners before
+        callback = self.copies_callback if self.copies_only else self.full_callback
+        if callback is not self.callback:
+            with self.session.lock:
+                for callbacks in self.lists:
+                    for index, held in enumerate(callbacks):
+                        if held is self.callback:
+                            callbacks[index] = callback
+                self.callback = callback
+
+    def _copies_only(self, op_type: Any, inputs: Sequence[Any], attrs: Any, outputs: Any,
+                     op_name: Optional[str] = None, graph: Any = None) -> None:
+        """The callback while every listener hears only of copies (transfer guards alone): an eager op whose
+        inputs all are where it ran is done here; any other goes on in `__call__`."""
+        if graph is None and outputs and not self.session.waiting:
+            copying = self.copying.get(op_type)
+            if copying is None:
+                copying = self._copying(op_type)
+            if copying:
+                full = outputs[0].device
+                if _CUSTOM not in full:
+                    for tensor in inputs:
+                        if tensor.backing_device != full:
+                            break  # (an identity under a tf.device scope copies explicitly: told apart there)
+                    else:
+                        return None
+        return self(op_type, inputs, attrs, outputs, op_name, graph)
 
     def records(self, key: _events.EventKey, records: Sequence[PlacementRecord]) -> None:
         for listener in tuple(self.listeners):
@@ -102,7 +131,7 @@ class Hook:
             copying = self.copying.get(op_type)
             if copying is None:
                 copying = self._copying(op_type)
-            if copying and _CUSTOM not in full:
+            if copying and _CUSTOM not in full:  # (an op without outputs, or one `_copies_only` did not decide)
                 for tensor in inputs:
                     if tensor.backing_device != full:
                         break  # (an identity under a tf.device scope copies explicitly: told apart below)
