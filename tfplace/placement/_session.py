@@ -77,7 +77,7 @@ class Session:
         self.origin_shortcuts: dict[int, tuple] = {}
         self.shown_files: dict[str, str] = {}
         self.user_depths: dict[int, Any] = {}
-        self.pinned: list[Any] = []
+        self.pinned: dict[int, Any] = {}
 
 
 class Runtime:
@@ -110,9 +110,10 @@ def current() -> Optional[Session]:
 def pin(code: Any) -> int:
     """The id of a code object the session's caches key on, the object kept alive while the session is."""
     session = _current
+    key = id(code)
     if session is not None:
-        session.pinned.append(code)
-    return id(code)
+        session.pinned[key] = code  # (the same code pinned again takes no more room)
+    return key
 
 
 def runtime() -> Runtime:
