@@ -327,7 +327,9 @@ def test_traced_nodes_lines_read_as_each_op_is_made_equal_those_of_their_saved_s
 
         @tf.function(autograph=False)
         def plain(x):
-            return model(x) * 2.0
+            with tf.device("CPU:1"):
+                copied = tf.identity(x)  # the user's explicit copy
+            return model(copied) * 2.0
 
         traced, remember = [], _function_sources._remember
         _function_sources._remember = lambda name, graph: traced.append((name, graph)) or remember(name, graph)
@@ -339,24 +341,28 @@ def test_traced_nodes_lines_read_as_each_op_is_made_equal_those_of_their_saved_s
             converted(tf.ones(2))
             plain(tf.ones((1, 3)))
         _function_sources._remember, _function_sources.stack_user_line = remember, read_saved_stack
-        compared, differ, lines = 0, [], set()
+        compared, differ, lines, identities = 0, [], set(), {"user's": 0, "machinery's": 0}
         for name, graph in traced:
             notes = _function_sources.notes(name)
             for op in graph.get_operations():
-                if op.type in ("Identity", "IdentityN") or op.traceback is None:
-                    continue  # an identity's line says whether the user made it (its own test)
+                if op.traceback is None:
+                    continue
                 truth = stack_user_line(op.traceback.get_user_frames())
+                if op.type in ("Identity", "IdentityN"):  # its line says whether the user made it
+                    truth = truth if _function_sources._made_by_caller(op.traceback) else ""
+                    identities["user's" if truth else "machinery's"] += 1
                 compared += 1
                 lines.add(truth.rpartition(":")[2])
                 if notes[op.name].line != truth:
                     differ.append((name, op.name, notes[op.name].line, truth))
-        report([compared, differ[:5], len(saved_stacks_read), sorted(lines)])
+        report([compared, differ[:5], len(saved_stacks_read), sorted(lines), identities])
     """))
     out = python(f"import runpy; runpy.run_path({str(script)!r}, init_globals={{'report': report}})")
-    compared, differ, saved_stacks_read, lines = out
+    compared, differ, saved_stacks_read, lines, identities = out
     assert compared > 200 and differ == []
+    assert identities["user's"] >= 1 and identities["machinery's"] >= 10
     assert saved_stacks_read < compared / 5  # most lines were read as their ops were made
     text = script.read_text().splitlines()
     expected = {str(next(n for n, line in enumerate(text, 1) if marker in line))
-                for marker in ("x = x + tf.cast", "return model(x)", "model.fit(")}
+                for marker in ("x = x + tf.cast", "return model(copied)", "model.fit(", "copied = tf.identity(x)")}
     assert expected <= set(lines)  # in the converted loop, the model's call, the fit

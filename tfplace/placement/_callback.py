@@ -24,8 +24,9 @@ from tfplace import _tensorflow
 from tfplace._devices import canonical_name
 from tfplace._tensorflow import dtype_enum
 from tfplace.placement import _calls, _datasets, _dtensor, _eager, _events, _graphs, _origins, _pipelines, _placed, _session
+from tfplace.placement._function_sources import identity_line
 from tfplace.placement._records import CUSTOM_DEVICE, CopyRecord, Origin, PlacementRecord
-from tfplace.placement._sources import live_line, user_frame, user_line
+from tfplace.placement._sources import user_frame, user_line
 
 __all__ = ["Hook", "thread_hooks"]
 
@@ -122,7 +123,7 @@ class Hook:
                     lines = session.lines_made.get(graph)
                     if lines is None:
                         lines = session.lines_made.setdefault(graph, {})
-                    lines[name] = live_line(_getframe(1))
+                    lines[name] = identity_line(op_type, _getframe(1))
             return None
         if not self.calls:
             return None

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Iterator, Mapping, NamedTuple, Sequence
+from types import FrameType
+from typing import Any, Iterator, Mapping, NamedTuple, Optional, Sequence
 
 from tfplace import _tensorflow
 from tfplace.placement import _origins, _session
 from tfplace.placement._lowering import PlacerNode
 from tfplace.placement._records import Origin
-from tfplace.placement._sources import stack_user_line
+from tfplace.placement._sources import live_line, stack_user_line, user_frame
 
 __all__ = ["Note", "watching", "watched", "lines", "notes", "notes_of_graph", "functions_with_nodes", "node_notes"]
 
@@ -81,6 +82,20 @@ def _made_by_caller(stack: Any) -> bool:
     return False
 
 
+def identity_line(op_type: str, frame: Optional[FrameType]) -> Optional[str]:
+    """The user's line of a traced op, read from the live stack as it is made (`frame`: the frame that made
+    it; `live_line`): for an `Identity` that TensorFlow's or Keras' code made rather than the user's (the
+    first frame outside TensorFlow's op-making modules is not the user's), "" (no explicit copy of the
+    user's); None where only the op's saved stack can tell (autograph's generated code)."""
+    line = live_line(frame)
+    if line and op_type in _IDENTITIES:
+        while frame is not None and any(part in frame.f_code.co_filename for part in _OP_MAKERS):
+            frame = frame.f_back
+        if frame is None or user_frame(frame)[0] != 0:
+            return ""
+    return line
+
+
 def _notes(operations: Any, lines: Mapping[str, str], said: Mapping[str, str]) -> dict[str, Note]:
     """Each op's line, origin and who asked for its device (`tfplace.placement._origins`); a gradient
     op (`gradient_tape/dense/MatMul/MatMul_1`) takes the origin of the op it differentiates. `said`: what
@@ -123,12 +138,12 @@ def _remember(name: str, graph: Any) -> None:
     for op in operations:
         if not every and (op.type not in _IDENTITIES or said.get(op.name) in _NOT_USERS):
             continue  # (an identity the machinery made, as the live stack said: no explicit copy of the user's)
-        stack = op.traceback  # None for an op made without a Python stack
-        line = lines.get(op.name)
-        if line is None:  # TensorFlow's frames left out
+        line = lines.get(op.name)  # as the op callback read it from the live stack (`identity_line`)
+        if line is None:  # else from its saved stack, TensorFlow's frames left out
+            stack = op.traceback  # None for an op made without a Python stack
             line = stack_user_line(stack.get_user_frames()) if stack is not None else ""
-        if line and op.type in _IDENTITIES and (stack is None or not _made_by_caller(stack)):
-            line = ""  # a copy TensorFlow's or Keras' own code made: not the user's explicit copy
+            if line and op.type in _IDENTITIES and (stack is None or not _made_by_caller(stack)):
+                line = ""  # a copy TensorFlow's or Keras' own code made: not the user's explicit copy
         if line:
             found[op.name] = line
     notes = _notes(operations, found, said)

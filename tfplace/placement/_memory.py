@@ -134,8 +134,9 @@ class _Counted(weakref.ref):
     __slots__ = ("key", "code")
 
 
-# A change is one int: the log's length at the change (`_CLOCK` bits up) and the code of its entry: the entry's
-# index in `Census._table` plus one (`_INDEX` bits up; 0: not counted), whether it has a line (`_LINED`), whether it is a free (`_FREED`).
+# A change is one int: the log's length at the change (`_CLOCK` bits up) and the code of its entry: the
+# entry's index in `Census._table` plus one (`_INDEX` bits up; 0: not counted), whether it has a line
+# (`_LINED`), whether the change is a free (`_FREED`).
 _CLOCK, _INDEX, _LINED, _FREED = 32, 2, 2, 1
 _INDEXES = 1 << (_CLOCK - _INDEX)  # entries a census can name
 
