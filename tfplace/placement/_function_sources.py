@@ -36,7 +36,8 @@ from tfplace.placement._lowering import PlacerNode
 from tfplace.placement._records import Origin
 from tfplace.placement._sources import live_line, stack_user_line, user_frame
 
-__all__ = ["Note", "watching", "watched", "lines", "notes", "notes_of_graph", "functions_with_nodes", "node_notes"]
+__all__ = ["Note", "watching", "watched", "lines", "notes", "notes_of_graph", "functions_with_nodes", "node_notes",
+           "identity_line"]
 
 _LIMIT = 4096  # functions remembered (oldest forgotten first)
 _IDENTITIES = frozenset({"Identity", "IdentityN"})
