@@ -275,3 +275,70 @@ def test_reading_a_log_changes_nothing(python):
     assert out["after"] == out["sizes"][0]
     assert out["json"] == ["complete", "copies", "cost", "format", "incomplete_reason", "incomplete_reasons", "memory",
                            "records", "runs", "transfers", "uncertain"]
+
+
+def test_function_records_made_when_the_log_is_read_are_those_made_at_once_and_in_the_same_places(tmp_path):
+    """A capture makes a placed function's records when its log is first read; a memory capture, which counts
+    records as they come, makes them at once: the same program gives both the same records, node runs and
+    copies, each copy still with its record (the timeline's arrows), whether read inside the block or after."""
+    out = run_file(tmp_path, TWO_CPUS + """
+        import json, os, re, tempfile
+        from tfplace.placement import _lowering
+
+        lowered = []
+        placer_nodes = _lowering.placer_nodes
+        _lowering.placer_nodes = lambda *args, **kwargs: lowered.append(1) or placer_nodes(*args, **kwargs)
+
+        def program(memory):
+            with tf.device("/cpu:1"):
+                far = tf.ones((2, 2))
+            f = tf.function(lambda v: tf.nn.relu(tf.matmul(v, v)) + 1.0)
+            g = tf.function(lambda v: tf.reduce_sum(v * 2.0))
+            with tfplace.capture_placement(sources=True, memory=memory) as log:
+                f(tf.ones((2, 2)))
+                near = tf.ones((2, 2)) + far  # an implicit copy, after the function's records
+                before = len(lowered)
+                inside = len(log)  # read inside the block: what waited is made, and later events go after it
+                g(near)
+                f(near)
+            path = os.path.join(tempfile.mkdtemp(), "timeline.json")
+            log.to_perfetto(path)
+            with open(path) as file:
+                flows = [(e["ph"], e["ts"], re.sub(r"_[0-9]+", "", e["name"]), e.get("args", {}).get("op"))
+                         for e in json.load(file)["traceEvents"] if e.get("ph") in ("s", "f", "X")]
+            unnumbered = lambda name: re.sub(r"_[0-9]+$", "", name)  # each run traces its functions anew
+            return {"lowered_before_read": before, "inside": inside,
+                    "records": [[unnumbered(r.op), r.name, r.device, r.kind, r.source, r.origin] for r in log.records],
+                    "copies": [[c.op, c.from_device, c.to_device, c.source] for c in log.copies],
+                    "runs": sorted([list(key), count] for key, count in log.runs.items()), "flows": flows}
+
+        report({"later": program(memory=False), "at_once": program(memory=True)})
+    """)
+    later, at_once = out["later"], out["at_once"]
+    assert later["lowered_before_read"] == 0 and at_once["lowered_before_read"] > 0
+    assert later["inside"] == at_once["inside"] > 3
+    for field in ("records", "copies", "runs", "flows"):
+        assert later[field] == at_once[field], field
+    assert ["AddV2", "/device:CPU:1", "/device:CPU:0"] == later["copies"][0][:3]
+    assert any(flow[0] == "s" for flow in later["flows"])  # the copy's arrow
+    assert any(r[0] == "MatMul" and r[3] == "place" for r in later["records"])
+
+
+def test_functions_whose_records_wait_are_few_the_oldest_made_first(python):
+    """The graphs of functions whose records wait for the log's reading are held for a bounded number of
+    functions: beyond it, the oldest are made (their records then as if read at once)."""
+    out = python("""
+        import tensorflow as tf, tfplace
+        from tfplace.placement import _graphs
+        x = tf.ones(2)
+        with tfplace.capture_placement() as log:
+            for i in range(_graphs._UNMADE_LIMIT + 6):
+                tf.function(lambda v, i=i: v * (i + 2.0))(x)
+            waiting = [ref() for ref in _graphs._unmade]
+        report({"waiting": len(waiting), "unmade": sum(not later.made for later in waiting if later is not None),
+                "limit": _graphs._UNMADE_LIMIT,
+                "functions": len({r.op for r in log.records if r.kind == "execute" and r.op.startswith("__inference")}),
+                "muls": len([r for r in log.records if r.op == "Mul" and r.kind == "place"])})
+    """)
+    assert out["waiting"] == out["unmade"] == out["limit"]
+    assert out["functions"] == out["muls"] == out["limit"] + 6

@@ -49,6 +49,7 @@ class Hook:
         self.calls: tuple[tuple[Callable, bool], ...] = ()  # each listener's on_op, and whether it keeps sources
         self.plain_calls: tuple[Callable, ...] = ()
         self.copies_only = False  # every listener hears only of eager ops that copy (and of function calls)
+        self.later = False  # every listener takes a function's records when its log is read (`_graphs.Later`)
         self.outputs: tuple[tuple[Callable, bool], ...] = ()  # the listeners that count the tensors ops return
         self.counter: Optional[tuple[Callable, bool]] = None  # the one listener that counts them, where only one does
         self.sources = False
@@ -67,6 +68,7 @@ class Hook:
         self.plain_calls = tuple(listener.on_op for listener in self.listeners)  # for a record without source
         self.copies_only = bool(self.listeners) and all(getattr(listener, "copies_only", False)
                                                         for listener in self.listeners)
+        self.later = bool(self.listeners) and all(getattr(listener, "later", False) for listener in self.listeners)
         self.outputs = tuple((listener.on_outputs, listener.sources) for listener in self.listeners
                              if getattr(listener, "memory", False))
         self.counter = self.outputs[0] if len(self.outputs) == 1 else None
@@ -322,7 +324,8 @@ class Hook:
                 placed = True
                 ran = _graphs.Placed(1, later[1])
             else:
-                found = _graphs.collect(op, _graphs.in_flight_elsewhere(session), (op, full, _calls.argument_devices(inputs)))
+                found = _graphs.collect(op, _graphs.in_flight_elsewhere(session), (op, full, _calls.argument_devices(inputs)),
+                                        later=self.later)
                 placed = found.functions > 0 or bool(found.unseen)
                 unseen = found.unseen
                 ran = _calls.after(op, full, inputs, found)
@@ -353,7 +356,10 @@ class Hook:
         for call, sources in self.outputs:
             call(record if sources else plain, outputs)
         if kind == _eager.FUNCTION:
-            if found.instantiated:
+            if isinstance(found, _graphs.Later) and not found.made:  # its records, made when its listeners' logs are read
+                if found.functions:
+                    self.records(_events.EventKey(_events.Event.PLACED, op), found)
+            elif found.instantiated:
                 self.records(_events.EventKey(_events.Event.PLACED, op), found.instantiated)
             for listener in tuple(self.listeners):
                 listener.on_function(record, placed, ran)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence, Union
 
 from tfplace import _tensorflow
 from tfplace._devices import local_task
@@ -46,14 +46,18 @@ class _Recorder:
         self.sources = sources
         self.all_threads = all_threads
         self.memory = census is not None
+        self.later = census is None  # a function's records are made when the log is read (a census counts records as they come)
         self.census = census
         if census is not None:  # the tensors each op returns, with the record's line (none without sources)
             self.on_outputs = census.add_outputs
         self.placed_here: set[str] = set()
         self.keys: set[tuple] = set()
 
-    def on_function(self, record: PlacementRecord, placed: bool, call: _graphs.Placed) -> None:
-        if call.runs:
+    def on_function(self, record: PlacementRecord, placed: bool, call: Union[_graphs.Placed, _graphs.Later]) -> None:
+        if isinstance(call, _graphs.Later) and not call.made:
+            if call.functions:
+                self.log.add_later(runs=call)
+        elif call.runs:
             self.log.add_runs(call.runs)
         if placed:
             self.placed_here.add(record.op)
@@ -84,7 +88,11 @@ class _Recorder:
             if key in self.keys:
                 return
             self.keys.add(key)
-        self.log.add(records if self.sources else _placed.without_sources(records))
+        if isinstance(records, _graphs.Later):
+            self.log.add_later(records=(lambda: records.instantiated) if self.sources else
+                               (lambda: _placed.without_sources(records.instantiated)))
+        else:
+            self.log.add(records if self.sources else _placed.without_sources(records))
 
 
 @contextlib.contextmanager

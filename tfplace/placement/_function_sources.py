@@ -219,13 +219,15 @@ def functions_with_nodes(node_names: Sequence[str]) -> list[str]:
     return list(_session.runtime().by_nodes.get(tuple(sorted(node_names)), ()))
 
 
-def node_notes(nodes: Sequence[PlacerNode], top: Mapping[str, Note]) -> list[Note]:
+def node_notes(nodes: Sequence[PlacerNode], top: Mapping[str, Note],
+               known: Optional[Mapping[str, Mapping[str, Note]]] = None) -> list[Note]:
     """The note of each placer node: through its origin (`top` holds the notes of the graph's own
-    nodes); a node the lowering passes added takes the note of the node whose name prefixes its own
+    nodes; `known`, those of the functions it inlines, by function: every watched function's by default);
+    a node the lowering passes added takes the note of the node whose name prefixes its own
     (`cond/switch_pred/_2` that of `cond`, `Func/call/input/_0` that of `call`)."""
     by_name: dict[str, Note] = {}
     found = []
-    known = _session.runtime().lines
+    known = _session.runtime().lines if known is None else known
     for node in nodes:
         function, colon, name = node.origin.rpartition(":")
         note = (known.get(function, {}).get(name, _NONE) if colon else top.get(node.origin, _NONE)) \

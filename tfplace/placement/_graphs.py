@@ -12,6 +12,9 @@ records for every function TensorFlow runs while a capture is open.
 * The `tf.data` functions a placed function's dataset ops instantiate come from
   the function library (`tfplace.placement._pipelines`).
 
+A capture alone (no guard, no memory census) has a function's own records made when its log is
+read (`Later`): lowering is most of what collecting costs, and many logs are never read.
+
 Collection runs only while a capture is open; reading it empties it, so
 TensorBoard's `tf.summary.trace_on(graph=True)` misses the functions a capture
 takes (with a warning) and collection stays on for it after the capture.
@@ -32,10 +35,12 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import threading
 import warnings
+import weakref
 from collections import Counter
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Mapping, NamedTuple, Optional, Sequence, Union
 
 from tensorflow.core.framework import graph_pb2
 
@@ -46,7 +51,7 @@ from tfplace.placement._log import PlacementLog
 from tfplace.placement._records import ARGUMENT_OPS, CopyRecord, Kind, Origin, PlacementRecord
 from tfplace.placement._sources import user_stacklevel
 
-__all__ = ["attach", "detach", "collect", "collect_dtensor", "Placed", "start"]
+__all__ = ["attach", "detach", "collect", "collect_dtensor", "Placed", "Later", "start"]
 
 # Graph collection's state is the capture session's (`tfplace.placement._session`): the open
 # captures' logs and the guards (which read what `collect()` returns), in every thread, with whether
@@ -56,6 +61,8 @@ __all__ = ["attach", "detach", "collect", "collect_dtensor", "Placed", "start"]
 # TensorFlow's collection merged with another thread's (`merged`); whether collection is on
 # (`collecting`), or waits for the runtime to start (`waiting`: the op callback starts it).
 _PENDING_LIMIT = 64
+_UNMADE_LIMIT = 64  # `Later`s whose graphs wait to be read, at most (the oldest are made first)
+_unmade: collections.deque = collections.deque()
 _MERGED = ("TensorFlow placed functions of several threads at the same time, and its graph collection merged their "
            "graphs into one, with nodes of several functions under the same names: the nodes of {} cannot be told "
            "apart, so this log lacks them. Call each tf.function once before starting the threads (or one thread at "
@@ -151,35 +158,53 @@ def _is_eager_op_wrapper(graph: graph_pb2.GraphDef) -> bool:
     return all(any(_kernels.is_wrapper_plumbing(n.name, op) for op in ops) for n in graph.node if n.op in ARGUMENT_OPS)
 
 
-def _function_records(function_graphs: Any, called: str = "") -> tuple[
-        list[PlacementRecord], list[PlacementRecord], list[CopyRecord], Counter, list[CopyRecord]]:
-    """The "place"/"removed" records of one placed function, those of the tf.data functions it
-    instantiates, its implicit transfers (`tfplace.placement._transfers`), how many of its nodes run per call,
-    by (device, op) (removed nodes, arguments and results left out), and the tf.data functions' transfers."""
-    graph = function_graphs.pre_optimization_graph
-    placed = list(function_graphs.post_optimization_graph.node) or [
+def _placed_nodes(function_graphs: Any) -> list[Any]:
+    """The nodes of one placed function as they ran (after placement and Grappler)."""
+    return list(function_graphs.post_optimization_graph.node) or [
         n for g in function_graphs.partition_graphs for n in g.node]
+
+
+def _notes_now(graph: graph_pb2.GraphDef, called: str) -> Optional[tuple[Mapping, Mapping]]:
+    """The notes one placed function's records take (`_function_sources`): its own nodes' and those of the
+    functions it inlines, read as it is placed (notes are forgotten, oldest first); None while none was watched."""
+    if not _function_sources.watched():
+        return None
+    top = _function_sources.notes_of_graph([n.name for n in graph.node if n.op not in ARGUMENT_OPS], called)
+    return top, {f.signature.name: _function_sources.notes(f.signature.name) for f in graph.library.function}
+
+
+def _function_records(function_graphs: Any, notes: Optional[tuple[Mapping, Mapping]]) -> tuple[
+        list[PlacementRecord], list[CopyRecord], Counter]:
+    """The "place"/"removed" records of one placed function (with `notes`, from `_notes_now`), its implicit
+    transfers (`tfplace.placement._transfers`) and how many of its nodes run per call, by (device, op)
+    (removed nodes, arguments and results left out)."""
+    graph = function_graphs.pre_optimization_graph
     nodes = _lowering.placer_nodes(graph)
-    records = _placed.placed_records(nodes, [n for n in placed if n.device])
-    devices = len(function_graphs.partition_graphs)
-    if _function_sources.watched():
-        top = _function_sources.notes_of_graph([n.name for n in graph.node if n.op not in ARGUMENT_OPS], called)
-        notes = _function_sources.node_notes(nodes, top)  # one per record, empty where unknown
-        records = [_placed.noted(record, note) for record, note in zip(records, notes)]
+    records = _placed.placed_records(nodes, [n for n in _placed_nodes(function_graphs) if n.device])
+    if notes is not None:
+        found = _function_sources.node_notes(nodes, *notes)  # one per record, empty where unknown
+        records = [_placed.noted(record, note) for record, note in zip(records, found)]
     else:
         records = [_placed.noted(record, _function_sources.Note()) for record in records]
     transfers = _transfers.function_transfers(  # only a function on two devices or more has any
         function_graphs.partition_graphs, {n.name: n for n in nodes}, {r.name: r.source for r in records if r.source},
         graph=function_graphs.post_optimization_graph, devices={r.name: r.device for r in records}) \
-        if devices > 1 else []
+        if len(function_graphs.partition_graphs) > 1 else []
     runs = Counter((r.device, r.op, _groups.category(r)) for r in records if r.kind == Kind.PLACE and r.op not in ARGUMENT_OPS)
+    return records, transfers, runs
+
+
+def _function_datasets(function_graphs: Any) -> tuple[list[PlacementRecord], list[CopyRecord]]:
+    """The records and transfers of the tf.data functions one placed function instantiates (read as it is
+    placed: they may name functions of TensorFlow's library, which outlive no call)."""
+    graph = function_graphs.pre_optimization_graph
     datasets: list[PlacementRecord] = []
     moved: list[CopyRecord] = []
-    for pipeline, device in _pipelines.graph_datasets(graph, placed):
+    for pipeline, device in _pipelines.graph_datasets(graph, _placed_nodes(function_graphs)):
         found, copies = _pipelines.dataset_placement(pipeline, device, graph.library)
         datasets += found
         moved += copies
-    return records, datasets, transfers, runs, moved
+    return datasets, moved
 
 
 class Placed(NamedTuple):
@@ -210,6 +235,53 @@ class Placed(NamedTuple):
     dataset_transfers: tuple[CopyRecord, ...] = ()
 
 
+class Later:
+    """What `collect(later=True)` found, with `Placed`'s fields: the functions' own nodes' records, transfers
+    and runs made when first read (lowering a function is most of what collecting costs, and a capture's
+    log is often never read); what cannot wait (the functions' notes and their tf.data functions, which
+    TensorFlow's library may forget) is read at once. `moves`: whether a call can move anything (a
+    function on two devices or more, or its tf.data functions' transfers): `transfers` is read without
+    making anything where none can. Making it twice (two threads) makes the same records."""
+
+    def __init__(self, parts: list[tuple[Any, Any, list[PlacementRecord]]], names: Sequence[str],
+                 instantiated: Sequence[PlacementRecord], unseen: str, dataset_transfers: tuple[CopyRecord, ...]) -> None:
+        self.functions = len(parts)
+        self.unseen = unseen
+        self.dataset_transfers = dataset_transfers
+        self.moves = bool(dataset_transfers) or any(len(graphs.partition_graphs) > 1 for graphs, _, _ in parts)
+        self._made: Optional[Placed] = None
+        self._parts: Optional[tuple] = (parts, tuple(names), tuple(instantiated))
+
+    def placed(self) -> Placed:
+        """Every field, made now if not yet."""
+        made = self._made
+        if made is None:
+            parts, names, instantiated = self._parts or ((), (), ())
+            made = self._made = _assembled(parts, names, instantiated, self.unseen, self.dataset_transfers)
+            self._parts = None
+        return made
+
+    @property
+    def made(self) -> bool:
+        return self._made is not None
+
+    @property
+    def records(self) -> tuple[PlacementRecord, ...]:
+        return self.placed().records
+
+    @property
+    def transfers(self) -> tuple[CopyRecord, ...]:
+        return self.placed().transfers if self.moves or self._made is not None else ()
+
+    @property
+    def runs(self) -> tuple[tuple[tuple[str, str, str], int], ...]:
+        return self.placed().runs
+
+    @property
+    def instantiated(self) -> tuple[PlacementRecord, ...]:
+        return self.placed().instantiated
+
+
 def _ours(session: _session.Session, called: str, elsewhere: frozenset) -> list[Any]:
     """The graphs TensorFlow placed since the last collection that belong to the call of `called`: a graph
     whose nodes are those of a function another thread is calling now (`elsewhere`), and not `called`'s,
@@ -234,7 +306,8 @@ def _ours(session: _session.Session, called: str, elsewhere: frozenset) -> list[
     return mine
 
 
-def collect(called: str = "", elsewhere: frozenset = frozenset(), call: Optional[tuple] = None) -> Placed:
+def collect(called: str = "", elsewhere: frozenset = frozenset(), call: Optional[tuple] = None,
+            later: bool = False) -> Union[Placed, Later]:
     """The functions TensorFlow placed for the call of `called` since the last collection; `elsewhere`:
     the functions other threads are calling now, whose graphs wait for those threads' collections.
     The caller hands the records to its captures (`Placed.instantiated`).
@@ -243,7 +316,9 @@ def collect(called: str = "", elsewhere: frozenset = frozenset(), call: Optional
     kernel already collected in this session places nothing (TensorFlow places a function when it makes
     its kernel), so while no graph waits for a thread its collection is skipped: reading the collection
     first waits for every op in flight (in a cluster, the step's own collectives), which would end the
-    overlap of one step's Python with the last step's work."""
+    overlap of one step's Python with the last step's work.
+
+    `later`: the functions' own records are made when first read (`Later`)."""
     session = _session.current()
     if session is None:
         return Placed()
@@ -265,27 +340,46 @@ def collect(called: str = "", elsewhere: frozenset = frozenset(), call: Optional
                 "outside the capture.", RuntimeWarning, stacklevel=user_stacklevel())
         unseen = _MERGED.format(called) if called in session.merged else ""
         session.merged.discard(called)
-        return _placed_by(functions, called)._replace(unseen=unseen)
+        return _placed_by(functions, called, unseen=unseen, later=later)
 
 
 def _placed_by(functions: list[Any], called: str, names: Sequence[str] = (),
-               instantiated: Sequence[PlacementRecord] = ()) -> Placed:
+               instantiated: Sequence[PlacementRecord] = (), unseen: str = "", later: bool = False) -> Union[Placed, Later]:
     """What the placed `functions` hold, for the call of `called`; `names`: the function each one is, for
-    its transfers (the call's own name where none is given); `instantiated`: records made before theirs."""
+    its transfers (the call's own name where none is given); `instantiated`: records made before theirs;
+    `later`: their own records made when first read (`Later`)."""
+    parts = []
+    dataset_transfers: list[CopyRecord] = []
+    for function_graphs in functions:
+        datasets, moved = _function_datasets(function_graphs)
+        parts.append((function_graphs, _notes_now(function_graphs.pre_optimization_graph, called), datasets))
+        dataset_transfers += moved
+    found = Later(parts, names, instantiated, unseen, tuple(dataset_transfers))
+    if not later:
+        return found.placed()
+    _unmade.append(weakref.ref(found))
+    while len(_unmade) > _UNMADE_LIMIT:  # bounded: the graphs of a few functions wait, the oldest are made
+        oldest = _unmade.popleft()()
+        if oldest is not None:
+            oldest.placed()
+    return found
+
+
+def _assembled(parts: Sequence[tuple[Any, Any, list[PlacementRecord]]], names: Sequence[str],
+               instantiated: Sequence[PlacementRecord], unseen: str, dataset_transfers: tuple[CopyRecord, ...]) -> Placed:
+    """`Placed` from each function's graphs, notes and tf.data functions' records (`_placed_by`)."""
     every: list[PlacementRecord] = []
     made: list[PlacementRecord] = list(instantiated)
     transfers: list[CopyRecord] = []
     runs: Counter = Counter()
-    inputs: list[CopyRecord] = []
-    for index, function_graphs in enumerate(functions):
-        own, datasets, moved, ran, in_datasets = _function_records(function_graphs, called)
+    for index, (function_graphs, notes, datasets) in enumerate(parts):
+        own, moved, ran = _function_records(function_graphs, notes)
         every += own
         made += own + datasets
         transfers += [copy._replace(function=names[index]) for copy in moved] if names else moved
         runs.update(ran)
-        inputs += in_datasets
-    return Placed(len(functions), tuple(every), tuple(transfers), tuple(runs.items()), tuple(made),
-                  dataset_transfers=tuple(inputs))
+    return Placed(len(parts), tuple(every), tuple(transfers), tuple(runs.items()), tuple(made), unseen,
+                  dataset_transfers)
 
 
 def collect_dtensor(op: str, origin: str) -> _dtensor.Ran:

@@ -34,9 +34,10 @@ class PlacementLog:
     """The placement events of a block.
 
     A capture (`tfplace.capture_placement`) writes a log through `add()`,
-    `add_event()` and `mark_incomplete()`, its only writers; everything else only reads. While
-    the capture is open the log grows (a test can assert inside the block);
-    reading it never changes it.
+    `add_event()`, `add_later()` and `mark_incomplete()`, its only writers; everything else only
+    reads. While the capture is open the log grows (a test can assert inside the block);
+    reading it never changes what it says (the records `add_later()` left to be made are made
+    then, in their places).
 
     Attributes:
       records: `PlacementRecord`s in order (see `tfplace.placement._records`).
@@ -55,6 +56,10 @@ class PlacementLog:
         self._uncertain_reasons: set[str] = set()  # the reasons that only those functions make
         self._lock = threading.Lock()
         self._runs: Counter = Counter()  # (device, op, category) -> executions of function nodes
+        # Made when the log is read (`add_later`): (index in `_records`, the records' maker), and function calls
+        # whose node runs count then (`tfplace.placement._graphs.Later`).
+        self._later: list[tuple[int, Callable[[], Sequence[PlacementRecord]]]] = []
+        self._later_runs: list[Any] = []
         self._timing: Any = None  # the profile of the block (`timing=True`)
         self._timing_missing = ""
         self._census: Any = None  # the tensors the block made (`memory=True`)
@@ -62,17 +67,62 @@ class PlacementLog:
 
     def add(self, records: Sequence[PlacementRecord] = (), copies: Sequence[CopyRecord] = ()) -> None:
         """Appends events (the capture's writer; each extend is atomic, so threads may add at once)."""
-        self._records.extend(records)
-        if copies:
-            self._copy_slots.extend([len(self._records) - 1] * len(copies))
-            self._copies.extend(copies)
+        if copies:  # (under the lock, as the records' places move when waiting records are made: `_settle`)
+            with self._lock:
+                self._records.extend(records)
+                self._copy_slots.extend([len(self._records) - 1] * len(copies))
+                self._copies.extend(copies)
+        else:
+            self._records.extend(records)
 
     def add_event(self, record: PlacementRecord, copies: Sequence[CopyRecord] = ()) -> None:
         """Appends one event and its copies (`add()` for one eager op, the capture's hot path)."""
-        self._records.append(record)
         if copies:
-            self._copy_slots.extend([len(self._records) - 1] * len(copies))
-            self._copies.extend(copies)
+            with self._lock:
+                self._records.append(record)
+                self._copy_slots.extend([len(self._records) - 1] * len(copies))
+                self._copies.extend(copies)
+        else:
+            self._records.append(record)
+
+    def add_later(self, records: Optional[Callable[[], Sequence[PlacementRecord]]] = None, runs: Any = None) -> None:
+        """Appends records made when the log is first read (`records()` makes them, in their place among the
+        events), or counts the node runs of a function call then (`runs`: a `tfplace.placement._graphs.Later`)."""
+        if records is not None:
+            self._later.append((len(self._records), records))
+        if runs is not None:
+            self._later_runs.append(runs)
+
+    def _settle(self) -> None:
+        """Makes what waited (`add_later`): each record in its place, each copy still with its record."""
+        if not (self._later or self._later_runs):
+            return
+        with self._lock:
+            taken = len(self._later)  # (writers append while this runs: what they add stays after)
+            later = self._later[:taken]
+            del self._later[:taken]
+            taken = len(self._later_runs)
+            calls = self._later_runs[:taken]
+            del self._later_runs[:taken]
+            for call in calls:
+                for key, count in call.runs:
+                    self._runs[key] += count
+            if not later:
+                return
+            records, end = self._records, len(self._records)
+            merged: list[PlacementRecord] = []
+            start = 0
+            inserted = []
+            for position, make in sorted(later, key=lambda entry: entry[0]):
+                made = make()
+                merged += records[start:position]
+                merged += made
+                inserted.append((position, len(made)))
+                start = position
+            merged += records[start:end]
+            records[:end] = merged
+            self._copy_slots[:] = [slot + sum(n for position, n in inserted if position <= slot)
+                                   for slot in self._copy_slots]
 
     def writer(self) -> Callable[[PlacementRecord], None]:
         """The capture's writer of one record that came without copies, for its hottest path (the list's own append)."""
@@ -143,6 +193,7 @@ class PlacementLog:
         """A log with other records and copies (renamed sources, say) and this one's executions,
         timing, memory and completeness (without warning again); `rename` renames the sources of
         its memory figures as the records' were."""
+        self._settle()
         log = PlacementLog(records, copies)
         log._runs, log._timing, log._timing_missing = Counter(self._runs), self._timing, self._timing_missing
         log._census, log._rename = self._census, rename or self._rename
@@ -189,12 +240,14 @@ class PlacementLog:
     @property
     def records(self) -> list[PlacementRecord]:
         """The placement records so far, in order (a copy)."""
+        self._settle()
         return list(self._records)
 
     @property
     def runs(self) -> dict[tuple[str, str, str], int]:
         """Executions of function nodes so far: (device, op, category) -> count, each call's nodes once
         (a loop body's once per call); the category of `tfplace.placement._groups`."""
+        self._settle()
         return dict(self._runs)
 
     @property
@@ -232,6 +285,7 @@ class PlacementLog:
         from tfplace.placement import _cost
 
         missing = self._timing_missing
+        self._settle()
         return _cost.cost(self._records, self._copies, self._runs, self._timing, missing)
 
     def to_json(self) -> dict[str, Any]:
@@ -251,6 +305,7 @@ class PlacementLog:
         >>> PlacementLog.from_json(log.to_json()).records == log.records
         True
         """
+        self._settle()
         return _log_json.to_json(self._records, self._copies, self._runs, self._reasons, complete=self.complete,
                                  transfers=self.transfers(), cost=self.cost(),
                                  memory=self.memory() if self._census is not None else None,
@@ -336,6 +391,7 @@ class PlacementLog:
         `Const`, `NoOp`, arguments and results, removed nodes) are counted in a line each."""
         from tfplace.placement import _display
 
+        self._settle()
         rows, others = _report.placements(self._records, op)
         return _display.table(rows, others, "" if self.complete else self.incomplete_reason)
 
@@ -374,6 +430,7 @@ class PlacementLog:
         from tfplace.placement import _kernel_table
         from tfplace import _tensorflow
 
+        self._settle()
         return _explain.explain(self._records, devices=_tensorflow.logical_device_names(), table=_kernel_table.live())
 
     def gpu_readiness(self) -> list["Readiness"]:
@@ -392,6 +449,7 @@ class PlacementLog:
         from tfplace.placement import _explain
         from tfplace.placement import _kernel_table
 
+        self._settle()
         return _explain.gpu_readiness(self._records, _kernel_table.gpu_table())
 
     def _repr_html_(self) -> str:
@@ -410,6 +468,7 @@ class PlacementLog:
         """
         from tfplace.placement import _display
 
+        self._settle()
         return _display.dataframe(self._records)
 
     def to_perfetto(self, path: str) -> None:
@@ -430,14 +489,17 @@ class PlacementLog:
         """
         from tfplace.placement import _perfetto
 
+        self._settle()
         _perfetto.write(path, _perfetto.trace_events(self._records, self._copies, self._copy_slots,
                                                      self._census.series() if self._census is not None else (),
                                                      self._timing))
 
     def __len__(self) -> int:
+        self._settle()
         return len(self._records)
 
     def __repr__(self) -> str:
+        self._settle()
         return f"<PlacementLog: {len(self._records)} records, {len(self._copies)} copies, complete={self.complete}>"
 
     def __str__(self) -> str:
@@ -445,6 +507,7 @@ class PlacementLog:
         lines), then the table of what was placed where."""
         from tfplace.placement import _display
 
+        self._settle()
         lines = [f"PlacementLog: {len(self._records)} records, {len(self._copies)} implicit copies, "
                  + ("complete" if self.complete else "INCOMPLETE"),
                  *("  " + line for line in _display.cost_lines(self, top=_report.ROWS)), self.table()]
