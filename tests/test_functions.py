@@ -294,8 +294,16 @@ def test_function_records_made_when_the_log_is_read_are_those_made_at_once_and_i
                 far = tf.ones((2, 2))
             f = tf.function(lambda v: tf.nn.relu(tf.matmul(v, v)) + 1.0)
             g = tf.function(lambda v: tf.reduce_sum(v * 2.0))
+
+            @tf.function
+            def across(v):  # on two devices: its transfers wait too
+                with tf.device("/cpu:1"):
+                    w = v * 3.0
+                return w + 1.0
+
             with tfplace.capture_placement(sources=True, memory=memory) as log:
                 f(tf.ones((2, 2)))
+                across(tf.ones((2, 2)))
                 near = tf.ones((2, 2)) + far  # an implicit copy, after the function's records
                 before = len(lowered)
                 inside = len(log)  # read inside the block: what waited is made, and later events go after it
@@ -309,17 +317,21 @@ def test_function_records_made_when_the_log_is_read_are_those_made_at_once_and_i
             unnumbered = lambda name: re.sub(r"_[0-9]+$", "", name)  # each run traces its functions anew
             return {"lowered_before_read": before, "inside": inside,
                     "records": [[unnumbered(r.op), r.name, r.device, r.kind, r.source, r.origin] for r in log.records],
-                    "copies": [[c.op, c.from_device, c.to_device, c.source] for c in log.copies],
+                    "copies": [[c.op, c.from_device, c.to_device, c.source, c.kind, unnumbered(c.function), c.tensor,
+                                c.call] for c in log.copies],
                     "runs": sorted([list(key), count] for key, count in log.runs.items()), "flows": flows}
 
-        report({"later": program(memory=False), "at_once": program(memory=True)})
+        line = next(i for i, text in enumerate(open(__file__), 1) if "across(tf.ones" in text)
+        report({"later": program(memory=False), "at_once": program(memory=True), "line": line})
     """)
     later, at_once = out["later"], out["at_once"]
     assert later["lowered_before_read"] == 0 and at_once["lowered_before_read"] > 0
     assert later["inside"] == at_once["inside"] > 3
     for field in ("records", "copies", "runs", "flows"):
         assert later[field] == at_once[field], field
-    assert ["AddV2", "/device:CPU:1", "/device:CPU:0"] == later["copies"][0][:3]
+    assert [c[4] for c in later["copies"]].count("function") >= 2  # into /cpu:1 and back, with the call's line
+    assert all(c[7].endswith(f"program.py:{out['line']}") for c in later["copies"] if c[4] == "function")
+    assert ["AddV2", "/device:CPU:1", "/device:CPU:0"] in [c[:3] for c in later["copies"]]
     assert any(flow[0] == "s" for flow in later["flows"])  # the copy's arrow
     assert any(r[0] == "MatMul" and r[3] == "place" for r in later["records"])
 
@@ -329,12 +341,12 @@ def test_functions_whose_records_wait_are_few_the_oldest_made_first(python):
     functions: beyond it, the oldest are made (their records then as if read at once)."""
     out = python("""
         import tensorflow as tf, tfplace
-        from tfplace.placement import _graphs
+        from tfplace.placement import _graphs, _session
         x = tf.ones(2)
         with tfplace.capture_placement() as log:
             for i in range(_graphs._UNMADE_LIMIT + 6):
                 tf.function(lambda v, i=i: v * (i + 2.0))(x)
-            waiting = [ref() for ref in _graphs._unmade]
+            waiting = [ref() for ref in _session.runtime().unmade]
         report({"waiting": len(waiting), "unmade": sum(not later.made for later in waiting if later is not None),
                 "limit": _graphs._UNMADE_LIMIT,
                 "functions": len({r.op for r in log.records if r.kind == "execute" and r.op.startswith("__inference")}),

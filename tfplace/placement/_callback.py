@@ -289,9 +289,8 @@ class Hook:
         """The record with the user's line (`source`, else read here; when a listener asks for sources) and the
         copies with it."""
         source = source or user_line()
-        if copies:  # a function's transfer (a call's, or a tf.data function's) has its node's line: the call's is its `call`
-            copies = [copy._replace(function=copy.function or record.op, call=source)
-                      if copy.kind == "function" else copy._replace(source=source) for copy in copies]
+        if copies:
+            copies = _with_line(copies, record.op, source)
         if self.sources:
             sourced = (id(record), source)
             record = session.sourced.get(sourced) or session.sourced.setdefault(sourced, record._replace(source=source))
@@ -301,7 +300,7 @@ class Hook:
                 inputs: Sequence[Any], attrs: Any, outputs: Any) -> None:
         """The rest of `__call__` for a function call, an iterator's making and an op on DTensor's device:
         what they placed, ran and moved, and the records of the datasets they read."""
-        placed = False
+        placed = waiting = False
         ran = found = _NOTHING_PLACED
         copies: Sequence[CopyRecord] = ()
         later: Optional[tuple[_events.EventKey, Sequence[PlacementRecord]]] = None
@@ -329,7 +328,9 @@ class Hook:
                 placed = found.functions > 0 or bool(found.unseen)
                 unseen = found.unseen
                 ran = _calls.after(op, full, inputs, found)
-                copies = ran.transfers + found.dataset_transfers
+                # a call that can move tensors, whose records wait for its listeners' logs: its transfers too
+                waiting = self.later and isinstance(ran, _graphs.Later) and not ran.made and ran.moves
+                copies = (() if waiting else ran.transfers) + found.dataset_transfers
                 if _datasets.reading():
                     _datasets.read_in_call(inputs, ran.records)
                 for tensor in inputs if placed else ():
@@ -349,10 +350,21 @@ class Hook:
                 unseen = pipeline.unseen
                 uncertain = _pipelines.uncertain_records(pipeline, full) if unseen else ()
         plain = record
-        if self.sources or copies:
-            record, copies = self._sourced(session, record, copies)
-        for call, sources in self.calls:  # a listener that did not ask for sources gets none
-            call(record if sources else plain, copies)
+        if waiting:  # the call's transfers are made when its listeners' logs are read, with its line read now
+            source = user_line()
+            record = self._sourced(session, record, (), source)[0]
+            waited, moved = ran, tuple(copies)
+
+            def made() -> list[CopyRecord]:
+                return _with_line(waited.transfers + moved, plain.op, source)
+
+            for listener in tuple(self.listeners):
+                listener.on_op_later(record if listener.sources else plain, made)
+        else:
+            if self.sources or copies:
+                record, copies = self._sourced(session, record, copies)
+            for call, sources in self.calls:  # a listener that did not ask for sources gets none
+                call(record if sources else plain, copies)
         for call, sources in self.outputs:
             call(record if sources else plain, outputs)
         if kind == _eager.FUNCTION:
@@ -390,6 +402,13 @@ def _describe(session: _session.Session, op_type: Any, full: str, requested: Opt
             session.sourced.clear()
         described[key] = known
     return known
+
+
+def _with_line(copies: Sequence[CopyRecord], op: str, source: str) -> list[CopyRecord]:
+    """Copies with the user's line of the op that made them (`source`): a function's transfer (a call's, or a
+    tf.data function's) has its node's line, and the call's as its `call` (`op`: the function called)."""
+    return [copy._replace(function=copy.function or op, call=source) if copy.kind == "function"
+            else copy._replace(source=source) for copy in copies]
 
 
 def _same_call(depth: int, code: Any, lasti: int) -> bool:

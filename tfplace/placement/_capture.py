@@ -42,6 +42,7 @@ class _Recorder:
     def __init__(self, log: PlacementLog, sources: bool, all_threads: bool, census: Optional[Any] = None) -> None:
         self.log = log
         self.on_op = log.add_event  # the hot path: one call per eager op
+        self.on_op_later = log.add_event_later  # a function call whose transfers are made when the log is read
         self.sink = log.writer()  # hotter: an eager op's record that came alone
         self.sources = sources
         self.all_threads = all_threads

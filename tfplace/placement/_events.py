@@ -23,7 +23,10 @@ __all__ = ["Listener", "Event", "EventKey"]
 
 class Listener(Protocol):
     """What `listening()` calls. A listener whose class says `copies_only = True` (a transfer guard) is not
-    called for an eager op that copies nothing, while every listener of the thread says so."""
+    called for an eager op that copies nothing, while every listener of the thread says so. While every
+    listener of the thread says `later = True` (a capture that counts no memory), a placed function's records
+    and node runs come as a `tfplace.placement._graphs.Later` (made when read), and a call that can move
+    tensors comes to `on_op_later(record, copies)`, `copies` a function that makes its transfers."""
 
     sources: bool
     all_threads: bool

@@ -35,7 +35,6 @@ Example:
 
 from __future__ import annotations
 
-import collections
 import threading
 import warnings
 import weakref
@@ -62,7 +61,6 @@ __all__ = ["attach", "detach", "collect", "collect_dtensor", "Placed", "Later", 
 # (`collecting`), or waits for the runtime to start (`waiting`: the op callback starts it).
 _PENDING_LIMIT = 64
 _UNMADE_LIMIT = 64  # `Later`s whose graphs wait to be read, at most (the oldest are made first)
-_unmade: collections.deque = collections.deque()
 _MERGED = ("TensorFlow placed functions of several threads at the same time, and its graph collection merged their "
            "graphs into one, with nodes of several functions under the same names: the nodes of {} cannot be told "
            "apart, so this log lacks them. Call each tf.function once before starting the threads (or one thread at "
@@ -357,9 +355,10 @@ def _placed_by(functions: list[Any], called: str, names: Sequence[str] = (),
     found = Later(parts, names, instantiated, unseen, tuple(dataset_transfers))
     if not later:
         return found.placed()
-    _unmade.append(weakref.ref(found))
-    while len(_unmade) > _UNMADE_LIMIT:  # bounded: the graphs of a few functions wait, the oldest are made
-        oldest = _unmade.popleft()()
+    unmade = _session.runtime().unmade
+    unmade.append(weakref.ref(found))
+    while len(unmade) > _UNMADE_LIMIT:  # bounded: the graphs of a few functions wait, the oldest are made
+        oldest = unmade.popleft()()
         if oldest is not None:
             oldest.placed()
     return found

@@ -13,6 +13,8 @@ Example:
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import threading
 import warnings
 from collections import Counter
@@ -29,6 +31,13 @@ if TYPE_CHECKING:
     from tfplace.placement._memory import Memory
 
 __all__ = ["PlacementLog"]
+
+def _taken(waiting: list) -> list:
+    """What `waiting` holds now, taken out of it (what another thread appends meanwhile stays)."""
+    taken = waiting[:len(waiting)]
+    del waiting[:len(taken)]
+    return taken
+
 
 class PlacementLog:
     """The placement events of a block.
@@ -60,6 +69,7 @@ class PlacementLog:
         # whose node runs count then (`tfplace.placement._graphs.Later`).
         self._later: list[tuple[int, Callable[[], Sequence[PlacementRecord]]]] = []
         self._later_runs: list[Any] = []
+        self._later_copies: list[tuple[int, int, Callable[[], Sequence[CopyRecord]]]] = []  # (index, record, maker)
         self._timing: Any = None  # the profile of the block (`timing=True`)
         self._timing_missing = ""
         self._census: Any = None  # the tensors the block made (`memory=True`)
@@ -85,6 +95,12 @@ class PlacementLog:
         else:
             self._records.append(record)
 
+    def add_event_later(self, record: PlacementRecord, copies: Callable[[], Sequence[CopyRecord]]) -> None:
+        """Appends one event whose copies are made when the log is first read (`copies()`), in their place."""
+        with self._lock:
+            self._records.append(record)
+            self._later_copies.append((len(self._copies), len(self._records) - 1, copies))
+
     def add_later(self, records: Optional[Callable[[], Sequence[PlacementRecord]]] = None, runs: Any = None) -> None:
         """Appends records made when the log is first read (`records()` makes them, in their place among the
         events), or counts the node runs of a function call then (`runs`: a `tfplace.placement._graphs.Later`)."""
@@ -94,21 +110,15 @@ class PlacementLog:
             self._later_runs.append(runs)
 
     def _settle(self) -> None:
-        """Makes what waited (`add_later`): each record in its place, each copy still with its record."""
-        if not (self._later or self._later_runs):
+        """Makes what waited (`add_later`, `add_event_later`): each record and copy in its place, each copy
+        still with its record."""
+        if not (self._later or self._later_runs or self._later_copies):
             return
-        with self._lock:
-            taken = len(self._later)  # (writers append while this runs: what they add stays after)
-            later = self._later[:taken]
-            del self._later[:taken]
-            taken = len(self._later_runs)
-            calls = self._later_runs[:taken]
-            del self._later_runs[:taken]
-            for call in calls:
+        with self._lock:  # (writers of copies wait; records appended meanwhile stay after what is made)
+            later = _taken(self._later)
+            for call in _taken(self._later_runs):
                 for key, count in call.runs:
                     self._runs[key] += count
-            if not later:
-                return
             records, end = self._records, len(self._records)
             merged: list[PlacementRecord] = []
             start = 0
@@ -119,10 +129,27 @@ class PlacementLog:
                 merged += made
                 inserted.append((position, len(made)))
                 start = position
-            merged += records[start:end]
-            records[:end] = merged
-            self._copy_slots[:] = [slot + sum(n for position, n in inserted if position <= slot)
-                                   for slot in self._copy_slots]
+            if inserted:
+                records[:end] = merged + records[start:end]
+
+            positions = [position for position, _ in inserted]
+            before = list(itertools.accumulate(n for _, n in inserted))
+
+            def moved(slot: int) -> int:  # where the record at `slot` is now: after what was made before it
+                k = bisect.bisect_right(positions, slot)
+                return slot + before[k - 1] if k else slot
+
+            copies, slots = [], []
+            start = 0
+            for position, slot, make in sorted(_taken(self._later_copies), key=lambda entry: entry[0]):
+                made = list(make())
+                copies += self._copies[start:position]
+                slots += self._copy_slots[start:position]
+                copies += made
+                slots += [slot] * len(made)
+                start = position
+            self._copies[:] = copies + self._copies[start:]
+            self._copy_slots[:] = [moved(slot) for slot in slots + self._copy_slots[start:]]
 
     def writer(self) -> Callable[[PlacementRecord], None]:
         """The capture's writer of one record that came without copies, for its hottest path (the list's own append)."""
@@ -253,6 +280,7 @@ class PlacementLog:
     @property
     def copies(self) -> list[CopyRecord]:
         """The implicit-copy records so far, in order (a copy)."""
+        self._settle()
         return list(self._copies)
 
     def transfers(self) -> list["Transfer"]:
@@ -269,6 +297,7 @@ class PlacementLog:
         """
         from tfplace.placement import _cost
 
+        self._settle()
         return _cost.transfers(self._copies, self._timing)
 
     def cost(self) -> "Cost":

@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import threading
 import weakref
@@ -94,6 +95,7 @@ class Runtime:
         self.by_nodes: dict[tuple[str, ...], list[str]] = {}  # node names -> functions with them
         self.made: dict[int, str] = {}  # id of a tensor alive -> the line that made it
         self.warned: set[str] = set()  # warnings given once per process
+        self.unmade: collections.deque = collections.deque()  # `_graphs.Later`s waiting (weak references), oldest first
 
 
 _lock = threading.Lock()
