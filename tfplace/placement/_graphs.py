@@ -252,10 +252,11 @@ class Later:
 
     def placed(self) -> Placed:
         """Every field, made now if not yet."""
-        made = self._made
+        made, waiting = self._made, self._parts
         if made is None:
-            parts, names, instantiated = self._parts or ((), (), ())
-            made = self._made = _assembled(parts, names, instantiated, self.unseen, self.dataset_transfers)
+            if waiting is None:  # another thread made it meanwhile (it sets `_made` before it drops `_parts`)
+                return self._made
+            made = self._made = _assembled(*waiting, self.unseen, self.dataset_transfers)
             self._parts = None
         return made
 

@@ -88,10 +88,7 @@ class PlacementLog:
     def add_event(self, record: PlacementRecord, copies: Sequence[CopyRecord] = ()) -> None:
         """Appends one event and its copies (`add()` for one eager op, the capture's hot path)."""
         if copies:
-            with self._lock:
-                self._records.append(record)
-                self._copy_slots.extend([len(self._records) - 1] * len(copies))
-                self._copies.extend(copies)
+            self.add((record,), copies)
         else:
             self._records.append(record)
 
