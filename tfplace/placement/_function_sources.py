@@ -97,15 +97,15 @@ def identity_line(op_type: str, frame: Optional[FrameType]) -> Optional[str]:
     return line
 
 
-def _notes(operations: Any, lines: Mapping[str, str], said: Mapping[str, str]) -> dict[str, Note]:
+def _notes(operations: Sequence[tuple[Any, str, str]], lines: Mapping[str, str], said: Mapping[str, str]) -> dict[str, Note]:
     """Each op's line, origin and who asked for its device (`tfplace.placement._origins`); a gradient
-    op (`gradient_tape/dense/MatMul/MatMul_1`) takes the origin of the op it differentiates. `said`: what
-    the code that made an op says, where the op callback read it as the op was made (else its saved stack)."""
+    op (`gradient_tape/dense/MatMul/MatMul_1`) takes the origin of the op it differentiates. `operations`:
+    (op, name, type) of each; `said`: what the code that made an op says, where the op callback read it as
+    the op was made (else its saved stack)."""
     made: dict[str, str] = {}
     notes: dict[str, Note] = {}
     kept: dict[tuple, Note] = {}  # one Note per (line, origin, requester): most nodes share a few
-    for op in operations:
-        name, op_type = op.name, op.type  # (each a call into TensorFlow: read once)
+    for op, name, op_type in operations:
         found = said.get(name)
         if found is None:
             stack = op.traceback  # None for an op made without a Python stack
@@ -129,24 +129,24 @@ def _notes(operations: Any, lines: Mapping[str, str], said: Mapping[str, str]) -
 
 
 def _remember(name: str, graph: Any) -> None:
-    operations = graph.get_operations()
+    operations = [(op, op.name, op.type) for op in graph.get_operations()]  # (each a call into TensorFlow: read once)
     found = {}
     session = _session.current()
     every = session is not None and session.line_watchers > 0  # else only the identities: whether each is
     # the user's explicit copy
     said = session.made_by.get(graph, {}) if session is not None else {}
     lines = session.lines_made.get(graph, {}) if session is not None else {}  # as the op callback read them
-    for op in operations:
-        if not every and (op.type not in _IDENTITIES or said.get(op.name) in _NOT_USERS):
+    for op, op_name, op_type in operations:
+        if not every and (op_type not in _IDENTITIES or said.get(op_name) in _NOT_USERS):
             continue  # (an identity the machinery made, as the live stack said: no explicit copy of the user's)
-        line = lines.get(op.name)  # as the op callback read it from the live stack (`identity_line`)
+        line = lines.get(op_name)  # as the op callback read it from the live stack (`identity_line`)
         if line is None:  # else from its saved stack, TensorFlow's frames left out
             stack = op.traceback  # None for an op made without a Python stack
             line = stack_user_line(stack.get_user_frames()) if stack is not None else ""
-            if line and op.type in _IDENTITIES and (stack is None or not _made_by_caller(stack)):
+            if line and op_type in _IDENTITIES and (stack is None or not _made_by_caller(stack)):
                 line = ""  # a copy TensorFlow's or Keras' own code made: not the user's explicit copy
         if line:
-            found[op.name] = line
+            found[op_name] = line
     notes = _notes(operations, found, said)
     runtime = _session.runtime()
     with runtime.lock:
@@ -155,7 +155,8 @@ def _remember(name: str, graph: Any) -> None:
         runtime.lines[name] = notes
         if len(runtime.by_nodes) >= _LIMIT:
             del runtime.by_nodes[next(iter(runtime.by_nodes))]
-        same = runtime.by_nodes.setdefault(tuple(sorted(op.name for op in operations if op.type != "Placeholder")), [])
+        same = runtime.by_nodes.setdefault(tuple(sorted(op_name for _, op_name, op_type in operations
+                                                        if op_type != "Placeholder")), [])
         same.append(name)
         del same[:-_LIMIT]
 
