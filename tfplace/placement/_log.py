@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PlacementLog"]
 
+
 def _taken(waiting: list) -> list:
     """What `waiting` holds now, taken out of it (what another thread appends meanwhile stays)."""
     taken = waiting[:len(waiting)]
