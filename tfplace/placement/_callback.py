@@ -28,6 +28,11 @@ from tfplace.placement._function_sources import identity_line
 from tfplace.placement._records import CUSTOM_DEVICE, CopyRecord, Origin, PlacementRecord
 from tfplace.placement._sources import user_frame, user_line
 
+try:  # the kept-record look-up in C, built where a compiler was present (setup.py); else `Hook.__call__` alone
+    from tfplace.placement import _kept
+except ImportError:
+    _kept = None
+
 __all__ = ["Hook", "thread_hooks"]
 
 _VARIANT = types_pb2.DT_VARIANT
@@ -58,9 +63,11 @@ class Hook:
         self.sink: Optional[Callable[[PlacementRecord], None]] = None  # the one listener's writer of a record alone
         self.seen: dict[Any, list[tuple]] = {}  # op type -> the lines that ran it before, and their records (`_learn`)
         self.copying: dict[Any, bool] = {}  # op type -> whether its inputs can be copied implicitly (`_copying`)
-        # What TensorFlow's callback lists hold (a bound method is called faster than an object): `__call__`, or
-        # while every listener hears only of copies, `_copies_only` (`update`, which swaps them in the lists).
-        self.full_callback, self.copies_callback = self.__call__, self._copies_only
+        # What TensorFlow's callback lists hold: `__call__` (behind the C look-up of kept records where it is
+        # built: `_kept.Callback`), or while every listener hears only of copies, `_copies_only` (`update`,
+        # which swaps them in the lists).
+        self.full_callback: Callable = self.__call__ if _kept is None else _kept.Callback(self.__call__, self, session, _OP)
+        self.copies_callback = self._copies_only
         self.callback: Callable = self.full_callback
 
     def update(self) -> None:
@@ -75,6 +82,8 @@ class Hook:
         self.sources = any(listener.sources for listener in self.listeners)
         self.sink = getattr(self.listeners[0], "sink", None) if len(self.listeners) == 1 else None
         self.seen = {}  # its records were made for the listeners before
+        if _kept is not None:
+            self.full_callback.set(self.seen, self.sink, self.calls, self.outputs)
         callback = self.copies_callback if self.copies_only else self.full_callback
         if callback is not self.callback:
             with self.session.lock:
@@ -140,11 +149,10 @@ class Hook:
                         break  # (an identity under a tf.device scope copies explicitly: told apart below)
                 else:
                     return None
-        asked = session.asked
         try:
-            requested, scope_by = asked.name, asked.by
+            requested, scope_by = session.asked.scope
         except AttributeError:  # this thread's first op since the patches went in
-            requested, scope_by = self._asked(asked)
+            requested, scope_by = self._asked(session.asked)
         known = None
         groups = self.seen.get(op_type)
         if groups is not None:  # the frame that decided its origin, at the same depth, at the same call
@@ -248,11 +256,8 @@ class Hook:
 
     def _asked(self, asked: Any) -> tuple[Optional[str], str]:
         """This thread's `tf.device` scope and who entered it, where `_hooks` has not mirrored them yet."""
-        if not hasattr(asked, "name"):
-            asked.name = self.thread_data.device_name
-        if not hasattr(asked, "by"):
-            asked.by = ""
-        return asked.name, asked.by
+        asked.scope = (self.thread_data.device_name, "")
+        return asked.scope
 
     def _copying(self, op_type: Any) -> bool:
         """Whether an eager op of this type reads inputs that may be copied implicitly (no function call,

@@ -79,7 +79,6 @@ def _set_device(ctx: Any, device_name: Any, device_spec: Any) -> None:
     if session is None:  # the last capture closed while this thread was entering a scope
         return
     asked = session.asked
-    asked.name = device_name
     scopes = getattr(asked, "scopes", None)
     if scopes is None:
         scopes = asked.scopes = []
@@ -87,7 +86,7 @@ def _set_device(ctx: Any, device_name: Any, device_spec: Any) -> None:
     if step == "exit":  # leaving a scope: the enclosing one asks again
         if scopes:
             scopes.pop()
-        asked.by = scopes[-1] if scopes else ""
+        asked.scope = (device_name, scopes[-1] if scopes else "")
         return
     by = ""
     if device_name:
@@ -98,7 +97,7 @@ def _set_device(ctx: Any, device_name: Any, device_spec: Any) -> None:
                 _tensorflow.locate_device_scope(*entered)
     if step == "enter":
         scopes.append(by)
-    asked.by = by
+    asked.scope = (device_name, by)
 
 
 def _start(thread: threading.Thread) -> None:

@@ -39,8 +39,8 @@ class Session:
 
     def __init__(self) -> None:
         self.thread = threading.local()  # per thread: `hook` (its op callback), `transfer` (its transfer guard)
-        # Per thread, its `tf.device` scope mirrored while the patches are in: `name`, who entered it
-        # (`by`), and the requesters of the scopes it is inside (`scopes`); new when the patches go in.
+        # Per thread, its `tf.device` scope mirrored while the patches are in: `scope`, the pair (its name, who
+        # entered it), and the requesters of the scopes it is inside (`scopes`); new when the patches go in.
         self.asked = threading.local()
         # The op callbacks (`_hooks`): the hooks of every thread, guarded by `lock`, and each thread's
         # outermost function call in flight (the graphs TensorFlow places for it wait for that thread).
