@@ -112,10 +112,12 @@ static PyObject *kept_entry(Callback *self, PyObject *op_type, PyObject *full, P
         Py_DECREF(frame);
         key = PyLong_FromLong(lasti);
         if (key == NULL) { PyErr_Clear(); break; }
+        Py_INCREF(group);  /* comparisons below may run Python code, and another thread `_learn` */
         entries = PyDict_GetItemWithError(PyTuple_GET_ITEM(group, 2), key);
+        Py_XINCREF(entries);
+        Py_DECREF(group);
         Py_DECREF(key);
         if (entries == NULL) { PyErr_Clear(); break; }
-        Py_INCREF(entries);
         for (e = 0; PyList_Check(entries) && e < PyList_GET_SIZE(entries); e++) {
             PyObject *entry = PyList_GET_ITEM(entries, e);
             if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 8) continue;
@@ -152,33 +154,35 @@ static int moved(PyObject *inputs, PyObject *full) {
     return result;
 }
 
-/* Hands the kept record to the listeners; 0, or -1 with the listener's error set. */
-static int written(Callback *self, PyObject *record, PyObject *plain, PyObject *outputs) {
+static int each(PyObject *listeners, PyObject *record, PyObject *plain, PyObject *second) {
     Py_ssize_t i;
-    PyObject *result;
-    if (self->sink != Py_None) {
-        result = PyObject_CallOneArg(self->sink, record);
-        if (result == NULL) return -1;
-        Py_DECREF(result);
-    } else {
-        for (i = 0; i < PyTuple_GET_SIZE(self->calls); i++) {
-            PyObject *pair = PyTuple_GET_ITEM(self->calls, i);
-            int sources = PyObject_IsTrue(PyTuple_GET_ITEM(pair, 1));
-            if (sources < 0) return -1;
-            result = PyObject_CallFunctionObjArgs(PyTuple_GET_ITEM(pair, 0), sources ? record : plain, no_copies, NULL);
-            if (result == NULL) return -1;
-            Py_DECREF(result);
-        }
-    }
-    for (i = 0; i < PyTuple_GET_SIZE(self->outputs); i++) {
-        PyObject *pair = PyTuple_GET_ITEM(self->outputs, i);
+    for (i = 0; i < PyTuple_GET_SIZE(listeners); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(listeners, i), *result;
         int sources = PyObject_IsTrue(PyTuple_GET_ITEM(pair, 1));
         if (sources < 0) return -1;
-        result = PyObject_CallFunctionObjArgs(PyTuple_GET_ITEM(pair, 0), sources ? record : plain, outputs, NULL);
+        result = PyObject_CallFunctionObjArgs(PyTuple_GET_ITEM(pair, 0), sources ? record : plain, second, NULL);
         if (result == NULL) return -1;
         Py_DECREF(result);
     }
     return 0;
+}
+
+/* Hands the kept record to the listeners (those `set` gave when the op came: a listener may `set` others);
+ * 0, or -1 with the listener's error set. */
+static int written(Callback *self, PyObject *record, PyObject *plain, PyObject *outputs) {
+    PyObject *sink = self->sink, *calls = self->calls, *counting = self->outputs, *result;
+    int status = 0;
+    Py_INCREF(sink); Py_INCREF(calls); Py_INCREF(counting);
+    if (sink != Py_None) {
+        result = PyObject_CallOneArg(sink, record);
+        if (result == NULL) status = -1;
+        Py_XDECREF(result);
+    } else {
+        status = each(calls, record, plain, no_copies);
+    }
+    if (status == 0) status = each(counting, record, plain, outputs);
+    Py_DECREF(sink); Py_DECREF(calls); Py_DECREF(counting);
+    return status;
 }
 
 static PyObject *callback_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
@@ -196,11 +200,14 @@ static PyObject *callback_vectorcall(PyObject *callable, PyObject *const *args, 
     outputs = args[3];
     if (!(PyTuple_Check(outputs) || PyList_Check(outputs)) || PySequence_Fast_GET_SIZE(outputs) == 0) goto python;
     waiting = PyDict_GetItemWithError(self->session, s_waiting);  /* a function's graphs wait: `_graphs.start` */
-    asked = PyDict_GetItemWithError(self->session, s_asked);
-    if (waiting != Py_False || asked == NULL) goto fail;
+    if (waiting != Py_False) goto fail;
     full = PyObject_GetAttr(PySequence_Fast_ITEMS(outputs)[0], s_device);
     if (full == NULL) goto fail;
+    asked = PyDict_GetItemWithError(self->session, s_asked);
+    if (asked == NULL) goto fail;
+    Py_INCREF(asked);
     scope = PyObject_GetAttr(asked, s_scope);  /* (the thread's tf.device scope, who entered it) */
+    Py_DECREF(asked);
     if (scope == NULL) goto fail;  /* the thread's first op since the patches went in */
     if (!PyTuple_Check(scope) || PyTuple_GET_SIZE(scope) != 2) goto done;
     entry = kept_entry(self, args[0], full, PyTuple_GET_ITEM(scope, 0), PyTuple_GET_ITEM(scope, 1), args[2]);
