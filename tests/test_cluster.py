@@ -214,3 +214,45 @@ def test_conformance_a_parameter_server_cluster_each_task_says_what_its_own_log_
     steps = {device: n for (op, device), n in result.eager_remote.items() if op.startswith("__inference_train_step")}
     assert sum(steps.values()) == 4 and set(steps) == {f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in (0, 1)}
     assert totals[0] > 100 and totals[0] == totals[1]  # every function node of the cluster's logs is recorded
+
+
+def test_a_functions_collectives_are_read_once_and_its_callers_keep_their_static_shapes(python):
+    """A function called inside another is traced (and its call seen) before its caller runs: its
+    collectives, read from its traced graph, are those its caller reports, with their static shapes, and its
+    graph is not rebuilt from its `FunctionDef` for the caller."""
+    out = python("""
+        import tensorflow as tf
+        from tensorflow.python.framework import function_def_to_graph
+        from tfplace import _tensorflow
+
+        @tf.function
+        def inner(x):
+            return tf.raw_ops.CollectiveReduceV2(input=x, group_size=1, group_key=7, instance_key=3, ordering_token=[],
+                                                 merge_op="Add", final_op="Id")
+
+        @tf.function
+        def outer(x):
+            return inner(x) * 2.0
+
+        spec = tf.TensorSpec((4,), tf.float32)
+        functions = [f.get_concrete_function(spec) for f in (inner, outer)]
+        rebuilt, original = [], function_def_to_graph.function_def_to_graph
+        def counting(*args, **kwargs):
+            rebuilt.append(1)
+            return original(*args, **kwargs)
+        function_def_to_graph.function_def_to_graph = counting
+        atomic = [f._inference_function for f in functions]
+        known, found = {}, {}
+        for which, function in zip(("inner", "outer"), atomic):
+            name = _tensorflow.call_name(function)
+            found[which] = [[c.op, c.group_key, c.instance_key, list(c.shape or ()), c.dtype]
+                            for c in _tensorflow.collectives_in(name, _tensorflow.call_definition(function),
+                                                                _tensorflow.call_graph(function), known)]
+        with_known = len(rebuilt)
+        alone = [c.op for c in _tensorflow.collectives_in(_tensorflow.call_name(atomic[1]),
+                                                          _tensorflow.call_definition(atomic[1]))]
+        report({"found": found, "rebuilt": [with_known, len(rebuilt)], "alone": alone})
+    """)
+    assert out["found"]["inner"] == out["found"]["outer"] == [["CollectiveReduceV2", 7, 3, [4], "float32"]]
+    assert out["rebuilt"] == [0, 1]  # without what was known, the inner function's graph is rebuilt
+    assert out["alone"] == ["CollectiveReduceV2"]

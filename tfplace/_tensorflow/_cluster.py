@@ -80,31 +80,44 @@ def _called(node: Any) -> list[tuple[str, bool]]:
     return found
 
 
-def collectives_in(name: str, definition: Any = None, graph: Any = None, _seen: Optional[set] = None,
-                   _in_loop: bool = False) -> tuple[Collective, ...]:
+def collectives_in(name: str, definition: Any = None, graph: Any = None, known: Optional[dict] = None,
+                   _seen: Optional[set] = None, _in_loop: bool = False) -> tuple[Collective, ...]:
     """The collective ops a call of function `name` runs, those of the functions it calls included
     (its `FunctionDef`, or the one registered under `name`; the graph it was traced as, when given,
-    keeps every static shape). Empty for a function without them, or one this process cannot rebuild."""
+    keeps every static shape). Empty for a function without them, or one this process cannot rebuild.
+
+    `known` (function name -> what its own nodes hold), read and filled, spares rebuilding a function's
+    graph from its `FunctionDef` for each caller: a name is one function while the process runs, and what
+    its traced graph said (a function is called while its callers are traced) is kept over a rebuild."""
     seen = set() if _seen is None else _seen
     seen.add(name)
-    try:
-        definition = definition if definition is not None else _context.context().get_function_def(name)
-    except Exception:  # pylint: disable=broad-except  # not registered (any more)
-        return ()
-    nodes = definition.node_def
-    found: list[Collective] = []
-    if any(node.op in COLLECTIVE_OPS for node in nodes):
+    known = {} if known is None else known
+    entry = known.get(name)
+    if entry is None or (graph is not None and not entry[2]):
         try:
-            graph = graph if graph is not None else _function_def_to_graph.function_def_to_graph(definition)
-        except Exception:  # pylint: disable=broad-except  # an op or function this process lacks
-            graph = None
-        if graph is not None:
-            found += [_of_op(op, _in_loop) for op in graph.get_operations() if op.type in COLLECTIVE_OPS]
-    for node in nodes:
-        for called, loops in _called(node):
-            if called not in seen:
-                found += collectives_in(called, None, None, seen, _in_loop or loops)
+            definition = definition if definition is not None else _context.context().get_function_def(name)
+        except Exception:  # pylint: disable=broad-except  # not registered (any more)
+            return ()
+        entry = known[name] = (_own_collectives(definition, graph),
+                               [called for node in definition.node_def for called in _called(node)], graph is not None)
+    own, calls, _ = entry
+    found = [collective._replace(in_loop=True) for collective in own] if _in_loop else list(own)
+    for called, loops in calls:
+        if called not in seen:
+            found += collectives_in(called, None, None, known, seen, _in_loop or loops)
     return tuple(found)
+
+
+def _own_collectives(definition: Any, graph: Any) -> tuple[Collective, ...]:
+    """The collective ops of a function's own nodes (not of the functions it calls), read from the graph
+    it was traced as, else from one rebuilt from its `FunctionDef` where it has any."""
+    if not any(node.op in COLLECTIVE_OPS for node in definition.node_def):
+        return ()
+    try:
+        graph = graph if graph is not None else _function_def_to_graph.function_def_to_graph(definition)
+    except Exception:  # pylint: disable=broad-except  # an op or function this process lacks
+        return ()
+    return tuple(_of_op(op, False) for op in graph.get_operations() if op.type in COLLECTIVE_OPS)
 
 
 def call_name(function: Any) -> str:

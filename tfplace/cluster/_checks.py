@@ -151,6 +151,7 @@ class Publisher:
         self.state: dict[str, Any] = {"task": task, "prefix": prefix, "devices": [], "groups": [], "calls": {},
                                       "named": {}, "remote": {}, "exit": None}
         self._known: dict[str, tuple[list, list]] = {}  # function -> (its groups, devices its nodes name)
+        self._collectives: dict[str, tuple] = {}  # function -> its own nodes' collectives (`collectives_in`)
         self._remote_keys: dict[tuple[str, str], list[str]] = {}  # (function, device asked) -> its "remote" keys
         self._lock = threading.Lock()
         self._changed = False
@@ -199,7 +200,8 @@ class Publisher:
                        "device_type": c.device.rpartition(":")[0].rpartition(":")[2] if c.device else "",
                        "dtype": c.dtype, "shape": None if c.shape is None else list(c.shape), "hint": c.hint,
                        "function": name, "bytes_per_call": tensor_bytes(c.dtype, c.shape), "in_loop": c.in_loop}
-                      for c in _tensorflow.collectives_in(name, definition, _tensorflow.call_graph(function))]
+                      for c in _tensorflow.collectives_in(name, definition, _tensorflow.call_graph(function),
+                                                        self._collectives)]
             named = sorted({canonical_name(node.device) for node in definition.node_def
                             if node.device.startswith("/job:")})
             known = self._known[name] = (groups, named)
