@@ -5,7 +5,9 @@ records of the functions it placed and the datasets it read, for its listeners
 An op the thread runs again from the same call (the same op type, device, `tf.device` scope and attributes,
 and the same code at the same instruction in the frame that decided its origin, and in the user's frame
 when sources are asked for) takes the record kept the first time (`Hook._learn`): one look-up and one frame
-read, instead of describing the op and walking the stack again.
+read, instead of describing the op and walking the stack again. Where tfplace was installed with a C
+compiler, that look-up runs in C (`_kept.Callback`, what TensorFlow's callback list then holds), which hands
+every other op to `Hook.__call__`; without it, `Hook.__call__` makes the same look-up itself.
 
 Example:
     >>> from tfplace.placement import _callback
