@@ -112,7 +112,7 @@ OBJECT_INTERNALS = ["_variant_tensor_attr", "_init_func", "_next_func", "_finali
                     "_cached_graph", "_server_def", "_collective_ops_server_def", "_dtype", "_handle",
                     "_source_device_string", "_c_graph"]
 # Python's own private names `tfplace._tensorflow` uses (frames), and the tag it sets on an error it recorded.
-PYTHON_INTERNALS = ["_getframe", "_tfplace_recorded"]
+PYTHON_INTERNALS = ["_getframe", "_tfplace_recorded", "_replace"]  # Python's own (`_replace`: a named tuple's, public)
 STATE_PACKAGE = ROOT / "tfplace" / "_tensorflow"  # the one place: tfplace/_tensorflow/*.py
 
 
