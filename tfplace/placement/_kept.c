@@ -226,6 +226,10 @@ done:
     Py_XDECREF(scope);
     Py_XDECREF(full);
 python:
+    if (self->call == NULL) {  /* cleared by the garbage collector: no hook to hand the op to */
+        PyErr_SetString(PyExc_RuntimeError, "Callback: cleared");
+        return NULL;
+    }
     return PyObject_Vectorcall(self->call, args, nargsf, kwnames);
 }
 
@@ -291,13 +295,6 @@ static void callback_dealloc(Callback *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *callback_call(PyObject *callable, PyObject *args, PyObject *kwargs) {
-    if (((Callback *)callable)->call == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "Callback: cleared");
-        return NULL;
-    }
-    return PyVectorcall_Call(callable, args, kwargs);
-}
 
 static PyMethodDef callback_methods[] = {
     {"set", (PyCFunction)callback_set, METH_VARARGS,
@@ -322,7 +319,7 @@ static PyTypeObject CallbackType = {
     .tp_dealloc = (destructor)callback_dealloc,
     .tp_traverse = (traverseproc)callback_traverse,
     .tp_clear = (inquiry)callback_clear,
-    .tp_call = callback_call,
+    .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(Callback, vectorcall),
     .tp_methods = callback_methods,
     .tp_members = callback_members,
