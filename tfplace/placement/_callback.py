@@ -272,7 +272,8 @@ class Hook:
         """Keeps an eager op's record for the next time this thread runs an op of its type from the same call
         (`__call__`'s first look-up): the frame that decided its origin (`depth` frames out of the callback) is
         then the same code at the same instruction, and where the user's line is further out, that frame too.
-        Per op type, a few deciding codes, each with its calls and a few (device, scope, attributes) each."""
+        Per op type, a few deciding codes, each with its calls and a few (device, scope, attributes) each. The C
+        look-up (`_kept.c`) reads these tuples as they are laid out here: change both together."""
         groups = self.seen.get(op_type)
         if groups is None:
             groups = self.seen[op_type] = []
