@@ -44,6 +44,7 @@ import threading
 import traceback
 from typing import Any, Callable, Iterator, Optional, Sequence
 
+from tfplace import _contained
 from tfplace.placement._sources import end_at_user
 
 __all__ = ["Interrupted", "stopping_signals", "interrupt_status", "exit_status", "run_main", "Output",
@@ -232,10 +233,10 @@ def write_json(path: str, data: Any) -> None:
     write_whole(path, write)
 
 class _Then:
-    """A module's loader that calls `then()` once the module has run (else the loader itself)."""
+    """A module's loader that tells `_AfterImport` when the module starts and ends running."""
 
-    def __init__(self, loader: Any, then: Callable[[], None]) -> None:
-        self._loader, self._then = loader, then
+    def __init__(self, loader: Any, finder: "_AfterImport") -> None:
+        self._loader, self._finder = loader, finder
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
@@ -244,33 +245,50 @@ class _Then:
         return self._loader.create_module(spec)
 
     def exec_module(self, module: Any) -> None:
-        self._loader.exec_module(module)
-        module.__loader__ = module.__spec__.loader = self._loader  # as if this wrapper had never been
-        self._then()
+        self._finder.running += 1
+        try:
+            self._loader.exec_module(module)
+        finally:
+            module.__loader__ = module.__spec__.loader = self._loader  # as if this wrapper had never been
+            self._finder.ran()
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    """Finds module `name` as the other finders do, with a loader that calls `then()` after it ran."""
+    """Finds module `name`, and tfplace's own modules, as the other finders do, with loaders that call
+    `then()` once `name` is imported and no tfplace module is half-run: a script's `tfplace.configure()`
+    imports TensorFlow from inside `tfplace._tensorflow`, which `then()` may need whole."""
 
     def __init__(self, name: str, then: Callable[[], None]) -> None:
-        self.name, self.then = name, then
+        self.name, self.then, self.running = name, then, 0
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != self.name:
+        if fullname != self.name and not fullname.startswith("tfplace."):
             return None
-        sys.meta_path.remove(self)  # once; the finders below find the module itself
         for finder in sys.meta_path:
+            if finder is self:
+                continue
             spec = finder.find_spec(fullname, path, target) if hasattr(finder, "find_spec") else None
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _Then(spec.loader, self.then)
+                    spec.loader = _Then(spec.loader, self)
                 return spec
         return None
+
+    def ran(self) -> None:
+        """A module this finder found ended running (whole, or raising)."""
+        self.running -= 1
+        if self.running == 0 and self.name in sys.modules and self in sys.meta_path:
+            sys.meta_path.remove(self)  # once
+            try:
+                self.then()
+            except Exception as error:  # pylint: disable=broad-except
+                _contained.failed(f"start after the program imported {self.name}", error)
 
 
 @contextlib.contextmanager
 def after_import(name: str, then: Callable[[], None]) -> Iterator[None]:
-    """Inside the block, `then()` runs right after module `name` is first imported (at once if it already is).
+    """Inside the block, `then()` runs right after module `name` is first imported (at once if it already is),
+    or, when a tfplace module imported it, right after that module ran.
 
     >>> ran = []
     >>> with after_import("json", lambda: ran.append("json")):

@@ -19,6 +19,8 @@ from tensorflow.python.ops import resource_variable_ops as _resource_variable_op
 from tensorflow.python.ops import script_ops as _script_ops
 from tensorflow.python.util import tf_stack as _tf_stack
 
+from tfplace import _contained
+
 
 # The eager context and op callbacks ------------------------------------------------------------
 
@@ -62,18 +64,22 @@ def use_execute(replacement: Optional[Callable]) -> None:
 
 class Patch:
     """An attribute that tfplace replaces while it listens, then puts back; `original` is what it
-    replaced (what the replacement calls through to)."""
+    replaced, as the replacement calls through to it. The program never sees the replacement fail
+    (`tfplace._contained.patched`): what it raises that the original did not is reported as tfplace's."""
 
     def __init__(self, owner: Any, name: str) -> None:
         self.owner, self.name = owner, name
         self.original: Any = None
+        self._replaced: Any = None
 
     def install(self, replacement: Any) -> None:
-        self.original = getattr(self.owner, self.name)
-        setattr(self.owner, self.name, replacement)
+        self._replaced = getattr(self.owner, self.name)
+        run, self.original = _contained.patched(replacement, self._replaced,
+                                                f"patch of TensorFlow's {getattr(self.owner, '__name__', self.owner)}.{self.name}")
+        setattr(self.owner, self.name, run)
 
     def remove(self) -> None:
-        setattr(self.owner, self.name, self.original)
+        setattr(self.owner, self.name, self._replaced)
 
 
 # Where every eager op error becomes an exception (`ops.raise_from_not_ok_status`): failed records.

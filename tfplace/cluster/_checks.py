@@ -234,7 +234,8 @@ class Publisher:
         keys = []
         for access in accesses:
             handle = args[access.argument] if access.argument < len(args) else None
-            held = canonical_name(getattr(handle, "device", "") or "")
+            held = getattr(handle, "device", "") or ""  # "" in a graph being exported (tf.saved_model.save)
+            held = canonical_name(held) if held else ""
             if not task_of(held) or task_of(held) == task_of(runs_on):
                 continue
             source, target = (held, runs_on) if access.read else (runs_on, held)

@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from tensorflow.core.framework import types_pb2
 
-from tfplace import _tensorflow
+from tfplace import _contained, _tensorflow
 from tfplace._devices import canonical_name
 from tfplace._tensorflow import dtype_enum
 from tfplace.placement import _calls, _datasets, _dtensor, _eager, _events, _graphs, _origins, _pipelines, _placed, _session
@@ -122,138 +122,144 @@ class Hook:
         # It runs per eager op: every statement counts (`benchmarks/bench_callback.py`). An op this thread ran
         # before from the same line, with the same device, scope and attributes, is one look-up (`seen`); any
         # other op that is no function call, iterator or DTensor op is done here; the others go on in `_called()`.
-        session = self.session
-        if session.waiting:  # a function's tracing (graph) may come before the first eager op
-            _graphs.start()
-        if graph is not None:  # an op made while a function is traced: what its maker says, read here
-            if session.watchers:  # from the live stack, where repeated makers are known (`_function_sources`)
-                name = outputs[0].op.name if outputs else op_name
-                made = session.made_by.get(graph)
-                if made is None:
-                    made = session.made_by.setdefault(graph, {})
-                made[name] = _origins.live(1, shortcut=False)
-                if session.line_watchers:  # and the user's line
-                    lines = session.lines_made.get(graph)
-                    if lines is None:
-                        lines = session.lines_made.setdefault(graph, {})
-                    lines[name] = identity_line(op_type, _getframe(1))
-            return None
-        if not self.calls:
-            return None
-        full = outputs[0].device if outputs else _eager.device_of(inputs)
-        if self.copies_only:  # no listener wants an eager op whose inputs all are where it ran (transfer guards alone)
-            copying = self.copying.get(op_type)
-            if copying is None:
-                copying = self._copying(op_type)
-            if copying and _CUSTOM not in full:  # (an op without outputs, or one `_copies_only` did not decide)
-                for tensor in inputs:
-                    if tensor.backing_device != full:
-                        break  # (an identity under a tf.device scope copies explicitly: told apart below)
-                else:
-                    return None
         try:
-            requested, scope_by = session.asked.scope
-        except AttributeError:  # this thread's first op since the patches went in
-            requested, scope_by = self._asked(session.asked)
-        known = None
-        groups = self.seen.get(op_type)
-        if groups is not None:  # the frame that decided its origin, at the same depth, at the same call
-            for depth, code, sites in groups:
-                try:
-                    frame = _getframe(depth)
-                except ValueError:  # the stack is shallower this time
-                    continue
-                if frame.f_code is code:
-                    for entry in sites.get(frame.f_lasti, ()):
-                        if (entry[1] == full and entry[2] == requested and entry[3] == scope_by and entry[4] == attrs
-                                and (entry[0] is None or _same_call(*entry[0]))):
-                            known = entry
-                            break
-                    break
-        if known is not None:
-            moved = False
-            if known[7] == _OP:
-                for tensor in inputs:
-                    if tensor.backing_device != full:
-                        moved = True
-                        break
-            if not moved:
-                record, plain = known[5], known[6]
-                sink = self.sink
-                if sink is not None:
-                    sink(record)
-                else:
-                    for call, sources in self.calls:
-                        call(record if sources else plain, ())
-                counter = self.counter
-                if counter is not None:
-                    counter[0](record if counter[1] else plain, outputs)
-                elif self.outputs:
-                    for call, sources in self.outputs:
-                        call(record if sources else plain, outputs)
+            session = self.session
+            if session.waiting:  # a function's tracing (graph) may come before the first eager op
+                _graphs.start()
+            if graph is not None:  # an op made while a function is traced: what its maker says, read here
+                if session.watchers:  # from the live stack, where repeated makers are known (`_function_sources`)
+                    name = outputs[0].op.name if outputs else op_name
+                    made = session.made_by.get(graph)
+                    if made is None:
+                        made = session.made_by.setdefault(graph, {})
+                    made[name] = _origins.live(1, shortcut=False)
+                    if session.line_watchers:  # and the user's line
+                        lines = session.lines_made.get(graph)
+                        if lines is None:
+                            lines = session.lines_made.setdefault(graph, {})
+                        lines[name] = identity_line(op_type, _getframe(1))
                 return None
-        try:
-            op, kind, record = session.described[(op_type, full, requested, attrs)]
-        except (KeyError, TypeError):
-            op, kind, record = _describe(session, op_type, full, requested, attrs)
-        learn = (kind == _OP or kind == _EXPLICIT) and op not in _DATASET_OPS and _CUSTOM not in full
-        decider = user = None
-        source = ""
-        if learn:  # read from the live stack, kept for the next time this line runs it (`_learn`)
-            origin, depth, decider = _origins.deciding(_getframe(1))
-            origin = origin or Origin.USER
-            if self.sources:
-                user_depth, user, source = user_frame(_getframe(1))
-                if user is not None and (user_depth != depth or user is not decider):
-                    user = (user_depth + 1, user.f_code, user.f_lasti)
-                else:
-                    user = None
-        elif record.origin != _INPUT:  # read from the live stack: `_origins.live(1)`, its shortcut inlined
-            origin = ""
-            shortcut = session.origin_shortcuts.get(id(_getframe(1).f_code))
-            if shortcut is not None:
-                depth, code, inner, verdict = shortcut
-                try:
-                    if _getframe(1 + depth).f_code is code and (depth == 0 or _getframe(depth).f_code is inner):
-                        origin = verdict
-                except ValueError:  # the stack is shallower this time
-                    pass
-            if not origin:
-                origin = _origins.live(1) or Origin.USER
-        if record.origin != _INPUT:
-            by = scope_by if record.requested else ""
-            if by or origin != record.origin:  # keyed on the cached record's identity: hashing a record is slow
-                noted = (id(record), origin, by)  # (the caches are cleared together: an id is never stale)
-                record = session.noted.get(noted) or session.noted.setdefault(
-                    noted, record._replace(origin=origin, requested_by=by))
-        copies: Sequence[CopyRecord] = ()
-        if kind == _OP:
-            if _CUSTOM in full:
+            if not self.calls:
+                return None
+            full = outputs[0].device if outputs else _eager.device_of(inputs)
+            if self.copies_only:  # no listener wants an eager op whose inputs all are where it ran (transfer guards alone)
+                copying = self.copying.get(op_type)
+                if copying is None:
+                    copying = self._copying(op_type)
+                if copying and _CUSTOM not in full:  # (an op without outputs, or one `_copies_only` did not decide)
+                    for tensor in inputs:
+                        if tensor.backing_device != full:
+                            break  # (an identity under a tf.device scope copies explicitly: told apart below)
+                    else:
+                        return None
+            try:
+                requested, scope_by = session.asked.scope
+            except AttributeError:  # this thread's first op since the patches went in
+                requested, scope_by = self._asked(session.asked)
+            known = None
+            groups = self.seen.get(op_type)
+            if groups is not None:  # the frame that decided its origin, at the same depth, at the same call
+                for depth, code, sites in groups:
+                    try:
+                        frame = _getframe(depth)
+                    except ValueError:  # the stack is shallower this time
+                        continue
+                    if frame.f_code is code:
+                        for entry in sites.get(frame.f_lasti, ()):
+                            if (entry[1] == full and entry[2] == requested and entry[3] == scope_by and entry[4] == attrs
+                                    and (entry[0] is None or _same_call(*entry[0]))):
+                                known = entry
+                                break
+                        break
+            if known is not None:
+                moved = False
+                if known[7] == _OP:
+                    for tensor in inputs:
+                        if tensor.backing_device != full:
+                            moved = True
+                            break
+                if not moved:
+                    record, plain = known[5], known[6]
+                    sink = self.sink
+                    if sink is not None:
+                        sink(record)
+                    else:
+                        for call, sources in self.calls:
+                            call(record if sources else plain, ())
+                    counter = self.counter
+                    if counter is not None:
+                        counter[0](record if counter[1] else plain, outputs)
+                    elif self.outputs:
+                        for call, sources in self.outputs:
+                            call(record if sources else plain, outputs)
+                    return None
+            try:
+                op, kind, record = session.described[(op_type, full, requested, attrs)]
+            except (KeyError, TypeError):
+                op, kind, record = _describe(session, op_type, full, requested, attrs)
+            learn = (kind == _OP or kind == _EXPLICIT) and op not in _DATASET_OPS and _CUSTOM not in full
+            decider = user = None
+            source = ""
+            if learn:  # read from the live stack, kept for the next time this line runs it (`_learn`)
+                origin, depth, decider = _origins.deciding(_getframe(1))
+                origin = origin or Origin.USER
+                if self.sources:
+                    user_depth, user, source = user_frame(_getframe(1))
+                    if user is not None and (user_depth != depth or user is not decider):
+                        user = (user_depth + 1, user.f_code, user.f_lasti)
+                    else:
+                        user = None
+            elif record.origin != _INPUT:  # read from the live stack: `_origins.live(1)`, its shortcut inlined
+                origin = ""
+                shortcut = session.origin_shortcuts.get(id(_getframe(1).f_code))
+                if shortcut is not None:
+                    depth, code, inner, verdict = shortcut
+                    try:
+                        if _getframe(1 + depth).f_code is code and (depth == 0 or _getframe(depth).f_code is inner):
+                            origin = verdict
+                    except ValueError:  # the stack is shallower this time
+                        pass
+                if not origin:
+                    origin = _origins.live(1) or Origin.USER
+            if record.origin != _INPUT:
+                by = scope_by if record.requested else ""
+                if by or origin != record.origin:  # keyed on the cached record's identity: hashing a record is slow
+                    noted = (id(record), origin, by)  # (the caches are cleared together: an id is never stale)
+                    record = session.noted.get(noted) or session.noted.setdefault(
+                        noted, record._replace(origin=origin, requested_by=by))
+            copies: Sequence[CopyRecord] = ()
+            if kind == _OP:
+                if _CUSTOM in full:
+                    return self._called(session, op, kind, record, full, inputs, attrs, outputs)
+                for tensor in inputs:
+                    if tensor.backing_device != full:
+                        copies = _eager.copies(op, inputs, full, record.device)
+                        break
+                if op in _DATASET_OPS:  # what fills a cache() (tfplace.placement._datasets)
+                    if op == "DatasetCardinality":
+                        _datasets.cardinality(inputs[0], outputs[0])
+                    elif _datasets.reading():
+                        _datasets.read(inputs[:1], 1)
+            elif kind != _EXPLICIT:
                 return self._called(session, op, kind, record, full, inputs, attrs, outputs)
-            for tensor in inputs:
-                if tensor.backing_device != full:
-                    copies = _eager.copies(op, inputs, full, record.device)
-                    break
-            if op in _DATASET_OPS:  # what fills a cache() (tfplace.placement._datasets)
-                if op == "DatasetCardinality":
-                    _datasets.cardinality(inputs[0], outputs[0])
-                elif _datasets.reading():
-                    _datasets.read(inputs[:1], 1)
-        elif kind != _EXPLICIT:
-            return self._called(session, op, kind, record, full, inputs, attrs, outputs)
-        plain = record
-        if self.sources or copies:
-            record, copies = self._sourced(session, record, copies, source)
-            for call, sources in self.calls:  # a listener that did not ask for sources gets none
-                call(record if sources else plain, copies)
-        else:
-            for call in self.plain_calls:
-                call(record, copies)
-        if self.outputs:
-            for call, sources in self.outputs:
-                call(record if sources else plain, outputs)
-        if decider is not None and not copies:
-            self._learn(op_type, (user, full, requested, scope_by, attrs, record, plain, kind), depth + 1, decider)
+            plain = record
+            if self.sources or copies:
+                record, copies = self._sourced(session, record, copies, source)
+                for call, sources in self.calls:  # a listener that did not ask for sources gets none
+                    call(record if sources else plain, copies)
+            else:
+                for call in self.plain_calls:
+                    call(record, copies)
+            if self.outputs:
+                for call, sources in self.outputs:
+                    call(record if sources else plain, outputs)
+            if decider is not None and not copies:
+                self._learn(op_type, (user, full, requested, scope_by, attrs, record, plain, kind), depth + 1, decider)
+            return None
+        except _contained.ON_PURPOSE:  # a guard's verdict on the program's op
+            raise
+        except Exception as error:  # pylint: disable=broad-except
+            _contained.failed("op callback", error)
         return None
 
     def _asked(self, asked: Any) -> tuple[Optional[str], str]:

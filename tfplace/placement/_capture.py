@@ -26,7 +26,7 @@ import contextlib
 import warnings
 from typing import Any, Iterator, Optional, Sequence, Union
 
-from tfplace import _tensorflow
+from tfplace import _contained, _tensorflow
 from tfplace._devices import local_task
 from tfplace.placement import _events, _function_sources, _graphs, _hooks, _placed, _report, _session
 from tfplace.placement._log import PlacementLog
@@ -78,7 +78,10 @@ class _Recorder:
     def creator(self, next_creator: Any, **kwargs: Any) -> Any:
         """A variable creator (`tf.variable_creator_scope`): the block's variables are counted."""
         variable = next_creator(**kwargs)
-        self.census.add_variable(variable, user_line() if self.sources else "")
+        try:
+            self.census.add_variable(variable, user_line() if self.sources else "")
+        except Exception as error:  # pylint: disable=broad-except
+            _contained.failed("memory census of a variable", error)
         return variable
 
     def on_records(self, key: _events.EventKey, records: Sequence[PlacementRecord]) -> None:
@@ -159,6 +162,7 @@ def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool 
                           "bytes are still counted", RuntimeWarning, stacklevel=user_stacklevel())
         try:
             with contextlib.ExitStack() as stack:
+                stack.enter_context(_contained.reporting(log.mark_incomplete))  # tfplace's own failures in the block
                 stack.enter_context(_function_sources.watching(every_line=sources))  # tells explicit copies apart
                 stack.enter_context(_hooks.listening(recorder))
                 if census is not None:

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
-from tfplace import _tensorflow
+from tfplace import _contained, _tensorflow
 from tfplace._devices import canonical_name, requested_name
 from tfplace.placement import _datasets, _eager, _events, _kernels, _origins, _session
 from tfplace.placement._callback import thread_hooks
@@ -85,7 +85,10 @@ def execute(op_name: Any, num_outputs: int, inputs: Any, attrs: Any, ctx: Any, n
     try:
         return _tensorflow.execute_with_callbacks(op_name, num_outputs, inputs, attrs, ctx, name)
     except tf.errors.OpError as error:
-        record_failure(error, _eager.dtypes(_eager.type_values(op_name, attrs)))
+        try:
+            record_failure(error, _eager.dtypes(_eager.type_values(op_name, attrs)))
+        except Exception as own:  # pylint: disable=broad-except
+            _contained.failed("record of a failed op", own)
         raise
     finally:
         if calling:

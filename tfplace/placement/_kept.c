@@ -8,7 +8,8 @@
  * (`Hook.seen`, filled by `Hook._learn`); an op whose kept entry matches, and whose inputs all live where it
  * ran, goes to the listeners here. Anything else (a function call, an op made while a function is traced,
  * an op seen for the first time, a copy, an error) is handed whole to `call`, the hook's `__call__`, which
- * decides it as it would without this module. `Hook.update` gives it the hook's entries and listeners
+ * decides it as it would without this module (and, when a listener raised here, decides it again: it raises a
+ * guard's verdict and reports tfplace's own failures). `Hook.update` gives it the hook's entries and listeners
  * (`set`). Built where a C compiler is present; without it the hook runs its Python callback alone.
  *
  *     >>> from tfplace.placement import _kept   # doctest: +SKIP
@@ -217,8 +218,12 @@ static PyObject *callback_vectorcall(PyObject *callable, PyObject *const *args, 
     Py_DECREF(entry);
     Py_DECREF(scope);
     Py_DECREF(full);
-    if (status < 0) return NULL;
-    Py_RETURN_NONE;
+    if (status == 0) Py_RETURN_NONE;
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;  /* an interrupt */
+    /* A listener raised: the Python callback decides the op again, and raises a guard's verdict or reports
+     * tfplace's own failure (`tfplace._contained`), never raising that into the program. */
+    PyErr_Clear();
+    goto python;
 fail:
     PyErr_Clear();
 done:
