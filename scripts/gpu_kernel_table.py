@@ -8,7 +8,7 @@ to the CPU on a GPU machine. The `tensorflow` wheel (the CUDA build) registers i
 GPU kernels even on a machine with no GPU, so this script installs it into a
 throwaway virtual environment, reads its kernel registry there and writes the GPU
 kernels, and the DEFAULT-device kernels (which serve every device type, GPUs
-included), to `tfplace/data/gpu_kernels.json.gz`.
+included), to `tfplace/data/gpu_kernels-<major.minor>.json.gz`.
 
 Format (gzip-compressed JSON, sorted keys, compact separators, gzip mtime 0, so
 the same registry always gives the same bytes):
@@ -25,7 +25,8 @@ names (`tf.dtypes.as_dtype(enum).name`) for type attributes, and the plain value
 for the few kernels that constrain a string or int attribute (e.g. a `data_format`
 of ["NHWC"]). `host_memory` lists the arguments the kernel keeps in host memory.
 
-Regenerate (downloads the ~570 MB wheel; a few minutes):
+tfplace ships one per minor release it accepts (2.16 to 2.21), each from the release's latest patch;
+regenerate one (downloads the ~570 MB wheel; a few minutes) into tfplace/data/gpu_kernels-2.21.json.gz:
 
     python scripts/gpu_kernel_table.py --tensorflow-version 2.21.0
 
@@ -50,7 +51,12 @@ from typing import Any, Collection, Optional, Sequence
 FORMAT = "tfplace-gpu-kernels/1"
 DEVICE_TYPES = ("GPU", "DEFAULT")
 DEFAULT_VERSION = "2.21.0"
-DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "tfplace" / "data" / "gpu_kernels.json.gz"
+DATA = Path(__file__).resolve().parent.parent / "tfplace" / "data"
+
+
+def default_output(version: str) -> Path:
+    """Where tfplace ships the table of `version`'s minor release: tfplace/data/gpu_kernels-2.21.json.gz."""
+    return DATA / f"gpu_kernels-{'.'.join(version.split('.')[:2])}.json.gz"
 _VERSION = re.compile(r"\d+\.\d+\.\d+(?:(?:a|b|rc)\d+)?(?:\.post\d+)?")
 
 
@@ -127,9 +133,11 @@ def table_from_kernel_list(
 
 
 def encode_table(table: dict) -> bytes:
-    """The table as deterministic gzip-compressed JSON."""
+    """The table as deterministic gzip-compressed JSON (the header's OS byte 255, "unknown", as Python 3.10-3.12
+    write it: 3.13 writes the system's)."""
     text = json.dumps(table, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0)
+    data = gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0)
+    return data[:9] + b"\xff" + data[10:]
 
 
 def load_table(path: Path) -> dict:
@@ -253,8 +261,9 @@ def parser() -> argparse.ArgumentParser:
     )
     result.add_argument("--tensorflow-version", type=parse_version, default=DEFAULT_VERSION,
                         help=f"the `tensorflow` release to read (default {DEFAULT_VERSION})")
-    result.add_argument("--output", type=Path, default=DEFAULT_OUTPUT,
-                        help="where to write the gzip JSON table (default: tfplace/data/gpu_kernels.json.gz in this checkout)")
+    result.add_argument("--output", type=Path,
+                        help="where to write the gzip JSON table (default: tfplace/data/gpu_kernels-MAJOR.MINOR.json.gz "
+                             "in this checkout, the release's table tfplace ships)")
     result.add_argument("--keep-venv", type=Path, metavar="DIR",
                         help="install into DIR (reused if it holds a venv) and keep it, instead of a temporary one")
     result.add_argument("--dump", action="store_true", help=argparse.SUPPRESS)
@@ -263,6 +272,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser().parse_args(argv)
+    args.output = args.output or default_output(args.tensorflow_version)
     try:
         if args.dump:
             dump(args.tensorflow_version, args.output)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,12 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULT = "TFPLACE-RESULT:"
 
 pytest_plugins = ["pytester"]
+
+# A parent that ignores SIGINT, SIGTERM or SIGHUP (`nohup`, some CI runners) passes that on to every child:
+# the tests' programs get the dispositions a terminal gives them, as the signal tests expect.
+for _signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    if signal.getsignal(_signum) == signal.SIG_IGN:
+        signal.signal(_signum, signal.default_int_handler if _signum == signal.SIGINT else signal.SIG_DFL)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -59,8 +66,9 @@ def run_python(code: str, *, env: dict | None = None, args: tuple = (), timeout:
 def result_of(done: subprocess.CompletedProcess):
     """The object the subprocess reported, failing the test with its stderr if it crashed."""
     for line in done.stdout.splitlines():
-        if line.startswith(RESULT):
-            return json.loads(line[len(RESULT):])
+        # TensorFlow's C++ output into a pipe is block-buffered: its block may end inside a line, before ours
+        if RESULT in line:
+            return json.JSONDecoder().raw_decode(line[line.index(RESULT) + len(RESULT):])[0]
     pytest.fail(f"subprocess reported nothing (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
 
 

@@ -249,7 +249,7 @@ def test_pure_records_where_asked_or_removed_are_not_explained():
 
 def test_shipped_table_from_another_tensorflow_version_is_said(tmp_path):
     from tfplace.placement import _kernel_table
-    with gzip.open(_kernel_table.TABLE_PATH, "rt", encoding="utf-8") as handle:
+    with gzip.open(_kernel_table.table_path(), "rt", encoding="utf-8") as handle:
         data = json.load(handle)
     data["tensorflow_version"] = "2.0.0"
     path = tmp_path / "old.json.gz"

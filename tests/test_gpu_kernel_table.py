@@ -1,4 +1,4 @@
-"""scripts/gpu_kernel_table.py and the table it wrote, tfplace/data/gpu_kernels.json.gz."""
+"""scripts/gpu_kernel_table.py and the tables it wrote, tfplace/data/gpu_kernels-<release>.json.gz (2.16-2.21)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_kernel_table.py"
-SHIPPED = ROOT / "tfplace" / "data" / "gpu_kernels.json.gz"
+SHIPPED = ROOT / "tfplace" / "data" / "gpu_kernels-2.21.json.gz"
+RELEASES = {"2.16": "2.16.2", "2.17": "2.17.1", "2.18": "2.18.1", "2.19": "2.19.1", "2.20": "2.20.0", "2.21": "2.21.0"}
 
 
 def _load_script():
@@ -152,8 +153,42 @@ def test_shipped_table_has_no_kernel_for_string_join():
     assert "StringJoin" not in json.dumps(table)
 
 
-def test_shipped_bytes_are_what_the_script_writes_for_them():
-    assert script.encode_table(script.load_table(SHIPPED)) == SHIPPED.read_bytes()
+@pytest.mark.parametrize("release", sorted(RELEASES))
+def test_a_table_is_shipped_per_release_from_its_latest_patch_in_the_scripts_bytes(release):
+    path = ROOT / "tfplace" / "data" / f"gpu_kernels-{release}.json.gz"
+    assert path == script.default_output(RELEASES[release])
+    table = script.load_table(path)
+    assert table["tensorflow_version"] == RELEASES[release]
+    assert table["source"] == f"tensorflow=={RELEASES[release]} (CUDA build): kernels.get_all_registered_kernels()"
+    assert sum(e["device"] == "GPU" for entries in table["kernels"].values() for e in entries) > 4000
+    assert script.encode_table(table) == path.read_bytes()  # the same bytes on every Python (OS byte 255)
+    assert path.read_bytes()[9] == 0xFF
+
+
+def test_the_table_of_the_running_release_is_read_without_a_warning():
+    import warnings
+
+    import tensorflow as tf
+    from tfplace.placement import _kernel_table
+
+    release = ".".join(tf.__version__.split(".")[:2])
+    assert _kernel_table.table_path().endswith(f"gpu_kernels-{release}.json.gz")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        table = _kernel_table.gpu_table()
+    assert table.mismatch == "" and table.version == RELEASES[release]
+
+
+def test_a_release_without_a_table_gets_the_newest_with_a_warning_naming_the_command(monkeypatch):
+    from tfplace.placement import _kernel_table
+
+    assert _kernel_table.table_path("2.99.0") == _kernel_table.table_path("2.21.0")
+    assert _kernel_table.table_path("2.17.0").endswith("gpu_kernels-2.17.json.gz")
+    monkeypatch.setattr(_kernel_table, "_running_version", lambda: "2.99.0")
+    table = _kernel_table.shipped.__wrapped__(_kernel_table.table_path())
+    assert table.version == "2.21.0"
+    assert "this is TensorFlow 2.99.0, a release tfplace ships no table for" in table.mismatch
+    assert table.mismatch.endswith("python scripts/gpu_kernel_table.py --tensorflow-version 2.99.0")
 
 
 # (c) the command line ----------------------------------------------------------------

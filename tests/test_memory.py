@@ -117,10 +117,13 @@ def test_sizes_and_logs_without_memory():
 
 
 def test_trace_memory_prints_peak_and_live_per_device(tmp_path):
+    # a module that imports __main__ while the script runs (Python 3.13's rlcompleter, through absl's pdb)
+    (tmp_path / "holder.py").write_text("import __main__\n", encoding="utf-8")
     (tmp_path / "grow.py").write_text(textwrap.dedent("""
         import tensorflow as tf
         big = tf.zeros((512, 512))
         parts = [tf.ones((64, 64)) for _ in range(3)]
+        import holder
     """), encoding="utf-8")
     done = subprocess.run([sys.executable, "-m", "tfplace", "trace", "--memory", "--json=t.json", "grow.py"],
                           capture_output=True, text=True, cwd=tmp_path, timeout=240)

@@ -27,6 +27,7 @@ import os
 import re
 import subprocess
 import sys
+import traceback
 from typing import Any, Optional, Sequence
 
 # pure Python: --help and usage errors never import TensorFlow
@@ -153,6 +154,10 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
         _note(f"tfplace trace: interrupted ({error or 'SIGINT'}) while writing its report and files; "
               "those not yet written were left as they were")
         return _script.interrupt_status(error)
+    except Exception as error:  # pylint: disable=broad-except  # tfplace's own defect: the script's status stays
+        traceback.print_exc(file=sys.__stderr__)
+        _note(f"tfplace trace: its report failed ({type(error).__name__}: {error}), a defect of tfplace (please "
+              f"report it with the traceback above); the exit status is the script's ({status})")
     finally:
         out.close()
     return status

@@ -150,12 +150,25 @@ def run_main(path: str, args: Sequence[str]) -> int:
         return status
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
+        _forget_script_module()
         if sys.modules.get("__mp_main__") is not mp_main:  # the script's module, as runpy leaves __main__
             if mp_main is None:
                 sys.modules.pop("__mp_main__", None)
             else:
                 sys.modules["__mp_main__"] = mp_main
         flush_script_output()
+
+
+def _forget_script_module() -> None:
+    """A module that did `import __main__` while the script ran (Python 3.13's `rlcompleter`, which absl's
+    `pdb` imports) holds the script's module, which `runpy` made for the run, and with it every global of
+    the script: it gets the `__main__` it would have got outside the run, so that the script's globals end
+    with the script."""
+    main = sys.modules.get("__main__")
+    for module in list(sys.modules.values()):
+        held = getattr(module, "__dict__", {}).get("__main__")
+        if held is not main and getattr(held, "__name__", None) == "__main__" and type(held) is type(sys):
+            module.__main__ = main
 
 
 def flush_script_output() -> None:

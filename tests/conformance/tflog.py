@@ -1,7 +1,9 @@
 """The conformance suite's own reader of TensorFlow's placement log (stderr), independent of tfplace.
 
 TensorFlow (`tf.debugging.set_log_device_placement(True)`) writes, in glog format
-(`I<date> <time> <thread id> <file>:<line>] <message>`):
+(`I<date> <time> <thread id> <file>:<line>] <message>` from TensorFlow 2.21 on;
+`<date> <time>: I <path>/<file>:<line>] <message>`, with no thread id, in 2.16-2.20, whose lines count as
+the main thread's):
 
 * `execute.cc:NNN] Executing op X in device D` before each eager op runs (also for an op
   that then fails, and for a call of a function, `X` = `__inference_f_12`);
@@ -51,6 +53,7 @@ ARG_OPS = frozenset({"_Arg", "_DeviceArg"})
 RET_OPS = frozenset({"_Retval", "_DeviceRetval"})
 
 _GLOG = re.compile(r"^([IWEF])\d{4} \S+\s+(\d+) ([\w.\-]+):(\d+)\] (.*)$")
+_GLOG_DATED = re.compile(r"^\d{4}-\d\d-\d\d [\d:.]+: ([IWEF]) (?:\S*/)?([\w.\-]+):(\d+)\] (.*)$")  # 2.16-2.20
 _PLACER = re.compile(r"^(.*): \(([^()\s]+)\): (\S*)$")
 _EXECUTE = re.compile(r"^Executing op (\S+) in device (\S*)$")
 _COPY = re.compile(
@@ -291,9 +294,13 @@ def parse(text: str, task: str = "") -> TfLog:
 
     for index in range(first, last):
         m = _GLOG.match(lines[index])
-        if not m:
-            continue   # Python output, continuation lines of multi-line messages
-        thread, source, message = int(m.group(2)), m.group(3), m.group(5)
+        if m:
+            thread, source, message = int(m.group(2)), m.group(3), m.group(5)
+        else:
+            m = _GLOG_DATED.match(lines[index])
+            if not m:
+                continue   # Python output, continuation lines of multi-line messages
+            thread, source, message = log.main_thread or 0, m.group(2), m.group(4)
         log.threads[thread] += 1
         lineno = index + 1
         if source == "placer.cc":

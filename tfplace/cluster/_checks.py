@@ -119,7 +119,7 @@ def _device_mismatch(states: dict[str, dict[str, Any]], jobs: dict[str, int]) ->
                 return (f"tfplace: {task}'s function {function} (at {source or 'an unknown line'}) names device "
                         f"{device}, which no task of the cluster has: its jobs are "
                         + ", ".join(f"{name} ({count} task(s))" for name, count in sorted(jobs.items())))
-            if prefix in published and device not in have:
+            if "/device:" in device and prefix in published and device not in have:  # (a task alone: any device)
                 owner = next(t for t, s in states.items() if s.get("prefix") == prefix)
                 return (f"tfplace: {task}'s function {function} (at {source or 'an unknown line'}) names device "
                         f"{device}, which {owner} does not have: its devices are "
@@ -188,7 +188,6 @@ class Publisher:
 
     def _about(self, function: Any) -> tuple[str, list, list]:
         from tfplace import _tensorflow
-        from tfplace._devices import canonical_name
         from tfplace.cluster._collectives import tensor_bytes
 
         name = _tensorflow.call_name(function)
@@ -202,8 +201,7 @@ class Publisher:
                        "function": name, "bytes_per_call": tensor_bytes(c.dtype, c.shape), "in_loop": c.in_loop}
                       for c in _tensorflow.collectives_in(name, definition, _tensorflow.call_graph(function),
                                                         self._collectives)]
-            named = sorted({canonical_name(node.device) for node in definition.node_def
-                            if node.device.startswith("/job:")})
+            named = sorted({_named(node.device) for node in definition.node_def if node.device.startswith("/job:")})
             known = self._known[name] = (groups, named)
         return name, known[0], known[1]
 
@@ -230,14 +228,14 @@ class Publisher:
         if not accesses:
             return []
         asked = asked or next(iter(_tensorflow.logical_device_names()), "") or local_task()
-        runs_on = canonical_name(asked) if asked != local_task() else asked
+        runs_on = _named(asked)
         keys = []
         for access in accesses:
             handle = args[access.argument] if access.argument < len(args) else None
             held = getattr(handle, "device", "") or ""  # "" in a graph being exported (tf.saved_model.save)
-            held = canonical_name(held) if held else ""
             if not task_of(held) or task_of(held) == task_of(runs_on):
                 continue
+            held = _named(held)
             source, target = (held, runs_on) if access.read else (runs_on, held)
             keys.append(" ".join((source, target, access.op, access.node, name)))
             with self._lock:
@@ -288,6 +286,15 @@ class Publisher:
     def exited(self, status: int) -> None:
         self.state["exit"] = status
         self.publish()
+
+
+def _named(device: str) -> str:
+    """A device's canonical name; a task's name alone (`/job:localhost/replica:0/task:0`, as a strategy's
+    `tf.device` scope gives) stays as it is."""
+    from tfplace._devices import canonical_name
+    from tfplace.cluster._collectives import task_of
+
+    return canonical_name(device) if device and device.rstrip("/") != task_of(device) else device
 
 
 def _file_writer(directory: str, task: str) -> Callable[[str], None]:

@@ -3,8 +3,9 @@ from tfplace's table of the GPU kernels of TensorFlow's CUDA build.
 
 `tensorflow-cpu` registers no GPU kernels; the CUDA build (`pip install tensorflow`)
 registers them even on a machine without a GPU. `gpu_table()` reads this process's
-registry when it has GPU kernels, else the table shipped in `tfplace/data/gpu_kernels.json.gz`
-(made by `scripts/gpu_kernel_table.py` from the CUDA build of the TensorFlow version it names).
+registry when it has GPU kernels, else the table shipped for the running TensorFlow's minor release,
+`tfplace/data/gpu_kernels-<major.minor>.json.gz` (2.16 to 2.21, each made by `scripts/gpu_kernel_table.py`
+from the CUDA build of the TensorFlow version it names).
 A `DEFAULT`-device kernel serves every device type.
 
 Example:
@@ -28,9 +29,9 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
 from tfplace.placement import _session
 from tfplace.placement._sources import user_stacklevel
 
-__all__ = ["Kernel", "KernelTable", "live", "shipped", "gpu_table", "TABLE_PATH", "TABLE_FORMAT"]
+__all__ = ["Kernel", "KernelTable", "live", "shipped", "gpu_table", "table_path", "TABLE_FORMAT"]
 
-TABLE_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "gpu_kernels.json.gz")
+_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 TABLE_FORMAT = "tfplace-gpu-kernels/1"
 _REGENERATE = "python scripts/gpu_kernel_table.py --tensorflow-version {version}"
 
@@ -145,13 +146,32 @@ def _kernels_from_json(kernels: Sequence[Mapping[str, Any]]) -> tuple[Kernel, ..
                  for k in kernels)
 
 
+def _release(version: str) -> tuple[int, ...]:
+    """The (major, minor) release of a version string ("2.21.0" -> (2, 21))."""
+    return tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
+
+
+def table_path(version: Optional[str] = None) -> str:
+    """The shipped table of TensorFlow `version`'s minor release (the running TensorFlow's by default), or,
+    for a release tfplace ships none for, the newest shipped.
+
+    >>> os.path.basename(table_path("2.16.2")), os.path.basename(table_path("2.21.0"))
+    ('gpu_kernels-2.16.json.gz', 'gpu_kernels-2.21.json.gz')
+    """
+    release = _release(version or _running_version())
+    tables = {_release(name[len("gpu_kernels-"):-len(".json.gz")]): os.path.join(_DATA, name)
+              for name in os.listdir(_DATA) if name.startswith("gpu_kernels-") and name.endswith(".json.gz")}
+    return tables.get(release) or tables[max(tables)]
+
+
 @functools.lru_cache(maxsize=4)
-def shipped(path: str = TABLE_PATH) -> KernelTable:
+def shipped(path: Optional[str] = None) -> KernelTable:
     """The table of the CUDA build's GPU (and DEFAULT) kernels at `path`.
 
     Raises:
       ValueError: the file is not such a table (naming the file and the format expected).
     """
+    path = path or table_path()
     try:
         with gzip.open(path, "rt", encoding="utf-8") as handle:
             data = json.load(handle)
@@ -165,19 +185,20 @@ def shipped(path: str = TABLE_PATH) -> KernelTable:
     kernels = data["kernels"]  # converted per op type when asked (the table's lookups are cached)
     version = str(data.get("tensorflow_version", "unknown"))
     running = _running_version()
-    mismatch = "" if version == running else (
+    mismatch = "" if _release(version) == _release(running) else (
         f"tfplace's GPU kernel table was made from TensorFlow {version}'s CUDA build, but this is TensorFlow "
-        f"{running}: GPU kernels may differ; regenerate it with {_REGENERATE.format(version=running)}")
+        f"{running}, a release tfplace ships no table for: GPU kernels may differ; make one with "
+        f"{_REGENERATE.format(version=running)}")
     return KernelTable(lambda op: _kernels_from_json(kernels.get(op, ())), version=version, mismatch=mismatch,
                        source=f"tfplace's table of TensorFlow {version}'s CUDA build")
 
 
 def gpu_table(path: Optional[str] = None) -> KernelTable:
     """The GPU kernels TensorFlow's CUDA build has: this process's registry when it has GPU
-    kernels, else the shipped table (warning once when its TensorFlow version is not this one's)."""
+    kernels, else the shipped table of its minor release (warning once when none is shipped for it)."""
     if path is None and live().supports("MatMul", "GPU", ()):  # a CUDA (or ROCm) build
         return live()
-    table = shipped(path or TABLE_PATH)
+    table = shipped(path)
     warned = _session.runtime().warned
     if table.mismatch and table.mismatch not in warned:
         warned.add(table.mismatch)
