@@ -125,6 +125,15 @@ def test_configure_before_importing_tensorflow_works_under_the_trace_and_a_captu
         assert "('/device:CPU:1',) True" in done.stdout
 
 
+def test_configure_before_importing_tensorflow_works_under_launch(tmp_path):
+    (tmp_path / "first.py").write_text(CONFIGURE_FIRST)
+    done = _run([sys.executable, "-m", "tfplace", "launch", "--workers=2", "--trace", "first.py"], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for task in (0, 1):
+        assert f"[worker {task}] 4.0 /job:worker/replica:0/task:{task}/device:CPU:1\n" in done.stdout
+        assert f"== worker:{task}: " in done.stdout  # each task's trace
+
+
 FAILING_PATCH = """
 import tfplace
 from tfplace.cluster import _checks
@@ -149,3 +158,36 @@ def test_a_failure_inside_tfplaces_own_patch_is_reported_not_raised_into_the_pro
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("6.0\n8.0\nFalse True\n"), done.stdout
     assert "tfplace's patch of TensorFlow's AtomicFunction.call_flat failed (KeyError" in done.stderr
+
+
+FAILING_LISTENER = """
+import tensorflow as tf, tfplace
+from tfplace.placement import _log
+
+def failing(write):
+    def written(record, *copies):
+        if record.op == "Mul":
+            raise ValueError("a defect of tfplace's own")
+        return write(record, *copies)
+    return written
+
+add_event, writer = _log.PlacementLog.add_event, _log.PlacementLog.writer
+_log.PlacementLog.add_event = lambda self, record, copies: failing(lambda r, c: add_event(self, r, c))(record, copies)
+_log.PlacementLog.writer = lambda self: failing(writer(self))
+x = tf.ones(2)
+with tfplace.capture_placement() as log:
+    for _ in range(4):  # the first decided in Python, the later ones by the kept record (in C where built)
+        y = x * 3.0
+        z = x + 1.0
+print(y.numpy().tolist(), z.numpy().tolist(), log.complete, "ValueError" in log.incomplete_reason,
+      [r.op for r in log.records].count("AddV2"))
+"""
+
+
+def test_a_failure_inside_tfplaces_op_callback_is_reported_not_raised_into_the_program(tmp_path):
+    script = tmp_path / "listener.py"
+    script.write_text(FAILING_LISTENER)
+    done = _run([sys.executable, str(script)], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == "[3.0, 3.0] [2.0, 2.0] False True 4\n", done.stdout + done.stderr[-3000:]
+    assert "tfplace's op callback failed (ValueError: a defect of tfplace's own" in done.stderr

@@ -132,7 +132,12 @@ class _VariableAttribute:
                 self.state.reading = variable
             elif getattr(self.state, "reading", None) is variable:
                 self.state.reading = None
-                self.on_read(variable, value)
+                try:
+                    self.on_read(variable, value)
+                except _contained.ON_PURPOSE:  # a guard's verdict on the program's read
+                    raise
+                except Exception as error:  # pylint: disable=broad-except
+                    _contained.failed("watch of variable reads", error)
         return value
 
     def __set__(self, variable: Any, value: Any) -> None:
