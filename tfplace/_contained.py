@@ -132,3 +132,6 @@ def patched(replacement: Callable[..., Any], original: Callable[..., Any],
         return result
 
     return run, through
+
+
+RUN_CODE = patched(len, len, "")[0].__code__  # the frame every patched call adds (what frame readers pass over)

@@ -156,6 +156,7 @@ class TfLog:
     main_thread: Optional[int] = None
     markers: bool = False    # both markers were found
     threads: Counter = field(default_factory=Counter)          # glog lines per thread in the window
+    threads_known: bool = True  # False for TensorFlow 2.16-2.20's lines, which name no thread
 
     def eager_multiset(self) -> Counter:
         return Counter((e.op, e.device) for e in self.eager)
@@ -301,6 +302,7 @@ def parse(text: str, task: str = "") -> TfLog:
             if not m:
                 continue   # Python output, continuation lines of multi-line messages
             thread, source, message = log.main_thread or 0, m.group(2), m.group(4)
+            log.threads_known = False
         log.threads[thread] += 1
         lineno = index + 1
         if source == "placer.cc":

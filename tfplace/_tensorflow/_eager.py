@@ -172,8 +172,11 @@ def start_thread(thread: threading.Thread, around: Optional[Callable[[Callable[[
 
 def scope_step(depth: int) -> tuple[str, Any]:
     """What the `Context._set_device` call `depth` frames out (0: the caller's) does: "enter" from a
-    device scope's `__enter__`, "exit" from its `__exit__`, else ""; and the frame outside that call."""
+    device scope's `__enter__`, "exit" from its `__exit__`, else ""; and the frame outside that call
+    (the patch's own frame, `tfplace._contained`, passed over)."""
     frame = sys._getframe(depth + 1)  # pylint: disable=protected-access
+    if frame.f_code is _contained.RUN_CODE:
+        frame = frame.f_back
     return {"__enter__": "enter", "__exit__": "exit"}.get(frame.f_code.co_name, ""), frame.f_back
 
 

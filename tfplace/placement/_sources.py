@@ -148,11 +148,11 @@ def user_stacklevel() -> int:
 
 def started_by_framework(depth: int = 2) -> bool:
     """True if the first frame, from `depth` frames up (2: the caller's caller), outside
-    Python's standard library is TensorFlow or Keras code: a thread TensorFlow starts, say."""
+    Python's standard library and tfplace is TensorFlow or Keras code: a thread TensorFlow starts, say."""
     frame = sys._getframe(depth)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not filename.startswith(_STDLIB) or "site-packages" in filename:
+        if (not filename.startswith(_STDLIB) or "site-packages" in filename) and not filename.startswith(_TFPLACE):
             return filename.startswith(_FRAMEWORKS)
         frame = frame.f_back  # type: ignore[assignment]
     return False
