@@ -24,7 +24,7 @@ def test_one_session_from_the_first_capture_to_the_last_and_nothing_left_behind(
         seen["after"] = _session.current() is None
         seen["thread"] = other
         seen["patched"] = [getattr(_tensorflow.SET_DEVICE.owner, _tensorflow.SET_DEVICE.name) is not
-                           _tensorflow.SET_DEVICE.original]
+                           _tensorflow.SET_DEVICE.replaced]
         with tfplace.capture_placement():
             seen["fresh"] = _session.current() is not first and _session.current().described == {}
         report(seen)

