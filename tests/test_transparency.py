@@ -115,7 +115,7 @@ def test_configure_before_importing_tensorflow_works_under_the_trace_and_a_captu
             f"    {line}\n" for line in CONFIGURE_FIRST.strip().splitlines()) + \
             "print(log.devices_for('Sum'), log.complete)\n"
     script.write_text(text)
-    command = [sys.executable, str(script)] if how != "trace" else [sys.executable, "-m", "tfplace", "trace", str(script)]
+    command = [sys.executable, *(["-m", "tfplace", "trace"] if how == "trace" else []), str(script)]
     done = _run(command, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("4.0 /job:localhost/replica:0/task:0/device:CPU:1\n"), done.stdout
@@ -130,7 +130,8 @@ def test_configure_before_importing_tensorflow_works_under_launch(tmp_path):
     done = _run([sys.executable, "-m", "tfplace", "launch", "--workers=2", "--trace", "first.py"], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     for task in (0, 1):
-        assert f"[worker {task}] 4.0 /job:localhost/replica:0/task:0/device:CPU:1\n" in done.stdout  # as TensorFlow names it
+        # (TensorFlow names a task's own devices /job:localhost/... in its tensors)
+        assert f"[worker {task}] 4.0 /job:localhost/replica:0/task:0/device:CPU:1\n" in done.stdout
         assert f"== worker:{task}: " in done.stdout  # each task's trace
 
 

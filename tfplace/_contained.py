@@ -69,10 +69,13 @@ def failed(where: str, error: BaseException) -> None:
             if reason in _warned:
                 return
             _warned.add(reason)
-    for report in reporters:
-        report(reason)
-    if not reporters:
-        warnings.warn(reason, RuntimeWarning, stacklevel=2)
+    try:  # (under `python -W error` a warning raises: it must not reach the program either)
+        for report in reporters:
+            report(reason)
+        if not reporters:
+            warnings.warn(reason, RuntimeWarning, stacklevel=2)
+    except Exception:  # pylint: disable=broad-except
+        pass
 
 
 @contextlib.contextmanager
@@ -102,7 +105,7 @@ def patched(replacement: Callable[..., Any], original: Callable[..., Any],
         calls = getattr(state, "calls", None)
         if calls is None:
             calls = state.calls = []
-        call = [_NOT_RUN, None]  # the original's result, its exception
+        call: list[Any] = [_NOT_RUN, None]  # the original's result, its exception
         calls.append(call)
         try:
             return replacement(*args, **kwargs)

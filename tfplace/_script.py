@@ -168,7 +168,7 @@ def _forget_script_module() -> None:
     for module in list(sys.modules.values()):
         held = getattr(module, "__dict__", {}).get("__main__")
         if held is not main and getattr(held, "__name__", None) == "__main__" and type(held) is type(sys):
-            module.__main__ = main
+            setattr(module, "__main__", main)
 
 
 def flush_script_output() -> None:

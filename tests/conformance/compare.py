@@ -341,7 +341,8 @@ def compare_logs(result: Result, log: tflog.TfLog, capture: dict, sends: Optiona
             else:
                 unmatched.append(node)
     if threads_interleave and not log.threads_known:
-        unsure = [n for n in unmatched if n.op in tflog.PLUMBING or tflog.registered_op(n.name) == tflog.registered_op(n.op)]
+        unsure = [n for n in unmatched
+                  if n.op in tflog.PLUMBING or tflog.registered_op(n.name) == tflog.registered_op(n.op)]
         result.wrappers_unsure = len(unsure)
         unmatched = [n for n in unmatched if n not in unsure]
         result.nodes_total -= len(unsure)

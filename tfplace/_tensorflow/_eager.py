@@ -175,7 +175,7 @@ def scope_step(depth: int) -> tuple[str, Any]:
     device scope's `__enter__`, "exit" from its `__exit__`, else ""; and the frame outside that call
     (the patch's own frame, `tfplace._contained`, passed over)."""
     frame = sys._getframe(depth + 1)  # pylint: disable=protected-access
-    if frame.f_code is _contained.RUN_CODE:
+    if frame.f_code is _contained.RUN_CODE and frame.f_back is not None:
         frame = frame.f_back
     return {"__enter__": "enter", "__exit__": "exit"}.get(frame.f_code.co_name, ""), frame.f_back
 

@@ -221,7 +221,7 @@ class Publisher:
 
     def _remote_accesses(self, function: Any, name: str, args: Sequence[Any], asked: str) -> list[str]:
         from tfplace import _tensorflow
-        from tfplace._devices import canonical_name, local_task
+        from tfplace._devices import local_task
         from tfplace.cluster._collectives import task_of, tensor_bytes, variable_name
 
         accesses = _tensorflow.variable_accesses(function)

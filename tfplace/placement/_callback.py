@@ -142,7 +142,7 @@ class Hook:
             if not self.calls:
                 return None
             full = outputs[0].device if outputs else _eager.device_of(inputs)
-            if self.copies_only:  # no listener wants an eager op whose inputs all are where it ran (transfer guards alone)
+            if self.copies_only:  # no listener wants an eager op whose inputs all are where it ran (guards alone)
                 copying = self.copying.get(op_type)
                 if copying is None:
                     copying = self._copying(op_type)
