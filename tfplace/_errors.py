@@ -14,10 +14,23 @@ Example:
 
 from __future__ import annotations
 
+import sys
+import warnings
+
 __all__ = [
     "Error", "ConfigurationError", "RuntimeInitializedError", "DeviceNotFoundError", "DeviceSpecError",
-    "ImplicitCopyError", "PlacementError",
+    "ImplicitCopyError", "PlacementError", "add_note",
 ]
+
+
+def add_note(error: BaseException, note: str) -> None:
+    """Adds `note` to `error` (PEP 678: Python 3.11 prints it under the traceback). Python 3.10 keeps it in
+    `__notes__` as well, but prints no notes: there the note is also a warning, shown as the error rises."""
+    if sys.version_info >= (3, 11):
+        error.add_note(note)
+        return
+    error.__notes__ = [*getattr(error, "__notes__", []), note]  # type: ignore[attr-defined]
+    warnings.warn(note, RuntimeWarning, stacklevel=3)
 
 
 class Error(Exception):

@@ -234,7 +234,7 @@ def run(shell: Any, line: str, cell: str) -> None:
     if error is not None and options.memory:
         note = log.memory_note(error)  # an out-of-memory error: what the device held, with the cell's lines
         if note:
-            error.add_note(_cell_names(shell, note))
+            _errors.add_note(error, _cell_names(shell, note))
     log = _cell_log(shell, log)
     shell.user_ns[LOG_NAME] = log
     _show(log)

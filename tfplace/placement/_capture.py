@@ -28,6 +28,7 @@ from typing import Any, Iterator, Optional, Sequence, Union
 
 from tfplace import _contained, _tensorflow
 from tfplace._devices import local_task
+from tfplace._errors import add_note
 from tfplace.placement import _events, _function_sources, _graphs, _hooks, _placed, _report, _session
 from tfplace.placement._log import PlacementLog
 from tfplace.placement._records import Kind, PlacementRecord, is_function_call
@@ -172,7 +173,7 @@ def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool 
                 except _tensorflow.OutOfMemory as error:
                     note = log.memory_note(error)
                     if note:
-                        error.add_note(note)
+                        add_note(error, note)
                     raise
         finally:
             if census is not None:
