@@ -3,8 +3,8 @@
 tfplace runs code of its own inside the program's calls: op callbacks, TensorFlow functions it patches
 (`tfplace._tensorflow.Patch`), the trace's import hook. A failure there is tfplace's, not the program's:
 `failed(where, error)` makes the log of every open capture incomplete with the reason (with none open, it
-warns once), and the program's call goes on as it would without tfplace. `patched(replacement, where)`
-makes a patch's replacement that way: an exception the replacement raises that is not the original's
+warns once), and the program's call goes on as it would without tfplace. `patched(replacement, original,
+where)` makes a patch's replacement that way: an exception the replacement raises that is not the original's
 own is reported, and the call returns what the original returned (running it, if it had not run yet).
 
 Example:
@@ -18,7 +18,7 @@ Example:
     >>> def original(x):
     ...     return x + 1
     >>> def replacement(x):
-    ...     result = through(x)
+    ...     through(x)
     ...     raise KeyError("tfplace's own bug")
     >>> run, through = _contained.patched(replacement, original, "example patch")
     >>> with warnings.catch_warnings(record=True):

@@ -187,8 +187,7 @@ def shipped(path: Optional[str] = None) -> KernelTable:
     running = _running_version()
     mismatch = "" if _release(version) == _release(running) else (
         f"tfplace's GPU kernel table was made from TensorFlow {version}'s CUDA build, but this is TensorFlow "
-        f"{running}, a release tfplace ships no table for: GPU kernels may differ; make one with "
-        f"{_REGENERATE.format(version=running)}")
+        f"{running}: GPU kernels may differ; make this release's table with {_REGENERATE.format(version=running)}")
     return KernelTable(lambda op: _kernels_from_json(kernels.get(op, ())), version=version, mismatch=mismatch,
                        source=f"tfplace's table of TensorFlow {version}'s CUDA build")
 
