@@ -7,7 +7,7 @@ import types
 import pytest
 
 from tfplace import GpuInfo
-from tfplace.config import _gpu_inventory
+from tfplace.machine import _gpus as _gpu_inventory
 
 
 class NVMLError(Exception):

@@ -6,7 +6,7 @@ import pytest
 
 from tfplace import ConfigurationError
 from tfplace._tensorflow import apply_gpus, set_logical_cpus
-from tfplace.config._gpu_inventory import map_cuda_visible, parse_nvidia_smi
+from tfplace.machine._gpus import map_cuda_visible, parse_nvidia_smi
 from tfplace.config._gpu_plan import GpuInfo, GpuPlan, plan_gpus
 
 # d2l's GPU chapter machine (nvidia-smi in seeds/003): 8 x Tesla V100-SXM2-16GB, 16160 MiB each.

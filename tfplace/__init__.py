@@ -21,6 +21,7 @@ from tfplace._errors import (
     DeviceNotFoundError,
     DeviceSpecError,
     Error,
+    GpuUnusedWarning,
     ImplicitCopyError,
     PlacementError,
     RuntimeInitializedError,
@@ -32,7 +33,10 @@ if TYPE_CHECKING:
     from tfplace._replication import reduce_on, replicate, split_batch, strategy
     from tfplace.cluster._guard import cluster_guard
     from tfplace.config._configure import Config, configure
-    from tfplace.config._gpu_plan import GpuInfo, GpuPlan, plan_gpus
+    from tfplace.config._gpu_plan import GpuPlan, plan_gpus
+    from tfplace.machine._diagnosis import Diagnosis, Finding
+    from tfplace.machine._doctor import doctor
+    from tfplace.machine._gpus import GpuInfo
     from tfplace.placement._capture import capture_placement
     from tfplace.placement._explain import Explanation, Readiness
     from tfplace.placement._guards import device_guard, transfer_guard
@@ -46,7 +50,10 @@ __version__ = "0.1.0"
 _LAZY = {
     **dict.fromkeys(("capture_placement",), "tfplace.placement._capture"),
     **dict.fromkeys(("Config", "configure"), "tfplace.config._configure"),
-    **dict.fromkeys(("GpuInfo", "GpuPlan", "plan_gpus"), "tfplace.config._gpu_plan"),
+    **dict.fromkeys(("GpuPlan", "plan_gpus"), "tfplace.config._gpu_plan"),
+    **dict.fromkeys(("GpuInfo",), "tfplace.machine._gpus"),
+    **dict.fromkeys(("doctor",), "tfplace.machine._doctor"),
+    **dict.fromkeys(("Diagnosis", "Finding"), "tfplace.machine._diagnosis"),
     **dict.fromkeys(("Device", "cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "device", "parse_device",
                      "to_device", "devices_of"), "tfplace._devices"),
     **dict.fromkeys(("transfer_guard", "device_guard"), "tfplace.placement._guards"),
@@ -91,6 +98,9 @@ __all__ = [
     "reduce_on",
     "strategy",
     "cluster_guard",
+    "doctor",
+    "Diagnosis",
+    "Finding",
     "Error",
     "ConfigurationError",
     "RuntimeInitializedError",
@@ -98,6 +108,7 @@ __all__ = [
     "DeviceSpecError",
     "ImplicitCopyError",
     "PlacementError",
+    "GpuUnusedWarning",
     "__version__",
 ]
 

@@ -1,15 +1,18 @@
-"""The `tfplace` command line: `tfplace devices`, `tfplace env`, `tfplace trace`, `tfplace diff` and `tfplace launch`.
+"""The `tfplace` command line: `tfplace devices`, `tfplace env`, `tfplace doctor`, `tfplace trace`, `tfplace diff`
+and `tfplace launch`.
 
 Neither `devices` nor `env` starts TensorFlow's runtime or allocates GPU
 memory: devices are listed from the physical inventory and the pending
 configuration; TensorFlow's C++ INFO start-up lines are left out unless the user
-set `TF_CPP_MIN_LOG_LEVEL`. `trace` runs a script under a capture (see
+set `TF_CPP_MIN_LOG_LEVEL`. `doctor` says why TensorFlow does (not) use the GPUs, without importing
+TensorFlow here (`tfplace.machine`). `trace` runs a script under a capture (see
 `tfplace._trace` and `tfplace._script`); `diff` compares two of its `--json` traces
 (see `tfplace._diff`); `launch` starts a cluster on 127.0.0.1 and `merge` reports a cluster's traces as
 one (see `tfplace.cluster._cli`). How arguments are read: `tfplace._arguments`.
 
     tfplace devices --logical_cpus=4     # the devices a program would see
     tfplace env --json                   # versions, build and placement env vars
+    tfplace doctor                       # why TensorFlow does (not) use the GPUs, and the fix
     tfplace trace --logical_cpus=2 train.py --epochs=1
     tfplace diff laptop.json server.json  # exit 1 when a compute op moved or a transfer appeared
     tfplace launch --workers=2 train.py   # each line prefixed with its task: [worker 1] ...
@@ -219,6 +222,42 @@ _INFO_LINE = re.compile(r"^I\d{4} \d\d:\d\d:[\d.]+ +\d+ [^ \]]+:\d+\] ")
 _ABSL_NOTE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 
 
+def _add_doctor(commands: Any) -> None:
+    doctor = commands.add_parser(
+        "doctor", help="why TensorFlow does (not) use this machine's GPUs, and the fix (exit 1 when a GPU the driver "
+                       "reports will not be used)", allow_abbrev=False)
+    doctor.add_argument("--json", action="store_true", help="print JSON (format tfplace-doctor/1)")
+    doctor.add_argument("--run", action="store_true", help="also run a MatMul on each GPU TensorFlow lists, in a "
+                                                          "child process, and time its first call")
+    doctor.add_argument("--save", metavar="FILE", help="write this machine's facts (tfplace-machine/1) to FILE")
+    doctor.add_argument("--facts", metavar="FILE", help="explain facts saved elsewhere (tfplace doctor --save) "
+                                                        "instead of this machine")
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from tfplace.machine import _doctor, _facts
+
+    if args.facts and (args.run or args.save):
+        print(f"tfplace doctor: error: --facts={args.facts} explains another machine's facts; --run and --save read "
+              "this machine: give one or the other", file=sys.stderr)
+        return 2
+    try:
+        diagnosis = _doctor.doctor(facts=args.facts, run=args.run)
+    except _facts.FactsError as err:
+        print(f"tfplace doctor: error: {err}", file=sys.stderr)
+        return 2
+    if args.save:
+        try:
+            _facts.save(diagnosis.facts, args.save)
+        except OSError as err:
+            print(f"tfplace doctor: error: --save={args.save}: {err}", file=sys.stderr)
+            return 2
+    print(json.dumps(diagnosis.to_json(), indent=2) if args.json else str(diagnosis))
+    if args.save and not args.json:
+        print(f"facts saved to {args.save} (explain them anywhere: tfplace doctor --facts={args.save})")
+    return 0 if diagnosis.ok else 1
+
+
 def _quietly(argv: Sequence[str]) -> int:
     """Runs `tfplace devices|env` in a child process without TensorFlow's C++ INFO start-up lines.
 
@@ -251,6 +290,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     devices.add_argument("--json", action="store_true", help="print JSON")
     env = commands.add_parser("env", help="versions, build info and placement environment variables")
     env.add_argument("--json", action="store_true", help="print JSON")
+    _add_doctor(commands)
     trace = _add_trace(commands)
     launch = add_launch(commands)
     compare = commands.add_parser(
@@ -279,13 +319,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _diff(args)
     if args.command == "merge":
         return run_merge(args)
+    if args.command == "doctor":
+        return _doctor(args)
     environ = dict(os.environ)
     if environ.pop(_QUIET, None) is not None:  # the quiet run's child: report the user's environment
         environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
     elif "TF_CPP_MIN_LOG_LEVEL" not in environ:
         return _quietly(argv)
     import tfplace
-    from tfplace import _machine
+    from tfplace.machine import _environment as _machine
 
     try:
         report = _machine.devices(given(args)) if args.command == "devices" else _machine.environment(environ)

@@ -31,6 +31,7 @@ from absl import logging
 
 from tfplace import _tensorflow
 from tfplace._errors import DeviceNotFoundError, DeviceSpecError
+from tfplace.machine import _doctor
 
 __all__ = [
     "Device", "parse_device", "cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus",
@@ -240,13 +241,21 @@ def num_gpus() -> int:
 
 
 def try_gpu(i: int = 0) -> Device:
-    """`gpu(i)` if it exists, else `cpu()`."""
-    return gpu(i) if _exists(gpu(i)) else cpu()
+    """`gpu(i)` if it exists, else `cpu()` (with a `GpuUnusedWarning` when the driver reports GPUs that
+    TensorFlow does not list)."""
+    if _exists(gpu(i)):
+        return gpu(i)
+    _doctor.warn_if_unused(_tensorflow.gpu_count(), "tfplace.try_gpu()")
+    return cpu()
 
 
 def try_all_gpus() -> list[Device]:
-    """Every GPU, in order, or `[cpu()]` when there is none."""
-    return [gpu(i) for i in range(num_gpus())] or [cpu()]
+    """Every GPU, in order, or `[cpu()]` when there is none (with a `GpuUnusedWarning` when the driver
+    reports GPUs that TensorFlow does not list)."""
+    found = [gpu(i) for i in range(num_gpus())]
+    if not found:
+        _doctor.warn_if_unused(_tensorflow.gpu_count(), "tfplace.try_all_gpus()")
+    return found or [cpu()]
 
 
 _warned: set[Device] = set()

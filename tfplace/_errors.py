@@ -19,7 +19,7 @@ import warnings
 
 __all__ = [
     "Error", "ConfigurationError", "RuntimeInitializedError", "DeviceNotFoundError", "DeviceSpecError",
-    "ImplicitCopyError", "PlacementError", "add_note",
+    "ImplicitCopyError", "PlacementError", "GpuUnusedWarning", "add_note",
 ]
 
 
@@ -64,3 +64,10 @@ class PlacementError(Error, RuntimeError):
 for _error in (Error, ConfigurationError, RuntimeInitializedError, DeviceNotFoundError, DeviceSpecError,
                ImplicitCopyError, PlacementError):
     _error.__module__ = "tfplace"  # tracebacks name them as users import them: tfplace.PlacementError
+
+
+class GpuUnusedWarning(UserWarning):
+    """The driver reports more GPUs than TensorFlow lists: the message is `tfplace doctor`'s verdict line."""
+
+
+GpuUnusedWarning.__module__ = "tfplace"

@@ -18,8 +18,8 @@ from absl import logging
 
 from tfplace import _tensorflow
 from tfplace._errors import RuntimeInitializedError
-from tfplace.config import _gpu_inventory
 from tfplace.config._gpu_plan import GpuPlan, plan_gpus
+from tfplace.machine import _doctor, _gpus
 from tfplace.config._settings import BY_NAME, SETTINGS, Sourced, describe, resolve
 
 __all__ = ["Config", "configure", "current"]
@@ -132,7 +132,7 @@ def configure(
     gpu_names = [s.name for s in SETTINGS if s.gpu]
     plan: Optional[GpuPlan] = None
     if any(name in value for name in gpu_names):
-        inventory = _gpu_inventory.read_gpus(_tensorflow.gpu_count())
+        inventory = _gpus.read_gpus(_tensorflow.gpu_count())
         plan = plan_gpus(inventory, **{n: value.get(n) for n in gpu_names}, sources=sources)
         if not inventory:
             logging.info("tfplace: no GPU visible, so %s has nothing to apply to",
@@ -151,6 +151,7 @@ def configure(
     for setting in SETTINGS:  # those TensorFlow lets change at any time
         if not setting.fixed and setting.name in value:
             getattr(_tensorflow, setting.apply)(value[setting.name])
+    _doctor.warn_if_unused(_tensorflow.gpu_count(), "tfplace.configure()")
     return current(sources)
 
 

@@ -19,23 +19,9 @@ import math
 from typing import Optional, Sequence
 
 from tfplace._errors import ConfigurationError
+from tfplace.machine._gpus import GpuInfo
 
-__all__ = ["GpuInfo", "GpuPlan", "plan_gpus"]
-
-
-@dataclasses.dataclass(frozen=True)
-class GpuInfo:
-    """One GPU as TensorFlow numbers it (`/physical_device:GPU:<index>`).
-
-    `total_mib` and `used_mib` are the GPU's total and used memory in MiB,
-    None when they could not be read.
-    """
-
-    index: int
-    name: str
-    total_mib: Optional[int]
-    uuid: str = ""
-    used_mib: Optional[int] = None
+__all__ = ["GpuPlan", "plan_gpus"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,8 +3,8 @@ memory, and the versions, build and environment variables that change placement.
 TensorFlow, and neither starts its runtime nor allocates GPU memory.
 
 Example:
-    >>> from tfplace import _machine
-    >>> "TF_CPP_MIN_LOG_LEVEL" in _machine.PLACEMENT_VARIABLES
+    >>> from tfplace.machine import _environment
+    >>> "TF_CPP_MIN_LOG_LEVEL" in _environment.PLACEMENT_VARIABLES
     True
 """
 
@@ -29,10 +29,10 @@ def devices(settings: dict[str, Any]) -> dict[str, Any]:
     after `configure(**settings)`."""
     import tfplace
     from tfplace import _tensorflow
-    from tfplace.config import _gpu_inventory
+    from tfplace.machine import _doctor, _gpus
 
     config = tfplace.configure(**settings)
-    gpus = _gpu_inventory.read_gpus(_tensorflow.gpu_count())
+    gpus = _gpus.read_gpus(_tensorflow.gpu_count())
     physical: list[dict[str, Any]] = []
     for row in _tensorflow.physical_devices():
         details = row.pop("details", None)
@@ -43,14 +43,15 @@ def devices(settings: dict[str, Any]) -> dict[str, Any]:
                        memory_used_mib=getattr(info, "used_mib", None),
                        compute_capability=details.get("compute_capability"))
         physical.append(row)
-    return {"physical": physical, "logical": list(config.logical_devices), "runtime_started": config.runtime_started}
+    return {"gpus_verdict": _doctor.verdict_line(len(gpus)), "physical": physical,
+            "logical": list(config.logical_devices), "runtime_started": config.runtime_started}
 
 
 def environment(environ: dict[str, str]) -> dict[str, Any]:
     """`tfplace env`: versions, build, oneDNN, GPUs and every environment variable that changes placement."""
     import tfplace
     from tfplace import _tensorflow
-    from tfplace.config import _gpu_inventory
+    from tfplace.machine import _doctor, _gpus
     from tfplace.config._settings import resolve
 
     try:
@@ -72,15 +73,16 @@ def environment(environ: dict[str, str]) -> dict[str, Any]:
         resolve({}, {}, environ)  # what configure() would say about the environment's settings
     except tfplace.ConfigurationError as err:
         warnings.append(str(err))
-    gpus = _gpu_inventory.read_gpus(_tensorflow.gpu_count())
+    gpus = _gpus.read_gpus(_tensorflow.gpu_count())
     return {
+        "gpus_verdict": _doctor.verdict_line(len(gpus)),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "tensorflow": build.pop("tensorflow"),
         "keras": keras_version,
         "tfplace": tfplace.__version__,
         **build,
-        "nvidia_driver": _gpu_inventory.driver_version(),
+        "nvidia_driver": _gpus.driver_version(),
         "onednn": onednn,
         "onednn_note": ("oneDNN is on: TensorFlow's own log names some kernels by their oneDNN variant "
                         "(_MklMatMul for MatMul); tfplace records and PlacementLog.from_text give op types"
@@ -94,7 +96,7 @@ def environment(environ: dict[str, str]) -> dict[str, Any]:
 
 def devices_text(report: dict[str, Any]) -> str:
     """`devices()`'s report as the command prints it."""
-    lines = [f"{'physical device':<28} {'type':<5} {'visible':<8} details"]
+    lines = [report["gpus_verdict"], f"{'physical device':<28} {'type':<5} {'visible':<8} details"]
     for row in report["physical"]:
         extra = ", ".join(f"{k}={row[k]}" for k in ("model", "memory_total_mib", "memory_used_mib", "compute_capability") if k in row)
         lines.append(f"{row['name']:<28} {row['type']:<5} {'yes' if row['visible'] else 'no':<8} {extra}")
@@ -104,7 +106,9 @@ def devices_text(report: dict[str, Any]) -> str:
 
 def environment_text(report: dict[str, Any]) -> str:
     """`environment()`'s report as the command prints it: a block to paste into a bug report."""
-    lines = [f"{key:<15} {value}" for key, value in report.items() if key not in ("environment", "gpus", "warnings")]
+    lines = [report["gpus_verdict"]]
+    lines += [f"{key:<15} {value}" for key, value in report.items()
+              if key not in ("gpus_verdict", "environment", "gpus", "warnings")]
     lines += [f"gpu {gpu['index']:<11} {gpu['name']} ({gpu['memory_total_mib']} MiB)" for gpu in report["gpus"]]
     lines.append("environment (variables that change placement):")
     lines += [f"  {name:<27} {'(unset)' if value is None else value}" for name, value in report["environment"].items()]

@@ -1,0 +1,292 @@
+"""The rules of `tfplace doctor`: from a machine's facts (`_facts`) to a `Diagnosis`: how many GPUs the
+driver reports, how many TensorFlow will use, each cause with its fix. Pure: any machine's facts can be
+explained anywhere. What a build needs comes from the facts of the installed TensorFlow (its build info,
+its `and-cuda` requirements), not from a table per release.
+
+Example:
+    >>> from tfplace.machine._verdict import diagnose
+    >>> facts = {"format": "tfplace-machine/1", "platform": {"system": "Linux", "release": "6.8", "machine": "x86_64",
+    ...          "wsl": False}, "python": "3.12.3", "driver": None, "gpus": [], "tensorflow": None, "libraries": {},
+    ...          "environment": {}, "tensorflow_view": None}
+    >>> diagnose(facts).summary
+    'GPUs: 0 reported by the driver, 0 used by TensorFlow: no NVIDIA GPU here, TensorFlow runs on the CPU'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Optional
+
+from tfplace.machine._diagnosis import Diagnosis, Finding
+from tfplace.machine._gpus import GpuInfo, map_cuda_visible
+from tfplace.machine._libraries import Wanted, version_tuple, wanted
+
+__all__ = ["diagnose", "classify"]
+
+# the newest compute capability each CUDA toolkit compiles for (CUDA's release notes)
+_NEWEST_CAPABILITY = ((11, 1, "8.6"), (11, 8, "9.0"), (12, 8, "12.0"), (12, 9, "12.1"))
+_LAST_RELEASE_FOR = {5: "2.16"}  # the last TensorFlow release with machine code for an older architecture
+
+
+def _capability(text: Optional[str]) -> Optional[tuple[int, int]]:
+    match = re.fullmatch(r"(\d+)\.(\d+)", text or "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def _code(entry: str) -> Optional[tuple[str, tuple[int, int]]]:
+    match = re.fullmatch(r"(sm|compute)_(\d+)(\d)[a-z]?", entry.strip())
+    return (match.group(1), (int(match.group(2)), int(match.group(3)))) if match else None
+
+
+def classify(capability: str, build: dict[str, Any]) -> tuple[str, str]:
+    """How a CUDA build runs on a GPU of `capability`: (`"native"`, `"ptx"`, `"too-old"`, `"too-new"` or
+    `"unknown"`, the words for it). Machine code `sm_XY` runs on X.Y and newer minors of X; PTX `compute_XY`
+    is compiled by the driver for X.Y and newer, as far as the build's CUDA knows the GPU."""
+    have = _capability(capability)
+    codes = [c for c in map(_code, build.get("cuda_compute_capabilities") or []) if c]
+    if have is None or not codes:
+        return "unknown", "compute capability or the build's code unknown"
+    native = [cc for kind, cc in codes if kind == "sm" and cc[0] == have[0] and cc[1] <= have[1]]
+    if native:
+        return "native", f"machine code sm_{max(native)[0]}{max(native)[1]}"
+    oldest = min(cc for _, cc in codes)
+    if have < oldest:
+        return "too-old", f"older than the build's oldest code ({oldest[0]}.{oldest[1]})"
+    cuda = version_tuple(str(build.get("cuda_version")))[:2]
+    newest = next((c for major, minor, c in reversed(_NEWEST_CAPABILITY) if cuda >= (major, minor)), None)
+    if newest is not None and have > _capability(newest):  # type: ignore[operator]
+        return "too-new", f"newer than the build's CUDA {build.get('cuda_version')} knows (up to {newest})"
+    ptx = [cc for kind, cc in codes if kind == "compute" and cc <= have]
+    if ptx:
+        return "ptx", f"no machine code for {capability}: PTX compute_{max(ptx)[0]}{max(ptx)[1]} compiled at start"
+    return "too-new", f"no machine code for {capability} and no PTX it can compile"
+
+
+def _tensorflow_version(tensorflow: dict[str, Any]) -> Optional[str]:
+    versions = tensorflow["distributions"]
+    return versions.get("tensorflow") or next(iter(versions.values()), None)
+
+
+def _install(tensorflow: Optional[dict[str, Any]]) -> str:
+    version = _tensorflow_version(tensorflow) if tensorflow else None
+    pin = f"=={version}" if version and re.fullmatch(r"[\d.]+", version) else ""
+    others = [name for name in (tensorflow or {}).get("distributions", {}) if name != "tensorflow"]
+    install = f"pip install 'tensorflow[and-cuda]{pin}'"
+    return f"pip uninstall -y {' '.join(others)} && {install}" if others else install
+
+
+class _Rules:
+    """The findings of one machine's facts, in the order a user must act on them."""
+
+    def __init__(self, facts: dict[str, Any]) -> None:
+        self.facts = facts
+        self.findings: list[Finding] = []
+        self.needs: dict[str, str] = {}
+        self.support: dict[int, str] = {}
+        self.blocked = False  # TensorFlow will list no GPU
+        self.broken = False  # it lists them, but they fail (a library built for another CUDA)
+        tensorflow = facts["tensorflow"]
+        self.build: dict[str, Any] = (tensorflow or {}).get("build") or {}
+        self.cuda_build = bool(tensorflow and self.build.get("is_cuda_build"))
+        self.reported = len(facts["gpus"])
+
+    def add(self, code: str, severity: str, message: str, fix: Optional[str] = None, **evidence: Any) -> None:
+        self.findings.append(Finding(code, severity, message, fix, evidence))
+
+    def platform(self) -> None:
+        system, tensorflow = self.facts["platform"], self.facts["tensorflow"]
+        version = version_tuple(_tensorflow_version(tensorflow)) if tensorflow else ()
+        if system.get("system") == "Windows" and version[:2] > (2, 10):
+            self.blocked = True
+            self.add("platform-without-gpu", "error", "TensorFlow after 2.10 uses no GPU on native Windows",
+                     "wsl --install  # then, inside WSL2: pip install 'tensorflow[and-cuda]'", platform=system)
+        elif system.get("system") == "Darwin":
+            self.add("platform-without-gpu", "info", "TensorFlow uses no NVIDIA GPU on macOS; an Apple GPU only "
+                     "through tensorflow-metal", "pip install tensorflow-metal", platform=system)
+        libcuda = self.facts["libraries"].get("libcuda.so.1")
+        if system.get("wsl") and libcuda is not None and libcuda.get("path") is None:
+            self.blocked = True
+            self.add("wsl-libcuda-missing", "error", "WSL2 without its libcuda.so.1 (the Windows NVIDIA driver "
+                     "provides /usr/lib/wsl/lib/libcuda.so.1)",
+                     "export LD_LIBRARY_PATH=/usr/lib/wsl/lib:$LD_LIBRARY_PATH  # after installing the Windows "
+                     "NVIDIA driver", error=libcuda.get("error"))
+
+    def driver(self) -> None:
+        if self.facts["driver"] is not None or self.facts["gpus"]:
+            return
+        pci = self.facts.get("pci_gpus") or []
+        if pci:
+            self.blocked = True
+            self.add("no-driver", "error", f"{len(pci)} NVIDIA GPU(s) on the PCI bus but no NVIDIA driver runs",
+                     "sudo ubuntu-drivers install && sudo reboot  # or your distribution's NVIDIA driver package",
+                     pci=pci)
+            return
+        said = (" (TensorFlow's 'Could not find cuda drivers on your machine, GPU will not be used' says this)"
+                if self.cuda_build else "")
+        self.add("no-driver", "info", "no NVIDIA driver (no libcuda.so.1, NVML or /proc/driver/nvidia/version): "
+                 f"TensorFlow runs on the CPU{said}")
+
+    def tensorflow(self) -> None:
+        tensorflow = self.facts["tensorflow"]
+        severity = "error" if self.reported else "info"
+        if tensorflow is None:
+            self.blocked = True
+            self.add("tensorflow-missing", severity, "TensorFlow is not installed in this Python",
+                     "pip install 'tensorflow[and-cuda]'" if self.reported else "pip install tensorflow")
+            return
+        names = list(tensorflow["distributions"])
+        if len(names) > 1:
+            self.add("conflicting-tensorflow", "warning", f"{len(names)} TensorFlow distributions installed "
+                     f"({', '.join(names)}): the last installed overwrote the others' files", _install(tensorflow),
+                     distributions=tensorflow["distributions"])
+        if not self.cuda_build:
+            self.blocked = True
+            installed = ", ".join(f"{n} {v}" for n, v in tensorflow["distributions"].items()) or "TensorFlow"
+            self.add("cpu-only-tensorflow", severity, f"{installed} is a build without CUDA",
+                     _install(tensorflow) if self.reported else None, build=self.build)
+
+    def driver_version(self) -> None:
+        driver = self.facts["driver"]
+        if not (self.cuda_build and driver and driver.get("cuda")):
+            return
+        have, need = version_tuple(driver["cuda"])[:2], version_tuple(str(self.build.get("cuda_version")))[:2]
+        if have and need and have[0] < need[0]:
+            self.blocked = True
+            self.add("driver-too-old", "error", f"the driver {driver.get('version')} supports CUDA {driver['cuda']}; "
+                     f"this TensorFlow needs CUDA {need[0]}.x", f"install an NVIDIA driver for CUDA {need[0]}.{need[1]} "
+                     "or newer (https://www.nvidia.com/drivers)", driver=driver, needs=self.build.get("cuda_version"))
+
+    def libraries(self) -> None:
+        if not self.cuda_build:
+            return
+        libraries = self.facts["libraries"]
+        wants = [w for w in wanted(self.facts["tensorflow"]["requires"]) if w.soname in libraries]
+        cuda_major = version_tuple(str(self.build.get("cuda_version")))[:1]
+        for want in wants:
+            self.needs[want.soname] = f">= {want.minimum} ({want.package})" if want.minimum else want.package
+        missing = [w for w in wants if libraries[w.soname].get("path") is None]
+        if missing:
+            required = [w for w in missing if w.required]
+            self.blocked = self.blocked or bool(required)
+            names = ", ".join(w.soname for w in missing)
+            self.add("cuda-libraries-missing", "error" if required else "warning",
+                     (f"CUDA libraries this TensorFlow needs do not load: {names}" if required else
+                      f"CUDA libraries TensorFlow loads when first needed do not load: {names}"),
+                     _install(self.facts["tensorflow"]), missing=[w.soname for w in missing],
+                     errors={w.soname: libraries[w.soname].get("error") for w in missing})
+        for want in wants:
+            self._version(want, libraries[want.soname], cuda_major)
+
+    def _version(self, want: Wanted, found: dict[str, Any], cuda_major: tuple[int, ...]) -> None:
+        if found.get("path") is None:
+            return
+        version = found.get("version") or (found.get("package") or " ").split(" ")[-1] or None
+        required = want.minimum
+        low = version and required and version_tuple(version) < version_tuple(required)[:len(version_tuple(version))]
+        other_cuda = bool(found.get("cuda") and cuda_major and version_tuple(found["cuda"])[:1] != cuda_major)
+        if not (low or other_cuda):
+            return
+        if want.required:
+            self.broken = True
+        what = (f"{want.soname} {version} from {found['path']} is older than the {required} this TensorFlow needs"
+                if low else f"{want.soname} from {found['path']} is built for CUDA {found['cuda']}, this TensorFlow "
+                f"for CUDA {self.build.get('cuda_version')}")
+        directory = found["path"].rsplit("/", 1)[0]
+        in_path = [d for d in (self.facts["environment"].get("LD_LIBRARY_PATH") or "").split(":") if d]
+        fix = f"pip install '{want.requirement}'"
+        if directory in in_path:
+            fix = ("export LD_LIBRARY_PATH=" + ":".join(d for d in in_path if d != directory)
+                   + f"  # it puts {directory} first; then: {fix}")
+        self.add("library-version-mismatch", "error" if want.required else "warning", what, fix,
+                 library=want.soname, found={"path": found["path"], "version": version, "cuda": found.get("cuda")},
+                 required={"version": required, "cuda": self.build.get("cuda_version"), "package": want.requirement})
+
+    def visible(self) -> list[GpuInfo]:
+        gpus = [GpuInfo(g["index"], g["name"], g.get("memory_mib"), g.get("uuid") or "", None,
+                        g.get("compute_capability")) for g in self.facts["gpus"]]
+        variable = self.facts["environment"].get("CUDA_VISIBLE_DEVICES")
+        visible = map_cuda_visible(gpus, variable)
+        if variable is not None and len(visible) < len(gpus):
+            self.add("cuda-visible-devices-hides", "error",
+                     f"CUDA_VISIBLE_DEVICES={variable!r} leaves {len(visible)} of the {len(gpus)} GPU(s) visible",
+                     "unset CUDA_VISIBLE_DEVICES", value=variable, visible=len(visible))
+        by_uuid = {g.uuid: g for g in gpus}
+        return [by_uuid.get(g.uuid, g) if g.uuid else g for g in visible]
+
+    def capabilities(self, visible: list[GpuInfo]) -> tuple[int, int]:
+        """(GPUs TensorFlow lists, of them those it cannot run on) among `visible`."""
+        listed, failing = 0, 0
+        driver = self.facts["driver"] or {}
+        for gpu in visible:
+            kind, words = classify(gpu.compute_capability or "", self.build)
+            self.support[gpu.index] = words
+            label = f"GPU {gpu.index} ({gpu.name}, compute capability {gpu.compute_capability})"
+            listed += kind != "too-old"
+            if kind == "too-old":
+                major = (_capability(gpu.compute_capability) or (0, 0))[0]
+                release = _LAST_RELEASE_FOR.get(major)
+                self.add("compute-capability-unsupported", "error", f"{label} is {words}: TensorFlow ignores it",
+                         f"pip install 'tensorflow[and-cuda]=={release}.*'" if release else None,
+                         gpu=gpu.index, compute_capability=gpu.compute_capability)
+            elif kind == "too-new":
+                failing += 1
+                code = (gpu.compute_capability or "").replace(".", "")
+                self.add("compute-capability-unsupported", "error", f"{label} is {words}",
+                         f"build TensorFlow from source with HERMETIC_CUDA_COMPUTE_CAPABILITIES=compute_{code} "
+                         "(https://www.tensorflow.org/install/source)", gpu=gpu.index,
+                         compute_capability=gpu.compute_capability)
+            elif kind == "ptx":
+                have, need = (version_tuple(driver.get("cuda"))[:2],
+                              version_tuple(str(self.build.get("cuda_version")))[:2])
+                if have and need and have < need:
+                    failing += 1
+                    self.add("driver-too-old", "error", f"{label} runs this build's PTX, which the driver's CUDA "
+                             f"{driver.get('cuda')} cannot compile (it comes from CUDA {self.build.get('cuda_version')})",
+                             f"install an NVIDIA driver for CUDA {need[0]}.{need[1]} or newer "
+                             "(https://www.nvidia.com/drivers)", gpu=gpu.index, driver=driver)
+                else:
+                    self.add("ptx-jit", "warning", f"{label}: {words}, which can take minutes on first use",
+                             "export CUDA_CACHE_MAXSIZE=4294967296  # keep the compiled kernels between runs",
+                             gpu=gpu.index, compute_capability=gpu.compute_capability)
+        return listed, failing
+
+    def view(self, predicted: int) -> int:
+        """TensorFlow's own count when it was read (else `predicted`); a finding when they differ."""
+        view = self.facts.get("tensorflow_view")
+        if view is None:
+            return predicted
+        listed = len(view["gpus"])
+        if listed != predicted:
+            lines = [line for line in view.get("log", []) if re.match(r"[WEF]", line)] or view.get("log", [])
+            self.add("tensorflow-view-differs", "error" if listed < self.reported else "warning",
+                     f"TensorFlow itself lists {listed} GPU(s) where the facts predict {predicted}"
+                     + (f"; its log: {lines[0]}" if lines else ""), None, gpus=view["gpus"], log=view.get("log", []))
+        for run in view.get("run", []):
+            if run.get("error") or (run["device"].startswith("/GPU") and "GPU" not in run.get("ran_on", "")):
+                self.add("gpu-run-failed", "error", f"a MatMul on {run['device']} did not run there: "
+                         f"{run.get('error') or run.get('ran_on')}", None, run=run)
+        return listed
+
+
+def diagnose(facts: dict[str, Any]) -> Diagnosis:
+    """The `Diagnosis` of a machine's facts (already checked by `_facts.check`)."""
+    rules = _Rules(facts)
+    rules.platform()
+    rules.driver()
+    rules.tensorflow()
+    rules.driver_version()
+    rules.libraries()
+    visible = rules.visible()
+    listed, failing = rules.capabilities(visible) if rules.cuda_build else (0, 0)
+    predicted = 0 if rules.blocked else listed
+    listed = rules.view(predicted)
+    usable = 0 if rules.broken else max(0, min(listed, listed - failing))
+    findings = rules.findings
+    if rules.reported == 0 and not facts.get("pci_gpus"):  # no GPU to lose: what would stop one is worth knowing only
+        findings = [dataclasses.replace(f, severity="warning") if f.severity == "error" else f for f in findings]
+    rules.findings = findings
+    if usable < rules.reported and not any(f.severity == "error" for f in rules.findings):
+        rules.add("tensorflow-view-differs", "error", f"TensorFlow will use {usable} of the {rules.reported} GPU(s) "
+                  "and the facts name no cause", None)
+    return Diagnosis(rules.reported, usable, tuple(rules.findings), facts, rules.needs, rules.support)
