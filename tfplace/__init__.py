@@ -123,7 +123,7 @@ def __getattr__(name: str) -> Any:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """`%load_ext tfplace` in IPython or Jupyter: registers the `%%placement` cell magic (`tfplace._notebook`)."""
+    """`%load_ext tfplace` in IPython or Jupyter: registers the `%%placement` cell magic and `%tfplace_doctor` (`tfplace._notebook`)."""
     from tfplace import _notebook
 
     _notebook.load_ipython_extension(ipython)

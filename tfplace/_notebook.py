@@ -1,4 +1,5 @@
-"""The IPython extension: the `%%placement` cell magic shows where a cell's ops ran, in the cell.
+"""The IPython extension: the `%%placement` cell magic shows where a cell's ops ran, in the cell;
+`%tfplace_doctor` why TensorFlow does (not) use the GPUs.
 
 In a notebook, `tf.debugging.set_log_device_placement(True)` prints on the terminal of the
 Jupyter server, not in the notebook. `%%placement` runs its cell under
@@ -32,6 +33,9 @@ Options:
   disallow (the default of a bare `--transfer-guard`), log, allow. Under disallow the cell
   fails at its first implicit copy with `ImplicitCopyError` naming the cell's line.
 * `--device-guard=DEVICE`: `tfplace.device_guard(DEVICE)` around the cell.
+
+`%tfplace_doctor [--run]` (a line magic) shows `tfplace.doctor()`: why TensorFlow does (not) use
+the machine's GPUs, with the fixes and the evidence, as a table.
 
 A bad option is one `UsageError` line, and the cell does not run. Lines of notebook cells are
 named as IPython names them, `In[3]:4` for line 4 of the cell run as `In [3]` (the magic's
@@ -254,5 +258,17 @@ def load_ipython_extension(ipython: Any) -> None:
         __tracebackhide__ = True
         run(ipython, line, cell)
 
+    def tfplace_doctor(line: str) -> Any:
+        """`%tfplace_doctor [--run]`: why TensorFlow does (not) use this machine's GPUs, as a table."""
+        from tfplace.machine import _doctor
+
+        from IPython.core.error import UsageError
+
+        options = line.split()
+        if any(option != "--run" for option in options):
+            raise UsageError(f"%tfplace_doctor {line}: the only option is --run (also run a MatMul on each GPU)")
+        return _doctor.doctor(run="--run" in options)
+
     placement.__doc__ = __doc__
     ipython.register_magic_function(placement, magic_kind="cell", magic_name="placement")
+    ipython.register_magic_function(tfplace_doctor, magic_kind="line", magic_name="tfplace_doctor")

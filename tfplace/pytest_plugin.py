@@ -150,8 +150,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
     have = tfplace.num_gpus()
     if have < wanted:  # reported at the test, as a skip marker is
+        from tfplace import _tensorflow
+        from tfplace.machine import _doctor, _gpus
+
+        verdict = _doctor.verdict_line(_tensorflow.gpu_count()) if _gpus.driver_gpu_count() else None
         raise pytest.skip.Exception(f"{item.name} requires_gpu(n={wanted}): it needs {wanted} GPU(s), "
-                                    f"{have} visible", _use_item_location=True)
+                                    f"{have} visible" + (f"; {verdict}" if verdict else ""), _use_item_location=True)
 
 
 _LOG = pytest.StashKey["PlacementLog"]()

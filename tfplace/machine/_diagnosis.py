@@ -86,6 +86,9 @@ class Diagnosis:
         lines += [f"  {label:<17} {text}" for label, text in evidence_rows(self.facts, self.needs, self.support)]
         return "\n".join(lines)
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # IPython's text display: the report
+        printer.text(str(self))
+
     def _repr_html_(self) -> str:
         rows = "".join(f"<tr><td>{html.escape(label)}</td><td><code>{html.escape(text)}</code></td></tr>"
                        for label, text in evidence_rows(self.facts, self.needs, self.support))

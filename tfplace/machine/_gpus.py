@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional, Sequence, TypeVar
 from absl import logging
 
 __all__ = ["GpuInfo", "read_gpus", "driver_gpus", "driver_version", "driver_cuda", "driver_gpu_count",
-           "proc_driver_version", "pci_gpus", "parse_nvidia_smi", "parse_driver_cuda", "map_cuda_visible"]
+           "proc_driver_version", "parse_proc_version", "pci_gpus", "parse_nvidia_smi", "parse_driver_cuda", "map_cuda_visible"]
 
 # compute_cap is known to nvidia-smi since driver 510; older drivers are asked without it
 NVIDIA_SMI_QUERY = ("--query-gpu=index,name,memory.total,uuid,memory.used,compute_cap", "--format=csv,noheader,nounits")
@@ -197,9 +197,13 @@ def proc_driver_version(path: str = PROC_VERSION) -> Optional[str]:
     """The kernel module's version in `/proc/driver/nvidia/version`, None when the file is missing."""
     try:
         with open(path, encoding="utf-8", errors="replace") as file:
-            text = file.read()
+            return parse_proc_version(file.read())
     except OSError:
         return None
+
+
+def parse_proc_version(text: str) -> Optional[str]:
+    """The driver version in the text of `/proc/driver/nvidia/version`."""
     match = re.search(r"Kernel Module\s+(?:for \S+\s+)?(\d+\.\d+(?:\.\d+)?)", text)
     return match.group(1) if match else None
 

@@ -169,10 +169,11 @@ class _Rules:
         if missing:
             required = [w for w in missing if w.required]
             self.blocked = self.blocked or bool(required)
-            names = ", ".join(w.soname for w in missing)
-            self.add("cuda-libraries-missing", "error" if required else "warning",
-                     (f"CUDA libraries this TensorFlow needs do not load: {names}" if required else
-                      f"CUDA libraries TensorFlow loads when first needed do not load: {names}"),
+            later = ", ".join(w.soname for w in missing if not w.required)
+            message = (f"CUDA libraries this TensorFlow needs do not load: {', '.join(w.soname for w in required)}"
+                       + (f" (nor, loaded when first needed, {later})" if later else "") if required else
+                       f"CUDA libraries TensorFlow loads when first needed do not load: {later}")
+            self.add("cuda-libraries-missing", "error" if required else "warning", message,
                      _install(self.facts["tensorflow"]), missing=[w.soname for w in missing],
                      errors={w.soname: libraries[w.soname].get("error") for w in missing})
         for want in wants:
@@ -194,7 +195,9 @@ class _Rules:
                 f"for CUDA {self.build.get('cuda_version')}")
         directory = found["path"].rsplit("/", 1)[0]
         in_path = [d for d in (self.facts["environment"].get("LD_LIBRARY_PATH") or "").split(":") if d]
-        fix = f"pip install '{want.requirement}'"
+        # a file from pip's wheel at the wrong version wants that wheel; any other gives way to the wheel, which
+        # TensorFlow's run path finds first
+        fix = f"pip install '{want.requirement}'" if found.get("package") else _install(self.facts["tensorflow"])
         if directory in in_path:
             fix = ("export LD_LIBRARY_PATH=" + ":".join(d for d in in_path if d != directory)
                    + f"  # it puts {directory} first; then: {fix}")
