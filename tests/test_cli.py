@@ -33,7 +33,7 @@ def test_help_and_usage_errors_answer_without_importing_tensorflow(tmp_path):
     no_script = tfplace("trace", str(tmp_path / "nowhere.py"), env=env)
     for done in (main_help, trace_help, bad_count, bogus, no_script):
         assert "tfplace" in imported(done.stderr) and "tensorflow" not in imported(done.stderr)
-    assert main_help.returncode == 0 and main_help.stdout.startswith("usage: tfplace [-h] {devices,env,trace,launch,diff,merge} ...")
+    assert main_help.returncode == 0 and main_help.stdout.startswith("usage: tfplace [-h] {devices,env,doctor,trace,launch,diff,merge} ...")
     assert trace_help.returncode == 0 and trace_help.stdout.startswith("usage: tfplace trace [tfplace flags]")
     assert "--soft_placement, --nosoft_placement" in trace_help.stdout
     assert bad_count.returncode == 2 and messages(bad_count.stderr).endswith(

@@ -242,13 +242,13 @@ class _Rules:
             elif kind == "ptx":
                 have, need = (version_tuple(driver.get("cuda"))[:2],
                               version_tuple(str(self.build.get("cuda_version")))[:2])
-                if have and need and have < need:
+                if have and need and have < need and "driver-too-old" not in (f.code for f in self.findings):
                     failing += 1
                     self.add("driver-too-old", "error", f"{label} runs this build's PTX, which the driver's CUDA "
                              f"{driver.get('cuda')} cannot compile (it comes from CUDA {self.build.get('cuda_version')})",
                              f"install an NVIDIA driver for CUDA {need[0]}.{need[1]} or newer "
                              "(https://www.nvidia.com/drivers)", gpu=gpu.index, driver=driver)
-                else:
+                elif not (have and need and have[:1] < need[:1]):
                     self.add("ptx-jit", "warning", f"{label}: {words}, which can take minutes on first use",
                              "export CUDA_CACHE_MAXSIZE=4294967296  # keep the compiled kernels between runs",
                              gpu=gpu.index, compute_capability=gpu.compute_capability)
