@@ -367,3 +367,12 @@ def test_doctor_on_this_machine_reads_tensorflow_in_a_child_only():
     ok, reported, imported, listed, summary = result_of(done)
     assert ok and reported == 0 and listed == [] and not imported
     assert summary == "GPUs: 0 reported by the driver, 0 used by TensorFlow: no NVIDIA GPU here, TensorFlow runs on the CPU"
+
+
+def test_the_readmes_h200_example_is_what_the_doctor_says():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Why TensorFlow does not use the GPU"):readme.index("## Find where placement")]
+    shown = section.split("```\n")[1].splitlines()
+    text = str(diagnose(machines.h200(machines.tensorflow()))).splitlines()
+    assert shown[:8] == text[:8]
+    assert all(line in text for line in shown[8:] if line != "  ...")
