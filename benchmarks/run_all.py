@@ -25,6 +25,7 @@ HERE = Path(__file__).resolve().parent
 SUITES = [
     ("d2l GPUs chapter exercises", "bench_gpus_chapter", "run(quick={quick})"),
     ("device helpers", "bench_devices", "run()"),
+    ("the GPU doctor", "bench_doctor", "run()"),
     ("placement records, guards and trace", "bench_capture", "run(ops={ops})"),
     ("what a capture costs beside TensorFlow's floor", "bench_overhead", "run()"),
     ("the op callback's own work", "bench_callback", "run()"),

@@ -269,10 +269,17 @@ def test_nvidia_smi_that_fails_or_hangs_gives_no_gpu_and_no_traceback(tmp_path):
     script.chmod(0o755)
     done = run_python("""
         from tfplace.machine import _facts
+        from tfplace.machine._verdict import diagnose
         facts = _facts.read()
-        report([facts["driver"], facts["gpus"]])
+        report([facts["driver"], facts["gpus"], [f.to_json() for f in diagnose(facts).findings]])
     """, env={"PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"})
-    assert result_of(done) == [None, []] and "Traceback" not in done.stderr
+    driver, gpus, findings = result_of(done)
+    assert driver is None and gpus == [] and "Traceback" not in done.stderr
+    said = next(f for f in findings if f["code"] == "driver-not-answering")
+    assert said["severity"] == "warning"  # no driver version, no GPU on the bus: it cannot cost a GPU here
+    assert said["message"] == ("the NVIDIA driver does not answer: nvidia-smi exited with status 9: NVIDIA-SMI has "
+                               "failed because it could not communicate")
+    assert said["fix"] is None  # "could not", not the driver's own "couldn't communicate with the NVIDIA driver"
 
 
 # --- where users already are -----------------------------------------------------------------------------------------

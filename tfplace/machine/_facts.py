@@ -129,7 +129,8 @@ def read(*, libraries: bool = True, environ: Optional[dict[str, str]] = None) ->
     environ = dict(os.environ if environ is None else environ)
     variables: dict[str, Optional[str]] = {name: environ.get(name) for name in ENVIRONMENT}
     installed = tensorflow()
-    gpus = _gpus.driver_gpus()
+    problems: list[str] = []
+    gpus = _gpus.driver_gpus(problems)
     search = _search(installed and installed["path"], variables)
     folders = [os.path.basename(os.path.dirname(d)) for d in search if os.sep + "nvidia" + os.sep in d]
     wanted = (_libraries.wanted(installed["requires"], folders) if installed and installed["build"].get("is_cuda_build")
@@ -150,6 +151,7 @@ def read(*, libraries: bool = True, environ: Optional[dict[str, str]] = None) ->
         "gpus": [{"index": g.index, "name": g.name, "memory_mib": g.total_mib, "uuid": g.uuid,
                   "compute_capability": g.compute_capability} for g in gpus],
         "pci_gpus": _gpus.pci_gpus(),
+        "probe_errors": problems,
         "tensorflow": installed,
         "libraries": found,
         "environment": variables,

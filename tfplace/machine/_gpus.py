@@ -98,34 +98,48 @@ def map_cuda_visible(gpus: Sequence[GpuInfo], cuda_visible_devices: Optional[str
 _T = TypeVar("_T")
 
 
-def _nvml(read: Callable[[Any], _T]) -> Optional[_T]:
-    """`read(pynvml)` between NVML's init and shutdown; None without pynvml, its library or a driver."""
+def _nvml(read: Callable[[Any], _T], problems: Optional[list[str]] = None) -> Optional[_T]:
+    """`read(pynvml)` between NVML's init and shutdown; None without pynvml, its library or a driver. What
+    goes wrong beyond a missing library or driver is logged and, given `problems`, added there."""
     try:
         import pynvml
     except ImportError:
         return None
     try:
         pynvml.nvmlInit()
-    except pynvml.NVMLError:
+    except pynvml.NVMLError as err:
+        if problems is not None and not isinstance(err, (getattr(pynvml, "NVMLError_LibraryNotFound", ()),
+                                                         getattr(pynvml, "NVMLError_DriverNotLoaded", ()))):
+            problems.append(f"NVML did not start: {err}")
         return None
     try:
         return read(pynvml)
-    except pynvml.NVMLError as err:
+    except Exception as err:  # noqa: BLE001  a binding older or newer than the driver: say so, go on without it
         logging.warning("tfplace: NVML failed (%s); trying nvidia-smi", err)
+        if problems is not None:
+            problems.append(f"NVML failed: {type(err).__name__}: {err}")
         return None
     finally:
         pynvml.nvmlShutdown()
 
 
-def _nvidia_smi(*query: str, quiet: bool = False) -> Optional[str]:
-    """What `nvidia-smi <query>` prints; None without nvidia-smi or when it fails (logged unless `quiet`)."""
+def _nvidia_smi(*query: str, quiet: bool = False, problems: Optional[list[str]] = None) -> Optional[str]:
+    """What `nvidia-smi <query>` prints; None without nvidia-smi or when it fails (logged unless `quiet`; added
+    to `problems` when given)."""
     if shutil.which("nvidia-smi") is None:
         return None
     try:
         return subprocess.run(("nvidia-smi", *query), capture_output=True, text=True, timeout=20, check=True).stdout
     except (OSError, subprocess.SubprocessError) as err:
+        said = (getattr(err, "stderr", None) or getattr(err, "stdout", None) or "").strip().splitlines()
         if not quiet:
             logging.warning("tfplace: nvidia-smi %s failed (%s)", " ".join(query), err)
+        if problems is not None:
+            problems.append(
+                f"nvidia-smi exited with status {err.returncode}" if isinstance(err, subprocess.CalledProcessError)
+                else f"nvidia-smi did not answer within {err.timeout:.0f} s" if isinstance(err, subprocess.TimeoutExpired)
+                else f"nvidia-smi could not run ({err})")
+            problems[-1] += f": {said[0]}" if said else ""
         return None
 
 
@@ -152,11 +166,14 @@ def _nvml_gpus(pynvml: Any) -> list[GpuInfo]:
     return gpus
 
 
-def driver_gpus() -> list[GpuInfo]:
-    """Every GPU the driver reports, in the driver's order (NVML, else `nvidia-smi`); [] without a driver."""
-    gpus = _nvml(_nvml_gpus)
+def driver_gpus(problems: Optional[list[str]] = None) -> list[GpuInfo]:
+    """Every GPU the driver reports, in the driver's order (NVML, else `nvidia-smi`); [] without a driver.
+    What failed on the way is added to `problems` when given."""
+    gpus = _nvml(_nvml_gpus, problems)
     if gpus is None:
-        gpus = parse_nvidia_smi(_nvidia_smi(*NVIDIA_SMI_QUERY, quiet=True) or _nvidia_smi(*NVIDIA_SMI_OLD_QUERY) or "")
+        text = (_nvidia_smi(*NVIDIA_SMI_QUERY, quiet=True)
+                or _nvidia_smi(*NVIDIA_SMI_OLD_QUERY, quiet=problems is not None, problems=problems))
+        gpus = parse_nvidia_smi(text or "")
     return gpus
 
 
@@ -164,7 +181,7 @@ def driver_version() -> Optional[str]:
     """The NVIDIA driver version from NVML, nvidia-smi or /proc, None without a driver."""
     version = _nvml(lambda pynvml: _text(pynvml.nvmlSystemGetDriverVersion()))
     if version is None:
-        text = _nvidia_smi("--query-gpu=driver_version", "--format=csv,noheader") or ""
+        text = _nvidia_smi("--query-gpu=driver_version", "--format=csv,noheader", quiet=True) or ""
         version = text.splitlines()[0].strip() if text.strip() else proc_driver_version()
     return version
 
@@ -174,7 +191,7 @@ def driver_cuda() -> Optional[str]:
     number = _nvml(lambda pynvml: int(pynvml.nvmlSystemGetCudaDriverVersion()))
     if number:
         return f"{number // 1000}.{number % 1000 // 10}"
-    return parse_driver_cuda(_nvidia_smi() or "")
+    return parse_driver_cuda(_nvidia_smi(quiet=True) or "")
 
 
 def driver_gpu_count() -> Optional[int]:

@@ -113,6 +113,16 @@ class _Rules:
                      "NVIDIA driver", error=libcuda.get("error"))
 
     def driver(self) -> None:
+        problems = self.facts.get("probe_errors") or []
+        if problems and not self.facts["gpus"]:
+            present = self.facts["driver"] is not None or bool(self.facts.get("pci_gpus"))
+            self.blocked = self.blocked or present
+            silent = any("communicate with the NVIDIA driver" in p for p in problems)
+            self.add("driver-not-answering", "error" if present else "warning",
+                     f"the NVIDIA driver does not answer: {problems[0]}",
+                     "sudo reboot  # its kernel module and its libraries differ (after a driver upgrade), or "
+                     "reinstall the driver" if silent else None, problems=problems)
+            return
         if self.facts["driver"] is not None or self.facts["gpus"]:
             return
         pci = self.facts.get("pci_gpus") or []
