@@ -383,3 +383,14 @@ def test_the_readmes_h200_example_is_what_the_doctor_says():
     text = str(diagnose(machines.h200(machines.tensorflow()))).splitlines()
     assert shown[:8] == text[:8]
     assert all(line in text for line in shown[8:] if line != "  ...")
+
+
+def test_save_here_then_explain_the_saved_facts(tmp_path):
+    path = tmp_path / "here.json"
+    saved = doctor_cli(f"--save={path}")
+    assert saved.returncode == 0, saved.stderr
+    assert saved.stdout.splitlines()[-1] == f"facts saved to {path} (explain them anywhere: tfplace doctor --facts={path})"
+    facts = _facts.load(path)
+    assert facts["tensorflow_view"]["gpus"] == [] and facts["tensorflow"]["distributions"]
+    explained = doctor_cli(f"--facts={path}")
+    assert explained.returncode == 0 and explained.stdout.splitlines()[0] == saved.stdout.splitlines()[0]

@@ -36,7 +36,7 @@ ENVIRONMENT = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVI
 TENSORFLOW_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
                             "tensorflow-aarch64", "tensorflow-cpu-aws", "tensorflow-rocm", "intel-tensorflow",
                             "tf-nightly", "tf-nightly-cpu", "tf-nightly-gpu")
-_KEYS = {"format": str, "platform": dict, "python": str, "driver": (dict, type(None)), "gpus": list,
+_KEYS: dict[str, Any] = {"format": str, "platform": dict, "python": str, "driver": (dict, type(None)), "gpus": list,
          "tensorflow": (dict, type(None)), "libraries": dict, "environment": dict}
 # the .so files whose run path TensorFlow's loader searches (it dlopens CUDA from libtensorflow_framework)
 _TENSORFLOW_OBJECTS = ("libtensorflow_framework.so.2", "libtensorflow_cc.so.2", "python/_pywrap_tensorflow_internal.so")
@@ -82,7 +82,7 @@ def tensorflow() -> Optional[dict[str, Any]]:
     distributions: dict[str, str] = {}
     requires: list[str] = []
     for dist in importlib.metadata.distributions():
-        name = _normalized(dist.metadata.get("Name") or "")
+        name = _normalized(dist.name or "")
         if name in TENSORFLOW_DISTRIBUTIONS and name not in distributions:
             distributions[name] = dist.version
             extra = [r for r in dist.requires or () if re.search(r"extra\s*==\s*['\"]and-cuda['\"]", r)]
@@ -113,7 +113,7 @@ def _packages(libraries: dict[str, dict[str, Any]]) -> None:
     if not any("/nvidia/" in path for path in paths):
         return
     for dist in importlib.metadata.distributions():
-        name = dist.metadata.get("Name") or ""
+        name = dist.name or ""
         if not _normalized(name).startswith("nvidia-"):
             continue
         for file in dist.files or ():
@@ -131,7 +131,7 @@ def read(*, libraries: bool = True, environ: Optional[dict[str, str]] = None) ->
     installed = tensorflow()
     problems: list[str] = []
     gpus = _gpus.driver_gpus(problems)
-    search = _search(installed and installed["path"], variables)
+    search = _search(installed["path"] if installed else None, variables)
     folders = [os.path.basename(os.path.dirname(d)) for d in search if os.sep + "nvidia" + os.sep in d]
     wanted = (_libraries.wanted(installed["requires"], folders) if installed and installed["build"].get("is_cuda_build")
               else [])

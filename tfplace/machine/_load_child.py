@@ -15,6 +15,7 @@ import os
 import sys
 
 _INT = ctypes.c_int
+_RTLD_NOW = 2
 # the version functions of each library (none initializes CUDA): name -> how many int out-arguments,
 # "size_t" for a function returning the version, "property" for the three MAJOR/MINOR/PATCH queries
 _VERSIONS = {
@@ -37,14 +38,20 @@ class _LinkMap(ctypes.Structure):
     _fields_ = [("l_addr", ctypes.c_void_p), ("l_name", ctypes.c_char_p)]
 
 
-def _loaded_path(library):
-    """The file the loader took for `library` (glibc's dlinfo RTLD_DI_LINKMAP)."""
-    try:
-        dlinfo = ctypes.CDLL(None).dlinfo
-    except AttributeError:  # glibc before 2.34 keeps it in libdl
-        dlinfo = ctypes.CDLL("libdl.so.2").dlinfo
+def _libdl():
+    """The loader's own functions (in libc since glibc 2.34, in libdl before)."""
+    libc = ctypes.CDLL(None)
+    library = libc if hasattr(libc, "dlinfo") else ctypes.CDLL("libdl.so.2")
+    library.dlopen.restype = ctypes.c_void_p
+    library.dlopen.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    library.dlerror.restype = ctypes.c_char_p
+    return library
+
+
+def _loaded_path(libdl, handle):
+    """The file the loader took for `handle` (glibc's dlinfo RTLD_DI_LINKMAP)."""
     link = ctypes.POINTER(_LinkMap)()
-    if dlinfo(ctypes.c_void_p(library._handle), 2, ctypes.byref(link)) != 0 or not link:
+    if libdl.dlinfo(ctypes.c_void_p(handle), 2, ctypes.byref(link)) != 0 or not link:
         return None
     name = link.contents.l_name
     return os.path.realpath(name.decode()) if name else None
@@ -69,27 +76,29 @@ def _ask(library, function, kind):
     return values[0].value if kind == 1 else [value.value for value in values]
 
 
-def _load(request):
+def _load(libdl, request):
     soname = request["soname"]
     target = next((path for path in request["candidates"] if os.path.exists(path)), soname)
-    try:
-        library = ctypes.CDLL(target, mode=ctypes.RTLD_GLOBAL)
-    except OSError as err:
-        return {"soname": soname, "path": None, "error": str(err), "calls": {}}
+    handle = libdl.dlopen(target.encode(), _RTLD_NOW | ctypes.RTLD_GLOBAL)
+    if not handle:
+        return {"soname": soname, "path": None, "error": (libdl.dlerror() or b"").decode(errors="replace"),
+                "calls": {}}
+    library = ctypes.CDLL(target, handle=handle)
     calls = {}
     for function, kind in _VERSIONS.get(soname.split(".so")[0], {}).items():
         try:
             calls[function] = _ask(library, function, kind)
         except AttributeError:
             calls[function] = None
-    return {"soname": soname, "path": _loaded_path(library) or os.path.realpath(target), "error": None,
+    return {"soname": soname, "path": _loaded_path(libdl, handle) or os.path.realpath(target), "error": None,
             "calls": calls}
 
 
 def main():
+    libdl = _libdl()
     for request in json.loads(sys.argv[1]):
         print(json.dumps({"start": request["soname"]}), flush=True)
-        print(json.dumps(_load(request)), flush=True)
+        print(json.dumps(_load(libdl, request)), flush=True)
 
 
 if __name__ == "__main__":
