@@ -302,3 +302,16 @@ def test_trace_names_the_lines_of_a_colocated_assign_and_an_int32_matmul(tmp_pat
     assert [e["reason"] for e in data["explanations"] if e["record"]["op"] == "AssignAddVariableOp"] == ["colocated"]
     assert [(r["op"], r["sources"]) for r in data["gpu_readiness"]] == [("MatMul", ["script.py:7"])]
     assert "CUDA build" in data["gpu_readiness_source"]
+
+
+def test_readiness_of_string_ops_advises_no_cast(python):
+    messages = python("""
+        from tfplace.placement._explain import gpu_readiness
+        from tfplace.placement._kernel_table import gpu_table
+        from tfplace.placement._records import PlacementRecord
+        records = [PlacementRecord("Reshape", "", "/device:CPU:0", "execute", dtypes=(("T", "string"), ("Tshape", "int32"))),
+                   PlacementRecord("MatMul", "", "/device:CPU:0", "execute", dtypes=(("T", "int32"),))]
+        report({entry.op: entry.message for entry in gpu_readiness(records, gpu_table())})
+    """)
+    assert "no cast turns them into numbers" in messages["Reshape"] and "cast its inputs" not in messages["Reshape"]
+    assert messages["MatMul"].endswith("cast its inputs to one of those dtypes to run it on GPU.")

@@ -226,7 +226,7 @@ def test_each_task_has_its_single_process_sections_read_from_its_json():
                                                              "top": [["train.py:3", 2048]]}]}
     data["incomplete_reason"] = "a thread ran ops outside the capture"
     text = render(merge([("worker:0", data)]))
-    section = text[text.index("== worker:0: train.py --steps=3 (exit status 0): 7 op placement(s)"):]
+    section = text[text.index("== worker:0: train.py --steps=3 (exit status 0): 7 op placement(s) (eager ops run, function nodes placed: each once)"):]
     assert f"  {W.format(0)}  2 compute op type(s): MatMul 6, AddV2 1" in section
     assert f"not where asked, and why (by source line):\n  train.py:9  MatMul x1 on {W.format(0)}: no-device" in section
     assert f"    MirroredStrategy: 1 x ReadVariableOp ran on {W.format(0)} (colocated)" in section

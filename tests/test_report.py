@@ -29,3 +29,22 @@ def test_failed_ops_group_and_every_renderer_leaves_the_same_rows_out():
     from tfplace._trace import Findings, report
 
     assert "  ... and 5 more" in report(log, Findings(gpus_visible=True)).splitlines()
+
+
+def test_the_end_of_a_dataset_is_recorded_but_no_failed_op(python):
+    records, failed = python("""
+        import tensorflow as tf, tfplace
+        from tfplace.placement import _report
+        with tfplace.capture_placement() as log:
+            for x in tf.data.Dataset.range(3):
+                pass
+            try:
+                tf.debugging.check_numerics(tf.constant([float("nan")]), "nan here")
+            except tf.errors.InvalidArgumentError:
+                pass
+        report([[(r.op, r.error) for r in log.records if r.kind == "failed"],
+                [(g.op, g.count) for g in _report.failed(log.records)]])
+    """)
+    # TensorFlow's log names both ops; only the second failed
+    assert ["IteratorGetNext", "OutOfRangeError"] in records and ["CheckNumerics", "InvalidArgumentError"] in records
+    assert failed == [["CheckNumerics", 1]]

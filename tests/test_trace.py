@@ -58,7 +58,7 @@ def test_uncaught_exception_keeps_its_traceback_and_status(tmp_path):
     assert done.returncode == 1
     assert 'File "' in done.stderr and "boom.py\", line 3" in done.stderr and "ValueError: boom" in done.stderr
     assert "runpy" not in done.stderr
-    assert "== tfplace trace: 1 op placement(s)" in done.stdout
+    assert "== tfplace trace: 1 op placement(s) (eager ops run, function nodes placed: each once)" in done.stdout
 
 
 def test_usage_errors_and_the_separator(tmp_path):

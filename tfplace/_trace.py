@@ -38,6 +38,9 @@ from tfplace.placement._explain import Explanation, Readiness
 from tfplace.placement._log import PlacementLog
 from tfplace.placement._records import ARGUMENT_OPS, is_function_call
 
+# what the header counts, said beside the count (the devices' "op executions" count function nodes once per call)
+PLACEMENTS = "op placement(s) (eager ops run, function nodes placed: each once)"
+
 __all__ = ["Tracing", "tracing", "Findings", "findings", "report", "to_json", "plot"]
 
 
@@ -143,7 +146,7 @@ def report(log: PlacementLog, found: Findings, *, top: int = _report.ROWS) -> st
     machine."""
     explanations, readiness = found.explanations, found.readiness
     records = [r for r in log.records if _is_op_type(r.op)]
-    lines = [f"== tfplace trace: {len(records)} op placement(s), {len(log.copies)} implicit transfer(s)",
+    lines = [f"== tfplace trace: {len(records)} {PLACEMENTS}, {len(log.copies)} implicit transfer(s)",
              *_display.cost_lines(log, top=top),
              "ops per device (your compute first, by " + ("time" if log.cost().timed else "executions")
              + "; the rest one line each):",

@@ -281,7 +281,8 @@ def _task_lines(entry: Mapping[str, Any], top: int) -> list[str]:
     transfers = trace.get("transfers") or []
     moved = sum(int(t.get("count") or 0) for t in transfers) if transfers else len(copies)
     lines = [f"== {entry['task']}{': ' + script if script else ''} (exit status {entry.get('exit_status')}): "
-             f"{len(placed)} op placement(s), {moved} implicit transfer(s)"]
+             f"{len(placed)} op placement(s) (eager ops run, function nodes placed: each once), "
+             f"{moved} implicit transfer(s)"]
     if transfers:
         lines.append("top transfers by bytes:")
     for t in transfers[:top]:

@@ -320,8 +320,9 @@ def cost_lines(log: Log, *, top: int = 10) -> list[str]:
         lines.append("  (no ops ran)")
     if cost.missing:
         lines.append(f"  (no times: {cost.missing})")
-    elif not cost.timed:
-        lines.append("  (function nodes count once per call; timing measures busy time per device)")
+    if cost.devices:
+        lines.append("  (an op execution: an eager op run, or a function node run once per call of its function"
+                     + ("" if cost.timed or cost.missing else "; timing measures busy time per device") + ")")
     for (source, target), moved in cost.directions.items():
         timed = f", {moved.time_us / 1000:.2f} ms" if moved.time_us is not None else ""
         lines.append(f"  transfers {short_device(source)} -> {short_device(target)}: {moved.count} "

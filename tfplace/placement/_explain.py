@@ -121,6 +121,20 @@ def _allowed_text(allowed: Sequence[tuple[str, tuple[str, ...]]], dtypes: Sequen
     return "; ".join(f"{name} in {', '.join(names)}" for name, names in shown)
 
 
+# dtypes that no cast turns into a number: ops on them run on the CPU on every machine
+_UNCASTABLE = frozenset({"string", "variant", "resource"})
+
+
+def _remedy(op: str, dtypes: Sequence[tuple[str, str]], device_type: str) -> str:
+    """What to do about an op without a `device_type` kernel for `dtypes`: cast, unless no cast can help."""
+    kept = sorted({value for _, value in dtypes if value in _UNCASTABLE})
+    if kept:
+        return (f"nothing to fix: {', '.join(kept)} values have no {device_type} kernels and no cast turns them into "
+                f"numbers; if {op} is on a hot path, make numbers of them in the input pipeline (a StringLookup, "
+                "tf.strings.to_number)")
+    return f"cast its inputs to one of those dtypes to run it on {device_type}"
+
+
 def explain_record(record: PlacementRecord, *, devices: Sequence[str], table: KernelTable,
                    wanted: Optional[str] = None) -> Explanation:
     """Why `record` ran on its device rather than on `wanted` (default: the device it asked for,
@@ -200,8 +214,7 @@ def _why(record: PlacementRecord, *, devices: Sequence[str], table: KernelTable,
                                                      "say) or use ops that have one")
             return ("no-kernel", f"{what} has no {target_type} kernel for {_dtypes_text(record.dtypes)} "
                                  f"({target_type} kernels exist for {_allowed_text(allowed, record.dtypes)}), so it "
-                                 f"ran on {device}", f"cast its inputs to one of those dtypes to run it on "
-                                                     f"{target_type}")
+                                 f"ran on {device}", _remedy(record.op, record.dtypes, target_type))
         outputs = _kernels.output_dtypes(record.op, record.dtypes)
         if _type(device) == "CPU" and outputs and set(outputs) <= _HOST_VALUES:
             return ("host-memory", f"{what} computes {', '.join(sorted(set(outputs)))} values, which TensorFlow "
@@ -287,7 +300,7 @@ def gpu_readiness(records: Iterable[PlacementRecord], table: KernelTable) -> lis
         else:
             message = (f"{op} has no GPU kernel for {_dtypes_text(dtypes)} ({table.source}; GPU kernels exist for "
                        f"{_allowed_text(allowed, dtypes)}), so on a GPU machine it would still run on the CPU: "
-                       "cast its inputs to one of those dtypes.")
+                       f"{_remedy(op, dtypes, 'GPU')}.")
         sources = tuple(line for line, _ in lines.get((framework, op, dtypes), Counter()).most_common())
         found.append(Readiness(op, dtypes, allowed, sources, message))
     return found

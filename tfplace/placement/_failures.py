@@ -60,7 +60,7 @@ def record_failure(error: BaseException, dtypes: Optional[tuple[tuple[str, str],
                              source=user_line() if any(h.sources for h in hooks) else "",
                              requested=requested, dtypes=dtypes,
                              requested_by=getattr(hooks[0].session.asked, "scope", ("", ""))[1] if requested else "",
-                             origin=_origins.of_op(name, _origins.live(2)))
+                             origin=_origins.of_op(name, _origins.live(2)), error=type(error).__name__)
     for hook in hooks:
         hook.records(_events.EventKey(_events.Event.FAILED, id(error)), [record])
 

@@ -118,8 +118,10 @@ def is_wrapper_plumbing(node: str, op: str) -> bool:
     `inputs_0`) or outputs (`product_RetVal`, `components_0_RetVal`)."""
     inputs, outputs = _arguments(op)
     result = node.endswith("_RetVal")
-    base = _NUMBERED.sub("", node[:-7] if result else node).replace("__", "_")
-    return base in (outputs if result else inputs)
+    name = node[:-7] if result else node
+    # a list argument's entries are numbered (`inputs_0`); some names end in a digit of their own
+    # (FusedBatchNormV3's `reserve_space_1`)
+    return any(base.replace("__", "_") in (outputs if result else inputs) for base in (name, _NUMBERED.sub("", name)))
 
 
 @functools.lru_cache(maxsize=4096)

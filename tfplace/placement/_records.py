@@ -90,6 +90,7 @@ class _RecordFields(NamedTuple):
     line: str = ""
     requested_by: str = ""
     origin: Origin = Origin.USER
+    error: str = ""
 
 
 _KINDS = {kind.value: kind for kind in Kind}
@@ -126,6 +127,8 @@ class PlacementRecord(_RecordFields):
         "input" (tf.data datasets, iterators and their functions) or "framework" (TensorFlow's
         or Keras' machinery with no user request: a strategy's variable initialisation and
         all-reduce, optimizer slots, metrics); see `tfplace.placement._origins`.
+      error: for a "failed" record, the class of what TensorFlow raised (`"OutOfRangeError"`: the normal
+        end of a dataset or iterator, which reports do not count as a failure), else "".
     """
 
 
@@ -133,13 +136,14 @@ class PlacementRecord(_RecordFields):
 
     def __new__(cls, op: str, name: str, device: str, kind: str, source: str = "", requested: str = "",
                 dtypes: tuple[tuple[str, str], ...] = (), line: str = "", requested_by: str = "",
-                origin: str = Origin.USER) -> "PlacementRecord":
+                origin: str = Origin.USER, error: str = "") -> "PlacementRecord":
         try:
             kind, origin = _KINDS[kind], _ORIGINS[origin]
         except KeyError:
             raise ValueError(f"PlacementRecord received kind={kind!r}, origin={origin!r}: allowed kinds are "
                              f"{', '.join(_KINDS)}; origins {', '.join(_ORIGINS)}") from None
-        return super().__new__(cls, op, name, device, kind, source, requested, dtypes, line, requested_by, origin)
+        return super().__new__(cls, op, name, device, kind, source, requested, dtypes, line, requested_by, origin,
+                               error)
 
     @classmethod
     def _make(cls, iterable: Any) -> "PlacementRecord":  # `_replace` makes its result here: checked too

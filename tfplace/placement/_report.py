@@ -86,10 +86,15 @@ def _grouped(items: Iterable[tuple[tuple, str, Any]]) -> list[tuple[tuple, int, 
     return [(key, count, tuple(names[key]), payloads[key]) for key, count in counts.most_common()]
 
 
+ENDED = "OutOfRangeError"  # what an iterator raises at the end of its dataset: the loop's normal end, no failure
+
+
 def failed(records: Iterable[PlacementRecord]) -> list[Group]:
-    """The failed eager ops among `records`, grouped, most frequent first."""
+    """The failed eager ops among `records`, grouped, most frequent first; the end of a dataset (an
+    `OutOfRangeError`, as `for x in dataset` and Keras' `adapt` meet it) is no failure."""
     return [Group(*key, names, count) for key, count, names, _ in _grouped(
-        ((r.source, r.op, r.device, r.requested), r.name, None) for r in records if r.kind == Kind.FAILED)]
+        ((r.source, r.op, r.device, r.requested), r.name, None) for r in records
+        if r.kind == Kind.FAILED and r.error != ENDED)]
 
 
 def explained(explanations: Iterable[Any]) -> list[Explained]:
