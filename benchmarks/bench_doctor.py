@@ -1,7 +1,7 @@
 """What `tfplace doctor` and its checks cost, measured side by side on one machine.
 
     python benchmarks/bench_doctor.py
-    TFPLACE_CUDA_PYTHON=/path/to/venv-with-tensorflow[and-cuda]/bin/python python benchmarks/bench_doctor.py
+    DOCTOR_CUDA_PYTHON=/path/to/venv-with-tensorflow[and-cuda]/bin/python python benchmarks/bench_doctor.py
 
 Rows: reading the machine's facts (GPUs, driver, TensorFlow's build and requirements, each CUDA library the build
 loads, loaded in a child process), in this Python and in one with TensorFlow's CUDA wheel and its `nvidia-*-cu12`
@@ -53,7 +53,7 @@ def _check_ms() -> float:
 def run() -> list[dict[str, str]]:
     rows = [row("machine facts (this Python)", f"{_facts_ms(sys.executable):.0f} ms", "<= 500 ms",
                 "median of 5 reads after one; libraries loaded in a child process")]
-    cuda = os.environ.get("TFPLACE_CUDA_PYTHON")
+    cuda = os.environ.get("DOCTOR_CUDA_PYTHON")
     if cuda:
         rows.append(row("machine facts (TensorFlow's CUDA wheel and nvidia-*-cu12 wheels)", f"{_facts_ms(cuda):.0f} ms",
                         "<= 500 ms", "10 libraries loaded and asked their version"))

@@ -1,7 +1,7 @@
 """`tfplace doctor` on real installs of TensorFlow's CUDA wheel on this machine (no driver, no GPU): with its
 `nvidia-*-cu12` wheels (`pip install 'tensorflow[and-cuda]'`), and alone beside a cuDNN wheel older than its pin.
-The installs take gigabytes: `.ci/run` makes them and names their Pythons in `TFPLACE_CUDA_PYTHON` and
-`TFPLACE_CUDA_WHEEL_PYTHON`; elsewhere these tests are skipped, saying so."""
+The installs take gigabytes: `.ci/run` makes them and names their Pythons in `DOCTOR_CUDA_PYTHON` and
+`DOCTOR_CUDA_WHEEL_PYTHON`; elsewhere these tests are skipped, saying so."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def doctor(python: str, *args: str) -> tuple[int, dict]:
 
 
 def test_the_cuda_wheel_with_its_nvidia_wheels_finds_and_reads_every_library(tmp_path):
-    python = python_of("TFPLACE_CUDA_PYTHON")
+    python = python_of("DOCTOR_CUDA_PYTHON")
     status, document = doctor(python, "--run", f"--save={tmp_path / 'facts.json'}")
     facts = document["facts"]
     assert status == 0 and document["ok"] and document["gpus_reported"] == 0
@@ -55,7 +55,7 @@ def test_the_cuda_wheel_with_its_nvidia_wheels_finds_and_reads_every_library(tmp
 
 
 def test_the_cuda_wheel_alone_with_an_old_cudnn_names_the_missing_libraries_and_the_old_one():
-    python = python_of("TFPLACE_CUDA_WHEEL_PYTHON")
+    python = python_of("DOCTOR_CUDA_WHEEL_PYTHON")
     status, document = doctor(python)
     assert status == 0 and document["gpus_reported"] == 0  # no GPU here: what would stop one are warnings
     findings = {f["code"]: f for f in document["findings"]}

@@ -354,3 +354,33 @@ def test_functions_whose_records_wait_are_few_the_oldest_made_first(python):
     """)
     assert out["waiting"] == out["unmade"] == out["limit"]
     assert out["functions"] == out["muls"] == out["limit"] + 6
+
+
+def test_a_function_tensorflow_does_not_inline_is_placed_on_its_own_on_the_calls_device(python):
+    placed = python("""
+        import tensorflow as tf, tfplace
+        tfplace.configure(logical_cpus=2)
+
+        @tf.function(experimental_attributes={"_noinline": True})
+        def inner(x):
+            with tf.device("CPU:1"):
+                y = tf.sin(x)
+            return y * 2.0
+
+        @tf.function
+        def outer(x):
+            with tf.device("CPU:0"):
+                return inner(x) + 1.0
+
+        with tfplace.capture_placement() as log:
+            outer(tf.ones((2,)))
+        report([log.complete, sorted({(r.name, r.op, r.device[-5:]) for r in log.records if r.kind == "place"}),
+                sorted({(c.function[:15], c.op, c.from_device[-5:], c.to_device[-5:]) for c in log.copies})])
+    """)
+    complete, records, copies = placed
+    assert complete
+    # TensorFlow's placer block for inner (when the PartitionedCall node first runs): its nodes on the call's
+    # device, Sin where it asked
+    assert {("Sin", "Sin", "CPU:1"), ("mul", "Mul", "CPU:0"), ("mul/y", "Const", "CPU:0"),
+            ("PartitionedCall", "PartitionedCall", "CPU:0")} <= {tuple(r) for r in records}
+    assert ["__inference_inn", "Mul", "CPU:1", "CPU:0"] in copies and ["__inference_inn", "Sin", "CPU:0", "CPU:1"] in copies

@@ -45,7 +45,7 @@ from tensorflow.core.framework import graph_pb2
 
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name
-from tfplace.placement import _dtensor, _function_sources, _groups, _instances, _kernels, _lowering, _pipelines, _placed, _session, _transfers
+from tfplace.placement import _dtensor, _function_sources, _groups, _instances, _kept_calls, _kernels, _lowering, _pipelines, _placed, _session, _transfers
 from tfplace.placement._log import PlacementLog
 from tfplace.placement._records import ARGUMENT_OPS, CopyRecord, Kind, Origin, PlacementRecord
 from tfplace.placement._sources import user_stacklevel
@@ -188,6 +188,9 @@ def _function_records(function_graphs: Any, notes: Optional[tuple[Mapping, Mappi
         function_graphs.partition_graphs, {n.name: n for n in nodes}, {r.name: r.source for r in records if r.source},
         graph=function_graphs.post_optimization_graph, devices={r.name: r.device for r in records}) \
         if len(function_graphs.partition_graphs) > 1 else []
+    kept, moved = _kept_calls.kept_calls(function_graphs.post_optimization_graph, graph)
+    records += kept
+    transfers += moved
     runs = Counter((r.device, r.op, _groups.category(r)) for r in records if r.kind == Kind.PLACE and r.op not in ARGUMENT_OPS)
     return records, transfers, runs
 
@@ -246,7 +249,9 @@ class Later:
         self.functions = len(parts)
         self.unseen = unseen
         self.dataset_transfers = dataset_transfers
-        self.moves = bool(dataset_transfers) or any(len(graphs.partition_graphs) > 1 for graphs, _, _ in parts)
+        self.moves = bool(dataset_transfers) or any(len(graphs.partition_graphs) > 1
+                                                    or _kept_calls.present(graphs.post_optimization_graph)
+                                                    for graphs, _, _ in parts)
         self._made: Optional[Placed] = None
         self._parts: Optional[tuple] = (parts, tuple(names), tuple(instantiated))
 
@@ -376,7 +381,8 @@ def _assembled(parts: Sequence[tuple[Any, Any, list[PlacementRecord]]], names: S
         own, moved, ran = _function_records(function_graphs, notes)
         every += own
         made += own + datasets
-        transfers += [copy._replace(function=names[index]) for copy in moved] if names else moved
+        transfers += [copy if copy.function else copy._replace(function=names[index]) for copy in moved] \
+            if names else moved
         runs.update(ran)
     return Placed(len(parts), tuple(every), tuple(transfers), tuple(runs.items()), tuple(made), unseen,
                   dataset_transfers)

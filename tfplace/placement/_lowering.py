@@ -76,6 +76,7 @@ class PlacerNode(NamedTuple):
     inputs: tuple[str, ...]
     origin: str
     dtypes: tuple[tuple[str, str], ...] = ()
+    calls: str = ""  # the function a call TensorFlow does not inline calls (`_noinline`, `api_implements`)
 
 
 def _for_xla(node: Node) -> bool:
@@ -380,6 +381,9 @@ def placer_nodes(graph_def: graph_pb2.GraphDef, *,
             continue
         data = [edge.source.name + (f":{edge.output}" if edge.output else "") for edge in node.inputs if edge]
         controls = sorted("^" + edge.source.name for edge in node.controls)
+        called = node.attr["f"].func.name if node.op in _CALLS and "f" in node.attr else node.op
+        function = graph.library.get(called)
+        kept = function is not None and (flag(function.attr, "_noinline") or "api_implements" in function.attr)
         placed.append(PlacerNode(node.name, node.op, node.device, tuple(data + controls), node.origin,
-                                 _kernels.node_dtypes(node.attr)))
+                                 _kernels.node_dtypes(node.attr), called if kept else ""))
     return placed

@@ -259,12 +259,18 @@ def placed_transfers(graph: Any, nodes: Sequence[PlacerNode], devices: Sequence[
         dtype, elements = types.get(tensor, ("", None))
         if dtype in ("string", "resource"):
             continue  # kept on the host by design
+        if by_name[producer].op == "Const" and "CPU" in where[producer] and elements is not None \
+                and elements <= _REPLICATED_ELEMENTS:
+            continue  # replicate_constants_pass.cc: a small constant of a CPU is copied into each reader's partition
         if node.op in EXPLICIT_COPIES and node.requested and sources.get(node.name):
             continue  # the user's tf.identity under a device
         found.append(CopyRecord(node.op, index, where[producer], to_device, source=sources.get(node.name, ""),
                                 kind="function", node=node.name, tensor=tensor, dtype=dtype,
                                 bytes=_bytes(elements, dtype), in_loop=True))
     return found
+
+
+_REPLICATED_ELEMENTS = 16  # ReplicateConstantsPass replicates CPU constants of at most this many elements
 
 
 def _bytes(elements: Optional[int], dtype: str) -> Optional[int]:
