@@ -134,6 +134,13 @@ def test_a_timed_trace_puts_ops_at_the_profilers_times_and_keeps_the_profile(tmp
     assert len(calls) == 3 and {e["args"]["line"] for e in calls} == {"step.py:16"}
     assert {e["pid"] for e in calls} == {device["/device:CPU:0"]}
     assert any(e["ph"] == "s" for e in trace["traceEvents"]) and any(e["ph"] == "C" for e in trace["traceEvents"])
+    # one clock: the live-bytes counters lie among the slices, not at epoch microseconds
+    end = max(e["ts"] + e["dur"] for e in trace["traceEvents"] if e["ph"] == "X")
+    assert all(0 <= e["ts"] <= end for e in trace["traceEvents"] if e["ph"] == "C")
+    # every transfer the log knows carries its bytes and line, even where the profile saw more
+    sends = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["name"] == "send Mul input #0"]
+    assert len(sends) == 3 and all(e["args"]["bytes"] == 8 * 64 * 4 and e["args"]["line"] == "step.py:15"
+                                   for e in sends)
     assert list((tmp_path / "profile" / "plugins" / "profile").glob("*/*.xplane.pb"))  # for TensorBoard
 
 

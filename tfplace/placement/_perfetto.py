@@ -28,7 +28,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections import Counter
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 from tfplace import _script
 from tfplace.placement._records import Kind, input_label, is_function_call
@@ -131,13 +131,54 @@ def _lanes(intervals: list[tuple[float, float, Any]]) -> list[tuple[int, float, 
     return placed
 
 
-def _timed(timeline: _Timeline, records: Sequence[Any], copies: Sequence[Any], memory: Iterable[tuple],
-           timing: Any) -> None:
-    """Slices at the profiler's times (µs from the block's first event), a lane per overlap on a device."""
+def _record_times(records: Sequence[Any], timing: Any, origin: float) -> list[Optional[tuple[float, float]]]:
+    """Per record, its (start, end) on the profiler's clock from `origin`, where the profile saw it: an eager
+    op's kernel, a function call's run (the k-th call of a function is its k-th record)."""
+    times: list[Optional[tuple[float, float]]] = [None] * len(records)
+    eager = [i for i, r in enumerate(records) if r.kind == Kind.EXECUTE and not is_function_call(r.op)]
+    for _, _, start, duration, _, index in timing.events:
+        if 0 <= index < len(eager) and times[eager[index]] is None:
+            times[eager[index]] = (start - origin, start - origin + max(duration, 0.001))
+    calls: dict[str, list[int]] = {}
+    for i, record in enumerate(records):
+        if record.kind == Kind.EXECUTE and is_function_call(record.op):
+            calls.setdefault(record.op, []).append(i)
+    taken: Counter = Counter()
+    for start, duration, function in timing.calls:
+        known = calls.get(function, [])
+        if taken[function] < len(known):
+            times[known[taken[function]]] = (start - origin, start - origin + max(duration, 0.001))
+        taken[function] += 1
+    return times
+
+
+def _matched(copies: Sequence[Any], copy_slots: Sequence[int], moves: list[tuple], times: list) -> dict[int, Any]:
+    """Profile transfer (index in `moves`) -> the log's copy it is: each copy takes the unused transfer of its
+    direction that ended nearest before its consumer started (else the nearest after), so that every copy the
+    log knows carries its bytes and line even where the profile saw more (a variable's initial value)."""
+    found: dict[int, Any] = {}
+    for copy, slot in sorted(zip(copies, copy_slots), key=lambda pair: pair[1]):
+        at = times[slot] if 0 <= slot < len(times) else None
+        free = [k for k, move in enumerate(moves) if k not in found and move[:2] == (copy.from_device, copy.to_device)]
+        if not free:
+            continue
+        if at is None:
+            best = free[0]
+        else:
+            before = [k for k in free if moves[k][2] <= at[0] + 1e-3]
+            best = max(before, key=lambda k: moves[k][2]) if before else min(free, key=lambda k: moves[k][2])
+        found[best] = copy
+    return found
+
+
+def _timed(timeline: _Timeline, records: Sequence[Any], copies: Sequence[Any], copy_slots: Sequence[int],
+           memory: Iterable[tuple], timing: Any) -> None:
+    """Slices at the profiler's times (µs from the block's first event), a lane per overlap on a device; every
+    event on that one clock (memory counters at the end of the op after which they changed)."""
     eager = [r for r in records if r.kind == Kind.EXECUTE and not is_function_call(r.op)]
     memory = list(memory)
-    origin = min([e[2] for e in timing.events] + [m[2] for m in timing.moves] + [c[0] for c in timing.calls]
-                 + [m[3] / 1e3 for m in memory])
+    origin = min([e[2] for e in timing.events] + [m[2] for m in timing.moves] + [c[0] for c in timing.calls])
+    times = _record_times(records, timing, origin)
     by_device: dict[str, list] = {}
     for device, op, start, duration, _, index in timing.events:
         by_device.setdefault(device, []).append((start - origin, start - origin + max(duration, 0.001), (op, index)))
@@ -147,41 +188,33 @@ def _timed(timeline: _Timeline, records: Sequence[Any], copies: Sequence[Any], m
             args = _record_args(record) if record is not None else {"op": op, "device": device, "kind": "node"}
             timeline.slice(device, 10 + lane, op, start, end - start, "op" if record is not None else "function node",
                            args)
-    calls = [r for r in records if r.kind == Kind.EXECUTE and is_function_call(r.op)]
-    queues: dict[str, list] = {}
-    for record in calls:
-        queues.setdefault(record.op, []).append(record)
-    taken: dict[str, int] = {}
-    intervals: dict[str, list] = {}
-    for start, duration, function in timing.calls:  # the k-th call of a function is its k-th record
-        k = taken[function] = taken.get(function, -1) + 1
-        known = queues.get(function, [])
-        if k < len(known):
-            intervals.setdefault(known[k].device, []).append((start - origin, start - origin + max(duration, 0.001),
-                                                              known[k]))
-    for device, found in intervals.items():
+    intervals_of: dict[str, list] = {}
+    for record, at in zip(records, times):
+        if at is not None and record.kind == Kind.EXECUTE and is_function_call(record.op):
+            intervals_of.setdefault(record.device, []).append((at[0], at[1], record))
+    for device, found in intervals_of.items():
         for lane, start, end, record in _lanes(found):
             args = _record_args(record)
             args["function"] = args.pop("op")
             timeline.slice(device, 50 + lane, record.op, start, end - start, "function call", args)
-    copied: dict[tuple[str, str], list] = {}
-    for copy in copies:
-        copied.setdefault((copy.from_device, copy.to_device), []).append(copy)
-    moves = Counter(move[:2] for move in timing.moves)
-    seen: Counter = Counter()
+    moves = sorted(timing.moves, key=lambda m: m[2])
+    matched = _matched(copies, copy_slots, moves, times)
     ends: dict[str, list] = {}
-    for source, target, start, duration in sorted(timing.moves, key=lambda m: m[2]):
-        k, known = seen[(source, target)], copied.get((source, target), [])
-        seen[(source, target)] += 1
-        copy = known[k] if len(known) == moves[(source, target)] else None  # the k-th of its direction
+    for k, (source, target, start, duration) in enumerate(moves):
+        copy = matched.get(k)
         at, width = start - origin, max(duration, 0.001)
         lanes = [100 + _free(ends.setdefault(device, []), at, at + width) for device in (source, target)]
         timeline.arrow(source, target, " " + input_label(copy.op, copy.input_index) if copy is not None else "",
-                       _copy_args(copy) if copy is not None else {"from": source, "to": target},
+                       _copy_args(copy) if copy is not None else
+                       {"from": source, "to": target, "note": "a transfer the placement log does not name (a "
+                                                              "variable's initial value, a host-memory input)"},
                        (at, width, lanes[0]), (at, width, lanes[1]))
-    for _, device, live, at_ns in memory:
+    latest = [0.0]  # per count of records, where the last timed one of them ended
+    for at in times:
+        latest.append(max(latest[-1], at[1]) if at is not None else latest[-1])
+    for position, device, live, _ in memory:  # at the end of the last timed record before the change
         timeline.events.append({"ph": "C", "name": "live bytes", "pid": timeline.pid(device),
-                                "ts": max(0.0, at_ns / 1e3 - origin), "args": {"bytes": live}})
+                                "ts": latest[min(max(position, 0), len(records))], "args": {"bytes": live}})
 
 
 def trace_events(records: Sequence[Any], copies: Sequence[Any], copy_slots: Sequence[int],
@@ -191,7 +224,7 @@ def trace_events(records: Sequence[Any], copies: Sequence[Any], copy_slots: Sequ
     and, where it was timed, its profile (`_profile.Timing`: slices at the profiler's times)."""
     timeline = _Timeline()
     if timing is not None and timing.events:
-        _timed(timeline, records, copies, memory, timing)
+        _timed(timeline, records, copies, copy_slots, memory, timing)
         return {"traceEvents": timeline.metadata() + timeline.events, "displayTimeUnit": "ms",
                 "otherData": {"producer": "tfplace", "clock": _TIMED,
                               "devices": sorted(timeline.pids, key=_device_key)}}
