@@ -100,11 +100,13 @@ def test_collectives_of_two_workers_merge_into_one_group_and_flag_uneven_calls()
     uneven = merge([("worker:0", worker(0, 3)), ("worker:1", worker(1, 2))])["collectives"][0]
     assert uneven["calls"] == 3 and uneven["uneven"] == ["worker:1"]
     assert uneven["calls_per_task"] == {"worker:0": 3, "worker:1": 2}
-    # two instances (two gradients) of one group: bytes per call of the group are both
-    two = [reduce(0, 3), reduce(0, 3, instance=4, each=16)]
+    # two collectives of one group (a step's gradient all-reduce and its loss's): a row each, its own bytes and line
+    two = [reduce(0, 3), dict(reduce(0, 3, instance=4, each=4), source="train.py:21")]
     merged = merge([("worker:0", worker(0, collectives=two)),
-                    ("worker:1", worker(1, collectives=[reduce(1, 3), reduce(1, 3, instance=4, each=16)]))])
-    assert merged["collectives"][0]["bytes_per_call"] == 48 and merged["collectives"][0]["instance_keys"] == [3, 4]
+                    ("worker:1", worker(1, collectives=[reduce(1, 3), dict(reduce(1, 3, instance=4, each=4),
+                                                                          source="train.py:21")]))])
+    assert [(c["instance_keys"], c["bytes_per_call"], c["source"]) for c in merged["collectives"]] == [
+        ([3], 32, "train.py:20"), ([4], 4, "train.py:21")]
 
 
 def test_variables_per_ps_task_with_bytes_and_imbalance():

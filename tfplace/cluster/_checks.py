@@ -270,17 +270,21 @@ class Publisher:
         return result
 
     def _first(self, name: str, groups: list, named: list) -> None:
-        """A function's first call: its groups and the devices it names, with the user's line."""
+        """A function's first call: its groups (each with the line that made its collective, where the function
+        was watched, else the call's) and the devices it names, with the user's line."""
         from tfplace import _tensorflow
         from tfplace._devices import canonical_name
+        from tfplace.placement._function_sources import lines
         from tfplace.placement._sources import user_line
 
         source = user_line()
+        made = lines(name)
         if not self.state["devices"]:
             self.state["devices"] = sorted({canonical_name(n) for n in _tensorflow.logical_device_names()})
         for device in named:
             self.state["named"].setdefault(device, (name, source))
-        self.state["groups"] += [dict(g, source=source) for g in groups]
+        self.state["groups"] += [dict(g, source=made.get(g["node"]) or source)
+                                 for g in groups]
         self.state["calls"][name] = [0, 0]
 
     def exited(self, status: int) -> None:

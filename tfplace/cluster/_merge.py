@@ -196,30 +196,35 @@ def _device_order(device: str) -> tuple:
 
 
 def _collectives(tasks: Sequence[Mapping[str, Any]], moved: _Traffic) -> list[dict[str, Any]]:
-    """One row per collective group and op, over the tasks that ran it; the bytes each member device sends (a
-    ring over the group's devices; a broadcast from its sender to each receiver) go into `moved`.
+    """One row per collective op node (its op, group and instance: a step's gradient all-reduce and its loss's
+    are two rows, each with its own bytes and line), over the tasks that ran it; the bytes each member device
+    sends (a ring over the group's devices; a broadcast from its sender to each receiver) go into `moved`.
 
-    Each entry of a task is one collective op on one device; bytes per call are a member device's (the sum
-    of the ops it runs in the group: two gradients' all-reduces are 2 ops), calls the most any task made.
+    Each entry of a task is one collective op on one device; bytes per call are a member device's, calls the
+    most any task made. Where instance keys are not static (a strategy's replicas on GPUs), the replicas' nodes
+    of one collective (`replica_1/...`) are one row.
     """
     found = [(entry["task"], dict(c, device=full_device(str(c.get("device", "")), entry["device_prefix"])))
              for entry in tasks for c in ((entry.get("trace") or {}).get("cluster") or {}).get("collectives") or []]
     groups: dict[tuple[str, Any], list[tuple[str, dict[str, Any]]]] = {}
     receivers: dict[Any, set[str]] = {}
     for task, c in found:
-        groups.setdefault((str(c.get("op", "")), c.get("group_key")), []).append((task, c))
+        instance = c.get("instance_key")
+        node = "" if instance is not None else re.sub(r"^replica_\d+/", "", str(c.get("node") or ""))
+        groups.setdefault((str(c.get("op", "")), c.get("group_key"), instance, node), []).append((task, c))
         if _kind(str(c.get("op", ""))) == "broadcast-recv":
             receivers.setdefault(c.get("group_key"), set()).add(c["device"])
     rows = []
-    for (op, key), members in sorted(groups.items(), key=lambda item: (str(item[0][1]), item[0][0])):
+    for (op, key, instance, _), members in sorted(groups.items(), key=lambda item: tuple(map(str, item[0]))):
         kind = _kind(op)
-        label = f"{op} group {key}" if key is not None else f"{op} (eager: group not kept)"
+        label = (f"{op} group {key}" + (f" instance {instance}" if instance is not None else "") if key is not None
+                 else f"{op} (eager: group not kept)")
         per_device: dict[str, list[Optional[int]]] = {}
         per_task: dict[str, list[int]] = {}
         for task, c in members:
             per_device.setdefault(c["device"], []).append(c.get("bytes_per_call"))
             per_task.setdefault(task, []).extend([int(c["calls"])] if c.get("calls") is not None else [])
-        each = [None if None in sizes else sum(sizes) for sizes in per_device.values()]
+        each = [None if None in sizes else max(sizes) for sizes in per_device.values()]
         calls_per_task = {t: max(per_task[t]) if per_task[t] else None for t in _ordered(per_task)}
         known = [n for n in calls_per_task.values() if n is not None]
         calls = max(known) if known else None
