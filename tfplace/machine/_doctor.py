@@ -3,11 +3,16 @@
 TensorFlow lists; `tfplace env`, `tfplace devices` and the `requires_gpu` marker print the verdict line.
 Where nothing is wrong this costs one NVML count (`_gpus.driver_gpu_count`).
 
-Example:
+Example (facts saved on a machine whose driver reports one GPU and that has no TensorFlow):
     >>> import tfplace
-    >>> diagnosis = tfplace.doctor(facts="../shared/fixtures/gpu/h200_facts.json")  # doctest: +SKIP
-    >>> diagnosis.ok  # doctest: +SKIP
-    False
+    >>> facts = {"format": "tfplace-machine/1", "python": "3.12.3", "tensorflow": None, "libraries": {},
+    ...          "platform": {"system": "Linux", "release": "6.8", "machine": "x86_64", "wsl": False},
+    ...          "driver": {"version": "580.159.04", "cuda": "13.0"}, "environment": {},
+    ...          "gpus": [{"index": 0, "name": "NVIDIA H200", "memory_mib": 143771, "uuid": "GPU-55",
+    ...                    "compute_capability": "9.0"}]}
+    >>> diagnosis = tfplace.doctor(facts=facts)
+    >>> diagnosis.ok, diagnosis.fixes
+    (False, ["pip install 'tensorflow[and-cuda]'"])
 """
 
 from __future__ import annotations

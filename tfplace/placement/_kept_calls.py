@@ -7,11 +7,11 @@ function's records from its definition, as `tfplace.placement._pipelines` does f
 following calls it keeps in turn.
 
 Example:
-    >>> from tfplace.placement._kept_calls import kept
-    >>> from tensorflow.core.framework import function_pb2
-    >>> f = function_pb2.FunctionDef()
-    >>> f.attr["_noinline"].b = True
-    >>> kept(f)
+    >>> from tfplace.placement._kept_calls import present
+    >>> from tensorflow.core.framework import graph_pb2
+    >>> graph = graph_pb2.GraphDef()
+    >>> _ = graph.node.add(name="call", op="PartitionedCall")
+    >>> present(graph)
     True
 """
 
@@ -25,16 +25,11 @@ from tfplace._devices import canonical_name, requested_name
 from tfplace.placement import _function_sources, _instantiation, _lowering, _placed, _transfers
 from tfplace.placement._records import CopyRecord, Kind, PlacementRecord
 
-__all__ = ["kept", "kept_calls", "present"]
+__all__ = ["kept_calls", "present"]
 
 _CALLS = ("PartitionedCall", "StatefulPartitionedCall")
 
 _DEPTH = 16  # calls kept inside calls kept, followed this deep
-
-
-def kept(function: function_pb2.FunctionDef) -> bool:
-    """TensorFlow keeps a call of `function` as a call (inline_function_utils.cc ValidateInlining)."""
-    return _instantiation.flag(function.attr, "_noinline") or "api_implements" in function.attr
 
 
 def kept_calls(graph: Any, before: Any) -> tuple[list[PlacementRecord], list[CopyRecord]]:

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 from typing import Mapping, NamedTuple, Optional
 
-from tensorflow.core.framework import attr_value_pb2, graph_pb2, types_pb2
+from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, types_pb2
 
 from tfplace.placement import _kernels
 from tfplace.placement._instantiation import arg_types, flag, instantiate
@@ -85,6 +85,12 @@ def _for_xla(node: Node) -> bool:
             or any(node.attr[key].s for key in ("_xla_compile_id", "_tpu_replicate") if key in node.attr))
 
 
+def kept(function: function_pb2.FunctionDef) -> bool:
+    """TensorFlow keeps a call of `function` as a call (inline_function_utils.cc ValidateInlining refuses
+    `_noinline` and `api_implements`): it places the function on its own (`tfplace.placement._kept_calls`)."""
+    return flag(function.attr, "_noinline") or "api_implements" in function.attr
+
+
 def _inline(graph: Graph, caller: Node, keep_fetchable: bool) -> None:
     """lower_function_call_op.cc RewriteFunctionCallNode + inline_function_utils.cc InlineFunctionBody."""
     if caller.op == "SymbolicGradient":
@@ -95,7 +101,7 @@ def _inline(graph: Graph, caller: Node, keep_fetchable: bool) -> None:
     if function_name not in graph.library:
         raise ValueError(f"node {caller.name!r} ({caller.op}) calls {function_name!r}, which is not in the library")
     function_def = graph.library[function_name]
-    if flag(function_def.attr, "_noinline") or "api_implements" in function_def.attr:
+    if kept(function_def):
         return  # ValidateInlining refuses: the call stays a call
     multi_device = caller.op in _CALLS or flag(caller.attr, "_lower_as_multi_device_function")
     body = instantiate(function_def, caller.attr, graph.library)
@@ -383,7 +389,7 @@ def placer_nodes(graph_def: graph_pb2.GraphDef, *,
         controls = sorted("^" + edge.source.name for edge in node.controls)
         called = node.attr["f"].func.name if node.op in _CALLS and "f" in node.attr else node.op
         function = graph.library.get(called)
-        kept = function is not None and (flag(function.attr, "_noinline") or "api_implements" in function.attr)
         placed.append(PlacerNode(node.name, node.op, node.device, tuple(data + controls), node.origin,
-                                 _kernels.node_dtypes(node.attr), called if kept else ""))
+                                 _kernels.node_dtypes(node.attr), called if function is not None and kept(function)
+                                 else ""))
     return placed
