@@ -206,7 +206,7 @@ def _collectives(tasks: Sequence[Mapping[str, Any]], moved: _Traffic) -> list[di
     """
     found = [(entry["task"], dict(c, device=full_device(str(c.get("device", "")), entry["device_prefix"])))
              for entry in tasks for c in ((entry.get("trace") or {}).get("cluster") or {}).get("collectives") or []]
-    groups: dict[tuple[str, Any], list[tuple[str, dict[str, Any]]]] = {}
+    groups: dict[tuple[str, Any, Any, str], list[tuple[str, dict[str, Any]]]] = {}
     receivers: dict[Any, set[str]] = {}
     for task, c in found:
         instance = c.get("instance_key")
