@@ -6,6 +6,8 @@ import shutil
 import subprocess
 import sys
 
+from conftest import ROOT
+
 
 def tfplace(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     command = shutil.which("tfplace") or sys.executable
@@ -125,3 +127,10 @@ def test_devices_and_env_hide_tensorflows_info_start_up_lines_unless_the_user_se
     assert not any("TF_CPP_MIN_LOG_LEVEL" in warning for warning in report["warnings"])
     assert "oneDNN custom operations are on" in shown.stderr  # the user's own level: every line shows
     assert shown.returncode == 0 and "logical devices: /device:CPU:0" in shown.stdout
+
+
+def test_a_reader_that_stops_reading_ends_env_and_doctor_quietly():
+    for command in ("env", "doctor"):
+        done = subprocess.run(["sh", "-c", f"'{sys.executable}' -m tfplace {command} | true"], capture_output=True,
+                              text=True, cwd=ROOT, timeout=120)
+        assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr[-2000:]

@@ -252,10 +252,21 @@ def _doctor(args: argparse.Namespace) -> int:
         except OSError as err:
             print(f"tfplace doctor: error: --save={args.save}: {err}", file=sys.stderr)
             return 2
-    print(json.dumps(diagnosis.to_json(), indent=2) if args.json else str(diagnosis))
+    text = json.dumps(diagnosis.to_json(), indent=2) if args.json else str(diagnosis)
     if args.save and not args.json:
-        print(f"facts saved to {args.save} (explain them anywhere: tfplace doctor --facts={args.save})")
-    return 0 if diagnosis.ok else 1
+        text += f"\nfacts saved to {args.save} (explain them anywhere: tfplace doctor --facts={args.save})"
+    return _emit(text, 0 if diagnosis.ok else 1)
+
+
+def _emit(text: str, status: int) -> int:
+    """Prints a report; a reader that stopped reading (`tfplace env | head`) ends it quietly, as `cat` would."""
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own flush at exit then fails silently
+        return 141  # 128 + SIGPIPE, the status a shell gives a program the pipe stopped
+    return status
 
 
 def _quietly(argv: Sequence[str]) -> int:
@@ -335,10 +346,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"tfplace {args.command}: error: {err}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(_machine.devices_text(report) if args.command == "devices" else _machine.environment_text(report))
-    return 0
+        return _emit(json.dumps(report, indent=2), 0)
+    return _emit(_machine.devices_text(report) if args.command == "devices" else _machine.environment_text(report), 0)
 
 
 if __name__ == "__main__":
