@@ -259,14 +259,11 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _emit(text: str, status: int) -> int:
-    """Prints a report; a reader that stopped reading (`tfplace env | head`) ends it quietly, as `cat` would."""
-    try:
-        print(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own flush at exit then fails silently
-        return 141  # 128 + SIGPIPE, the status a shell gives a program the pipe stopped
-    return status
+    """Prints a report through `_script.Output` (no traceback when the reader stopped: `tfplace env | head`)."""
+    from tfplace import _script
+
+    sys.stdout.flush()
+    return status if _script.Output().write(text + "\n") else 141  # 128 + SIGPIPE, as a shell reports it
 
 
 def _quietly(argv: Sequence[str]) -> int:
