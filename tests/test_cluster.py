@@ -131,6 +131,44 @@ def test_a_single_process_keeps_short_names(python):
 
 
 @pytest.mark.placement
+def test_functions_a_server_of_this_process_places_are_said_to_be_in_this_processs_own_log(python):
+    # The parameter-server tutorial's in-process cluster: TensorFlow's log of this very process holds the
+    # nodes the workers placed; tfplace cannot read it and says so, with the way to a trace that has them.
+    found = python("""
+        import socket
+        import tensorflow as tf, tfplace
+
+        def port():
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                return s.getsockname()[1]
+
+        spec = tf.train.ClusterSpec({"worker": [f"localhost:{port()}"], "ps": [f"localhost:{port()}"]})
+        servers = [tf.distribute.Server(spec, job_name=job, task_index=0, protocol="grpc") for job in ("worker", "ps")]
+        # as `tfplace trace` has it: the coordinator's threads, which call the function, start in the capture
+        with tfplace.capture_placement(all_threads=True) as log:
+            strategy = tf.distribute.ParameterServerStrategy(
+                tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc"))
+            coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+            with strategy.scope():
+                v = tf.Variable(1.0)
+
+            @tf.function
+            def step():
+                return strategy.run(lambda: v.assign_add(1.0))
+
+            coordinator.schedule(step)
+            coordinator.join()
+        report([log.complete, log.incomplete_reason])
+    """)
+    complete, reason = found
+    assert complete is False
+    assert "__inference_step_" in reason and "/job:worker/replica:0/task:0/device:CPU:0" in reason, reason
+    assert "runs in this process" in reason and "tfplace launch --workers=N --ps=M --trace" in reason, reason
+    assert "not this one" not in reason, reason
+
+
+@pytest.mark.placement
 def test_tf_config_makes_names_full_and_asserts_accept_short_spellings(python):
     config = {"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "task": {"type": "worker", "index": 1}}
     found = python("""

@@ -4,6 +4,7 @@ coordination service's key-value store tasks share. Part of `tfplace._tensorflow
 from __future__ import annotations
 
 import ctypes
+import gc
 from typing import Any, NamedTuple, Optional
 
 import tensorflow as tf
@@ -212,3 +213,15 @@ def store_get(key: str, timeout_ms: int = 1) -> Optional[str]:
 def libc() -> Any:
     """The C library (Linux), for `prctl`: a task of `tfplace launch` dies with its launcher."""
     return ctypes.CDLL(None, use_errno=True)
+
+
+def served_here() -> frozenset[str]:
+    """The tasks whose `tf.distribute.Server` runs in this process (an in-process cluster, as the
+    parameter-server tutorial makes one), as device prefixes: `/job:worker/replica:0/task:1`. It walks
+    the live objects: call it once per question, not per op."""
+    tasks = set()
+    for thing in gc.get_objects():
+        if isinstance(thing, tf.distribute.Server):
+            definition = thing.server_def
+            tasks.add(f"/job:{definition.job_name}/replica:0/task:{definition.task_index}")
+    return frozenset(tasks)

@@ -344,10 +344,11 @@ class Hook:
                 ran = _calls.after(op, full, inputs, found)
                 # a call that can move tensors, whose records wait for its listeners' logs: its transfers too
                 waiting = self.later and isinstance(ran, _graphs.Later) and not ran.made and ran.moves
-                copies = (() if waiting else ran.transfers) + found.dataset_transfers
+                # the tf.data functions the call's iterators instantiate: again at every call
+                copies = (() if waiting else ran.transfers) + (found.dataset_transfers if placed else ran.dataset_transfers)
                 if _datasets.reading():
                     _datasets.read_in_call(inputs, ran.records)
-                for tensor in inputs if placed else ():
+                for tensor in inputs:  # its iterators instantiate the dataset's functions at every call
                     if dtype_enum(tensor) == _VARIANT:  # pylint: disable=protected-access
                         pipeline = _datasets.pipeline_of(tensor)
                         if pipeline is not None:
@@ -387,6 +388,8 @@ class Hook:
                     self.records(_events.EventKey(_events.Event.PLACED, op), found)
             elif found.instantiated:
                 self.records(_events.EventKey(_events.Event.PLACED, op), found.instantiated)
+            elif not placed and ran.datasets:
+                self.records(_events.EventKey(_events.Event.DATASET, op), ran.datasets)
             for listener in tuple(self.listeners):
                 listener.on_function(record, placed, ran)
         if executed:

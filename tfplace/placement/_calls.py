@@ -36,7 +36,8 @@ def _merged(old: Placed, new: Placed) -> Placed:
     for key, count in new.runs:
         runs[key] = runs.get(key, 0) + count
     return Placed(old.functions + new.functions, old.records + new.records, old.transfers + new.transfers,
-                  tuple(runs.items()))
+                  tuple(runs.items()), dataset_transfers=old.dataset_transfers + new.dataset_transfers,
+                  datasets=old.datasets + new.datasets)
 
 
 def argument_devices(inputs: Sequence[Any]) -> tuple[str, ...]:

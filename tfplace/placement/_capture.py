@@ -69,7 +69,9 @@ class _Recorder:
                 return
             task = local_task()
             if task and record.device.startswith("/job:") and not record.device.startswith(task + "/"):
-                reason = _report.remote_function(record.op, record.device)
+                served = _tensorflow.served_here()
+                reason = _report.remote_function(record.op, record.device,
+                                                 any(record.device.startswith(t + "/") for t in served))
             else:
                 reason = (f"the block ran function {record.op}, which TensorFlow placed before the block opened; "
                           "TensorFlow places a function once, at its first call (per device), so its nodes are not "

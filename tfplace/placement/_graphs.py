@@ -225,6 +225,9 @@ class Placed(NamedTuple):
         merged with another thread's by TensorFlow's collection.
       dataset_transfers: the transfers of the tf.data functions they instantiate, once (each names
         its function; see `tfplace.placement._transfers.placed_transfers`).
+      datasets: the records of the tf.data functions one call instantiates (with source lines): an
+        iterator a function makes (a dataset iterated inside it) instantiates its dataset's functions
+        again at every call, and TensorFlow places them again.
     """
 
     functions: int = 0
@@ -234,6 +237,7 @@ class Placed(NamedTuple):
     instantiated: tuple[PlacementRecord, ...] = ()
     unseen: str = ""
     dataset_transfers: tuple[CopyRecord, ...] = ()
+    datasets: tuple[PlacementRecord, ...] = ()
 
 
 class Later:
@@ -249,6 +253,7 @@ class Later:
         self.functions = len(parts)
         self.unseen = unseen
         self.dataset_transfers = dataset_transfers
+        self.datasets = tuple(record for _, _, datasets in parts for record in datasets)
         self.moves = bool(dataset_transfers) or any(len(graphs.partition_graphs) > 1
                                                     or _kept_calls.present(graphs.post_optimization_graph)
                                                     for graphs, _, _ in parts)
@@ -385,7 +390,7 @@ def _assembled(parts: Sequence[tuple[Any, Any, list[PlacementRecord]]], names: S
             if names else moved
         runs.update(ran)
     return Placed(len(parts), tuple(every), tuple(transfers), tuple(runs.items()), tuple(made), unseen,
-                  dataset_transfers)
+                  dataset_transfers, tuple(record for _, _, datasets in parts for record in datasets))
 
 
 def collect_dtensor(op: str, origin: str) -> _dtensor.Ran:

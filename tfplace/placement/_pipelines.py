@@ -63,7 +63,9 @@ def _graph_options_allow_rewrites(node: Any) -> bool:
 def graph_datasets(graph: graph_pb2.GraphDef, placed: list[Any]) -> list[tuple["Pipeline", str]]:
     """The tf.data functions a function's graph instantiates (in its nodes or its bodies), each with the
     device it is instantiated on: the pipeline's, and one per per-device generator of a `MultiDeviceIterator`
-    (a distributed dataset iterated inside the function), on that generator's device."""
+    (a distributed dataset iterated inside the function), on that generator's device, once: TensorFlow
+    instantiates a function once per device while an instantiation of it is alive (a `for` loop over a
+    distributed dataset makes two iterators over the same generators)."""
     devices = {n.name: n.device for n in placed}
     names: list[str] = []
     own: list[str] = []
@@ -76,7 +78,9 @@ def graph_datasets(graph: graph_pb2.GraphDef, placed: list[Any]) -> list[tuple["
         if not _is_dataset_op(node.op):
             continue
         if node.op == "GeneratorDataset" and _is_shard_generator(node, graph.library):
-            shards.append((_shard_pipeline(node), devices.get(node.name, "")))
+            shard = (_shard_pipeline(node), devices.get(node.name, ""))
+            if shard not in shards:  # a second iterator over it: the runtime's instantiation is reused
+                shards.append(shard)
             continue
         if node.op in ITERATOR_OPS:
             own += _function_attrs(node)

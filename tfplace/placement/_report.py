@@ -36,8 +36,14 @@ __all__ = ["size", "ROWS", "Group", "Explained", "failed", "explained", "first",
 REMOTE_FUNCTION = re.compile(r"^the block ran function (\S+) on (\S+), another task's device: ")
 
 
-def remote_function(function: str, device: str) -> str:
-    """The reason a log lacks the nodes of `function`, which the block ran on `device`, another task's."""
+def remote_function(function: str, device: str, served_here: bool = False) -> str:
+    """The reason a log lacks the nodes of `function`, which the block ran on `device`, another task's
+    (`served_here`: whose `tf.distribute.Server` runs in this process)."""
+    if served_here:
+        return (f"the block ran function {function} on {device}, the device of a task whose tf.distribute.Server "
+                "runs in this process: that server's runtime places it and prints its nodes in this process's own "
+                "placement log (standard error), which tfplace does not read. Run each task as a process of its "
+                "own (tfplace launch --workers=N --ps=M --trace) to have its nodes in that task's trace")
     return (f"the block ran function {function} on {device}, another task's device: that task's runtime places it, "
             "so its nodes are in that task's log, not this one (under tfplace launch --trace --log_placement, in "
             "that task's trace)")
