@@ -15,6 +15,8 @@ import pytest
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.slow  # slow tier: clusters: several TensorFlow processes per case
+
 LOOP = str(ROOT / "tests" / "cluster" / "mwms_loop.py")
 
 

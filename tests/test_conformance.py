@@ -18,6 +18,8 @@ import pytest
 
 from conformance import compare
 
+pytestmark = pytest.mark.slow  # slow tier: the conformance suite: each program in a process of its own, in both oneDNN modes
+
 conformance = pytest.mark.conformance  # registered in pyproject.toml
 
 MODES = [m.strip() for m in os.environ.get("CONFORMANCE_ONEDNN", "0,1").split(",") if m.strip()]

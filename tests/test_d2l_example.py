@@ -8,7 +8,8 @@ import pytest
 
 from conftest import ROOT
 
-pytestmark = pytest.mark.placement  # reads where ops ran: CI runs it again with oneDNN off
+# slow tier: the example scripts, each a whole program
+pytestmark = [pytest.mark.placement, pytest.mark.slow]  # reads where ops ran: CI runs it again with oneDNN off
 
 
 def run(tmp_path, *args):

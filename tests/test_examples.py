@@ -9,7 +9,8 @@ from conftest import ROOT
 from tfplace import PlacementLog
 from tfplace.placement._parsing import parse_placement
 
-pytestmark = pytest.mark.placement  # reads where ops ran: CI runs it again with oneDNN off
+# slow tier: the example scripts, each a whole program
+pytestmark = [pytest.mark.placement, pytest.mark.slow]  # reads where ops ran: CI runs it again with oneDNN off
 
 
 def run_guide(*args: str) -> str:

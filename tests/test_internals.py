@@ -38,6 +38,10 @@ INTERNALS = [
     ("tensorflow.python.ops.summary_ops_v2", "_current_trace_context", "functions: TensorBoard's graph trace"),
     ("tensorflow.python.eager.core", "_status_to_exception", "failed records: every eager op error passes here"),
     ("tensorflow.python.ops.script_ops", "FuncRegistry.__call__", "threads: tf.py_function on TensorFlow's threads"),
+    ("tensorflow.python.client.session", "BaseSession._call_tf_sessionrun",
+     "a tf.compat.v1.Session's runs: what a capture cannot record"),
+    ("tensorflow.python.client.session", "BaseSession._Callable.__call__",
+     "a tf.compat.v1.Session's callables made from options: what a capture cannot record"),
     ("tensorflow.python.data.ops.dataset_ops", "DatasetV2._functions", "tf.data functions of an iterator's dataset"),
     ("tensorflow.python.data.ops.dataset_ops", "DatasetV2._inputs", "tf.data functions of an iterator's dataset"),
     ("tensorflow.python.data.ops.map_op", "_MapDataset", "tf.data: the datasets map() makes"),
@@ -110,7 +114,7 @@ INTERNALS = [
 # Attributes of objects rather than of modules, checked on real objects by the tests below.
 OBJECT_INTERNALS = ["_variant_tensor_attr", "_init_func", "_next_func", "_finalize_func", "_shape_tuple",
                     "_cached_graph", "_server_def", "_collective_ops_server_def", "_dtype", "_handle",
-                    "_source_device_string", "_c_graph"]
+                    "_source_device_string", "_c_graph", "_session"]
 # Python's own private names `tfplace._tensorflow` uses (frames), and the tag it sets on an error it recorded.
 PYTHON_INTERNALS = ["_getframe", "_tfplace_recorded", "_replace"]  # Python's own (`_replace`: a named tuple's, public)
 STATE_PACKAGE = ROOT / "tfplace" / "_tensorflow"  # the one place: tfplace/_tensorflow/*.py

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # slow tier: clusters: several TensorFlow processes per case
+
 
 TFPLACE = [sys.executable, "-m", "tfplace"]
 

@@ -66,6 +66,7 @@ def test_mirrored_variables_are_counted_on_each_replica(python):
     assert out["kept"] == 400
 
 
+@pytest.mark.slow  # TensorFlow's CPU allocator waits 10 s for memory before it gives up
 def test_out_of_memory_error_names_the_largest_live_tensor_and_its_line(python):
     code = """
         import tensorflow as tf, tfplace
@@ -83,6 +84,30 @@ def test_out_of_memory_error_names_the_largest_live_tensor_and_its_line(python):
                                "ran out of memory")
     assert lines[1].split() == ["3.8", "MiB", "float32[1000,1000]", "tensor,", "made", "at",
                                 line_of(code, "# the largest")]
+
+
+def test_an_out_of_memory_error_raised_in_the_block_gets_the_note_of_the_device_it_names(python):
+    # The fast tier's twin of the test above: the error as TensorFlow words it, raised without the allocator's wait.
+    code = """
+        import tensorflow as tf, tfplace
+        tfplace.configure(logical_cpus=2)
+        try:
+            with tfplace.capture_placement(memory=True, sources=True):
+                with tf.device("CPU:1"):
+                    kept = tf.ones((100, 100))   # the largest
+                small = tf.ones((10,))
+                raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape[1099511627776] "
+                    "and type float on /job:localhost/replica:0/task:0/device:CPU:1 by allocator cpu")
+        except tf.errors.ResourceExhaustedError as error:
+            report(error.__notes__)
+    """
+    [note] = python(code)
+    lines = note.splitlines()
+    assert lines[0].startswith("tfplace (memory=True): the largest tensors of the block alive on /device:CPU:1 when it "
+                               "ran out of memory"), note
+    assert lines[1].split() == ["39.1", "KiB", "float32[100,100]", "tensor,", "made", "at",
+                                line_of(code, "# the largest")], note
+    assert len(lines) == 2, note  # the small tensor is on another device
 
 
 def test_live_tensors_lists_a_tensor_where_its_memory_is_until_it_is_freed(python):

@@ -17,6 +17,8 @@ import pytest
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.slow  # slow tier: clusters: several TensorFlow processes per case
+
 SCRIPT = str(ROOT / "examples" / "multi_worker.py")
 
 

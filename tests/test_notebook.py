@@ -23,6 +23,8 @@ from conftest import ROOT
 
 from tfplace import PlacementLog, PlacementRecord
 
+pytestmark = pytest.mark.slow  # slow tier: notebooks: a Jupyter kernel per notebook
+
 KERNEL = "tfplace-test-python"
 TIMEOUT = 300  # seconds per cell; each kernel imports TensorFlow
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -2,7 +2,8 @@
 
 import pytest
 
-pytestmark = pytest.mark.filterwarnings("ignore")
+# slow tier: pytest inside pytest (pytester runs a whole pytest per case)
+pytestmark = [pytest.mark.filterwarnings("ignore"), pytest.mark.slow]
 
 
 @pytest.mark.placement

@@ -9,6 +9,8 @@ import pytest
 
 from conftest import ROOT, result_of, run_python
 
+pytestmark = pytest.mark.slow  # slow tier: the README's programs, each a whole program
+
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 # A program (```python, first line "# name.py") followed by what running it shows (```).
 SHOWN = re.compile(r"```python\n# (\w+\.py)\n(.*?)```\n```\n(.*?)```", re.S)

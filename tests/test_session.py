@@ -1,4 +1,8 @@
-"""The capture session: made by the first capture or guard, shared by every thread's, dropped by the last."""
+"""The capture session: made by the first capture or guard, shared by every thread's, dropped by the last; and
+what a capture says of a `tf.compat.v1.Session`, which places its graph where no hook reaches."""
+
+import subprocess
+import sys
 
 
 def test_one_session_from_the_first_capture_to_the_last_and_nothing_left_behind(python):
@@ -53,3 +57,51 @@ def test_the_code_objects_a_session_keys_on_stay_as_many_as_the_code_that_ran(py
             report({"first": first, "after": len(session.pinned), "origins": len(session.origin_shortcuts)})
     """)
     assert 0 < found["after"] == found["first"] and found["origins"] <= found["after"]
+
+
+GPU_GUIDE_TF1 = """
+import tensorflow as tf
+graph = tf.Graph()
+with graph.as_default():
+    with tf.device("/cpu:0"):
+        a = tf.constant([[1.0, 2.0], [3.0, 4.0]])
+    with tf.device("/cpu:1"):
+        c = tf.matmul(a, a)
+    d = tf.add_n([c, a])
+config = tf.compat.v1.ConfigProto(device_count={"CPU": 2})
+with tf.compat.v1.Session(graph=graph, config=config) as sess:
+    print(sess.run(d).tolist())            # the run
+    print(sess.make_callable(d)().tolist())  # the callable
+    from tensorflow.core.protobuf.config_pb2 import CallableOptions
+    options = CallableOptions(fetch=[d.name])  # as tf_keras' graph mode makes its callables
+    print(sess._make_callable_from_options(options)()[0].tolist())
+"""
+
+
+def test_a_capture_around_a_tf1_session_says_it_recorded_none_of_its_nodes(python):
+    # TF1's "Using GPUs" guide through tf.compat.v1: the Session places its graph itself, out of tfplace's reach.
+    found = python("""
+        import warnings, tensorflow as tf, tfplace
+        with warnings.catch_warnings(record=True) as caught, tfplace.capture_placement() as log:
+            warnings.simplefilter("always")
+            exec(compile(PROGRAM, "guide.py", "exec"))
+        report([log.complete, log.incomplete_reason, len(log.records), [str(w.message) for w in caught]])
+    """.replace("PROGRAM", repr(GPU_GUIDE_TF1)))
+    complete, reason, records, warned = found
+    assert complete is False and records == 0
+    assert reason.count("the block ran a tf.compat.v1.Session's graph (3 node(s), at guide.py:") == 3, reason
+    assert "guide.py:12" in reason and "guide.py:13" in reason and "guide.py:16" in reason, reason
+    assert "none of them (nor their transfers) is recorded" in reason, reason
+    assert len(warned) == 3 and all("incomplete placement log" in w for w in warned), warned
+
+
+def test_a_trace_of_a_tf1_session_leads_with_what_it_did_not_record_and_never_says_no_ops_ran(tmp_path):
+    (tmp_path / "guide.py").write_text(GPU_GUIDE_TF1)
+    done = subprocess.run([sys.executable, "-m", "tfplace", "trace", "guide.py"], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("== tfplace trace:"))
+    assert lines[start + 1].startswith("incomplete log: the block ran a tf.compat.v1.Session's graph"), lines
+    assert "(no ops ran)" not in done.stdout, done.stdout
+    assert "  (none recorded: the log is incomplete, see why above)" in lines, done.stdout

@@ -8,7 +8,8 @@ import pytest
 from tfplace import _snapshots
 from tfplace.placement._log import PlacementLog
 
-pytestmark = pytest.mark.filterwarnings("ignore")
+# slow tier: pytest inside pytest (pytester runs a whole pytest per case)
+pytestmark = [pytest.mark.filterwarnings("ignore"), pytest.mark.slow]
 
 TEST_FILE = """
     import pytest, tensorflow as tf, tfplace

@@ -12,6 +12,8 @@ from conftest import ROOT
 sys.path.insert(0, str(ROOT / "examples"))
 import resnet_training  # noqa: E402
 
+pytestmark = pytest.mark.slow  # slow tier: the example scripts, each a whole program
+
 
 def test_trains_on_two_logical_cpus_and_prints_d2ls_summary(tmp_path):
     plot = tmp_path / "acc.png"

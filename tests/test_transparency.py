@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # slow tier: whole programs run twice, under the trace and under python
+
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = sorted((ROOT / "tests" / "conformance" / "programs").glob("*.py"))
 EXAMPLES = ROOT / "examples"

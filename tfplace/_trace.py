@@ -107,6 +107,9 @@ def findings(log: PlacementLog, *, gpus_visible: bool) -> Findings:
     return Findings(False, tuple(log.explain()), tuple(log.gpu_readiness()), source)
 
 
+_NO_OPS = "  (no ops ran)"
+
+
 def _device_lines(log: PlacementLog, top: int) -> list[str]:
     """Per device, the user's compute ops by executions (or time), then plumbing, input pipeline and
     framework in a line each."""
@@ -126,7 +129,7 @@ def _device_lines(log: PlacementLog, top: int) -> list[str]:
         lines += [f"      {_groups.other_line(kind, ops)}" for kind, ops in group.others.items() if ops]
     if removed:
         lines.append(f"  ({removed} function node(s) removed by TensorFlow's graph optimizer before running, device unknown)")
-    return lines or ["  (no ops ran)"]
+    return lines or [_NO_OPS]
 
 
 def _explained_lines(explanations: Sequence[Explanation], top: int) -> list[str]:
@@ -146,11 +149,15 @@ def report(log: PlacementLog, found: Findings, *, top: int = _report.ROWS) -> st
     machine."""
     explanations, readiness = found.explanations, found.readiness
     records = [r for r in log.records if _is_op_type(r.op)]
+    per_device = _device_lines(log, top)
+    if not log.complete and per_device == [_NO_OPS]:  # TensorFlow may have run ops no hook saw (a Session's graph)
+        per_device = ["  (none recorded: the log is incomplete, see why above)"]
     lines = [f"== tfplace trace: {len(records)} {PLACEMENTS}, {len(log.copies)} implicit transfer(s)",
+             "" if log.complete else f"incomplete log: {log.incomplete_reason}",
              *_display.cost_lines(log, top=top),
              "ops per device (your compute first, by " + ("time" if log.cost().timed else "executions")
              + "; the rest one line each):",
-             *_device_lines(log, top)]
+             *per_device]
     lines.append("not where asked, and why (by source line):")
     yours = [e for e in explanations if _explain.user_can_act(e.record)]
     lines += _explained_lines([e for e in yours if e.record.requested], top)
@@ -188,8 +195,6 @@ def report(log: PlacementLog, found: Findings, *, top: int = _report.ROWS) -> st
         lines.append("memory per device (peak and live at the end of the tensors and variables the script made; "
                      "the lines holding most):")
         lines += counted.lines()
-    if not log.complete:
-        lines.append(f"incomplete log: {log.incomplete_reason}")
     return "\n".join(line for line in lines if line)
 
 

@@ -8,6 +8,7 @@ import threading
 from typing import Any, Callable, Iterable, Optional
 
 import tensorflow as tf
+from tensorflow.python.client import session as _session_lib
 from tensorflow.python.eager import context as _context
 from tensorflow.python.eager import core as _core
 from tensorflow.python.eager import execute as _execute
@@ -93,6 +94,16 @@ FROM_FUNC_GRAPH = Patch(_atomic_function, "from_func_graph")
 # The eager path of a function call made under a cancellation manager (a `ClusterCoordinator`'s closures):
 # TensorFlow runs no op callback there.
 EXECUTE_CANCELLABLE = Patch(_execute, "execute_with_cancellation")
+# Every run of a `tf.compat.v1.Session` graph (`run`, `make_callable`) and every call of a callable made from
+# options: a Session places its graph itself, where no op callback or graph collection reaches.
+SESSION_RUN = Patch(_session_lib.BaseSession, "_call_tf_sessionrun")
+SESSION_CALLABLE = Patch(_session_lib.BaseSession._Callable, "__call__")  # pylint: disable=protected-access
+
+
+def callable_session(runner: Any) -> Any:
+    """The `tf.compat.v1.Session` a callable made from options (`SESSION_CALLABLE`'s `self`) runs in."""
+    return runner._session  # pylint: disable=protected-access
+
 # The eager context's start (the runtime's): graph collection, which needs it, starts right after it.
 ENSURE_INITIALIZED = Patch(_context.Context, "ensure_initialized")
 # Every Python thread started while a capture listens (a process-wide patch): TensorFlow's own

@@ -317,7 +317,7 @@ def cost_lines(log: Log, *, top: int = 10) -> list[str]:
                  if figures.busy_us is not None and figures.share is not None else "")
         lines.append(f"  {short_device(device)}: {figures.executions} op execution(s){timed}")
     if not cost.devices:
-        lines.append("  (no ops ran)")
+        lines.append("  (no ops ran)" if log.complete else "  (none recorded: the log is incomplete)")
     if cost.missing:
         lines.append(f"  (no times: {cost.missing})")
     if cost.devices:

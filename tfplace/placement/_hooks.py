@@ -67,7 +67,7 @@ import tensorflow as tf
 from tfplace import _tensorflow
 from tfplace.placement import _dtensor, _events, _failures, _origins, _session
 from tfplace.placement._callback import Hook, thread_hooks
-from tfplace.placement._sources import end_at_user, started_by_framework
+from tfplace.placement._sources import end_at_user, started_by_framework, user_line
 
 __all__ = ["listening"]
 def _set_device(ctx: Any, device_name: Any, device_spec: Any) -> None:
@@ -163,6 +163,34 @@ def _execute_cancellable(op_name: str, num_outputs: int, inputs: Any, attrs: Any
     return tensors
 
 
+def _session_ran(session: Any) -> None:
+    """This thread's listeners hear that a `tf.compat.v1.Session` ran its graph: placed by the Session itself,
+    its nodes reach no op callback and no graph collection, so no capture can record them."""
+    hooks = thread_hooks()
+    if not hooks:
+        return
+    graph = getattr(session, "graph", None)
+    nodes = len(graph.get_operations()) if graph is not None else 0
+    reason = (f"the block ran a tf.compat.v1.Session's graph ({nodes} node(s), at {user_line() or 'an unknown line'}): "
+              "a Session places its graph's nodes itself, where tfplace's hooks do not reach, so none of them (nor "
+              "their transfers) is recorded; TensorFlow's own log has them (ConfigProto(log_device_placement=True), "
+              "or configure(log_placement=True) for a Session made without a config)")
+    for hook in hooks:
+        hook.records(_events.EventKey(_events.Event.UNSEEN, reason), ())
+
+
+def _session_run(session: Any, *args: Any) -> Any:
+    """`BaseSession._call_tf_sessionrun` while hooks listen (see `_session_ran`)."""
+    _session_ran(session)
+    return _tensorflow.SESSION_RUN.original(session, *args)
+
+
+def _session_callable(runner: Any, *args: Any, **kwargs: Any) -> Any:
+    """`BaseSession._Callable.__call__` while hooks listen (see `_session_ran`)."""
+    _session_ran(_tensorflow.callable_session(runner))
+    return _tensorflow.SESSION_CALLABLE.original(runner, *args, **kwargs)
+
+
 def _variable_read(variable: Any, handle: Any) -> None:
     """A `ReadVariableOp` TensorFlow's eager fast path runs in C++ (`v * v`): this thread's hooks hear of it
     as of an op without outputs, on the variable's device (where TensorFlow runs it, with its resource)."""
@@ -174,7 +202,9 @@ _PATCHES = ((_tensorflow.STATUS_TO_EXCEPTION, _failures.status_to_exception),
             (_tensorflow.EXECUTE_CANCELLABLE, _execute_cancellable),
             (_tensorflow.SET_DEVICE, _set_device),
             (_tensorflow.THREAD_START, _start),
-            (_tensorflow.PY_FUNCTION_CALL, _py_function_call))
+            (_tensorflow.PY_FUNCTION_CALL, _py_function_call),
+            (_tensorflow.SESSION_RUN, _session_run),
+            (_tensorflow.SESSION_CALLABLE, _session_callable))
 
 
 def _add_callback(hook: Hook) -> None:
