@@ -105,3 +105,33 @@ def test_a_trace_of_a_tf1_session_leads_with_what_it_did_not_record_and_never_sa
     assert lines[start + 1].startswith("incomplete log: the block ran a tf.compat.v1.Session's graph"), lines
     assert "(no ops ran)" not in done.stdout, done.stdout
     assert "  (none recorded: the log is incomplete, see why above)" in lines, done.stdout
+
+
+def test_guards_refuse_to_vouch_for_a_tf1_sessions_graph_and_allow_lets_it_run(python):
+    found = python("""
+        import tensorflow as tf, tfplace
+        tfplace.configure(logical_cpus=2)
+        graph = tf.Graph()
+        with graph.as_default():
+            with tf.device("/cpu:1"):
+                c = tf.matmul(tf.ones((2, 2)), tf.ones((2, 2)))
+        sess = tf.compat.v1.Session(graph=graph)
+        seen = []
+        for guard in (tfplace.transfer_guard(), tfplace.device_guard("CPU:0")):
+            try:
+                with guard:
+                    sess.run(c)
+                seen.append("passed")
+            except tfplace.Error as error:
+                seen.append([type(error).__name__, str(error)])
+        with tfplace.transfer_guard("allow"):
+            seen.append(float(sess.run(c).sum()))
+        report(seen)
+    """)
+    (copy_kind, copy_text), (device_kind, device_text), total = found
+    assert copy_kind == "ImplicitCopyError" and device_kind == "PlacementError"
+    assert copy_text.startswith("tfplace.transfer_guard('disallow') cannot watch what it was given: the block ran a "
+                                "tf.compat.v1.Session's graph"), copy_text
+    assert device_text.startswith("tfplace.device_guard('/device:CPU:0') cannot watch"), device_text
+    assert "write the step as a tf.function" in copy_text
+    assert total == 8.0

@@ -88,7 +88,7 @@ class _Recorder:
         return variable
 
     def on_records(self, key: _events.EventKey, records: Sequence[PlacementRecord]) -> None:
-        if key.event == _events.Event.UNSEEN:  # with the records of the functions it names, if any
+        if key.event in (_events.Event.UNSEEN, _events.Event.SESSION):  # with the records of the functions it names
             self.log.mark_incomplete(key.about, stacklevel=user_stacklevel(), uncertain=records)
             return
         if key.event == _events.Event.COMPILED:  # once per function and device; tf.data functions are placed per iterator

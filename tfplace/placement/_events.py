@@ -49,6 +49,7 @@ class Event(str, enum.Enum):
     DATASET = "dataset"
     FAILED = "failed"
     UNSEEN = "unseen"
+    SESSION = "session"
     DTENSOR = "dtensor"
 
 

@@ -58,6 +58,13 @@ def _describe_copy(copy: CopyRecord) -> str:
             f"but {copy.op} runs on {copy.to_device}, so TensorFlow copies it on every call")
 
 
+def _unguarded(guard: str, level: str, reason: str) -> str:
+    """Why a guard cannot watch a `tf.compat.v1.Session`'s graph (`reason`: the capture's words for it)."""
+    asked = f"{guard}('{level}')" if level else guard
+    return (f"tfplace.{asked} cannot watch what it was given: {reason}. A guard watches eager ops and "
+            "tf.function calls: run the graph outside the guard, or write the step as a tf.function")
+
+
 class _TransferGuard:
     """One thread's transfer guard: the levels of its nested blocks, innermost last."""
 
@@ -68,7 +75,14 @@ class _TransferGuard:
         self.levels: list[str] = []
 
     def on_records(self, key: _events.EventKey, records: Sequence[PlacementRecord]) -> None:
-        """Function nodes are placed by TensorFlow's placer, not guarded here."""
+        """Function nodes are placed by TensorFlow's placer, not guarded here; a Session's graph cannot be."""
+        if key.event != _events.Event.SESSION or self.levels[-1] == "allow":
+            return
+        message = _unguarded("transfer_guard", self.levels[-1], key.about)
+        if self.levels[-1] == "log":
+            logging.warning("tfplace.transfer_guard: %s", message)
+            return
+        raise ImplicitCopyError(message)
 
     def on_function(self, record: PlacementRecord, placed: bool, call: _graphs.Placed) -> None:
         """A function call's transfers come with its `on_op`."""
@@ -144,7 +158,9 @@ class _DeviceGuard:
         self.origins = origins
 
     def on_records(self, key: _events.EventKey, records: Sequence[PlacementRecord]) -> None:
-        """Function nodes are placed by TensorFlow's placer, not guarded here."""
+        """Function nodes are placed by TensorFlow's placer, not guarded here; a Session's graph cannot be."""
+        if key.event == _events.Event.SESSION:
+            raise PlacementError(_unguarded(f"device_guard({self.wanted!r})", "", key.about))
 
     def on_function(self, record: PlacementRecord, placed: bool, call: _graphs.Placed) -> None:
         """The nodes the call ran: each one of the guarded origins that computes (not plumbing) must

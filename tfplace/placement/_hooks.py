@@ -27,7 +27,8 @@ calls, for every eager op of the block:
   record when an eager op raises; `Event.UNSEEN` (`about` the reason) when a function call's graph
   cannot be told apart (TensorFlow's collection merged it with another thread's: no records), or
   when an iterator runs functions that no hook can count (the records of those functions, as the
-  `DATASET` event holds them).
+  `DATASET` event holds them); `Event.SESSION` (`about` the reason, no records) when a
+  `tf.compat.v1.Session` runs its graph, which it places where no hook reaches.
 
 Threads: the threads TensorFlow starts for the block inherit the callback
 (`MirroredStrategy`'s replica threads, the thread pool of a collective
@@ -176,7 +177,7 @@ def _session_ran(session: Any) -> None:
               "their transfers) is recorded; TensorFlow's own log has them (ConfigProto(log_device_placement=True), "
               "or configure(log_placement=True) for a Session made without a config)")
     for hook in hooks:
-        hook.records(_events.EventKey(_events.Event.UNSEEN, reason), ())
+        hook.records(_events.EventKey(_events.Event.SESSION, reason), ())
 
 
 def _session_run(session: Any, *args: Any) -> Any:
