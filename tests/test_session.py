@@ -60,78 +60,115 @@ def test_the_code_objects_a_session_keys_on_stay_as_many_as_the_code_that_ran(py
 
 
 GPU_GUIDE_TF1 = """
-import tensorflow as tf
+import numpy as np, tensorflow as tf
 graph = tf.Graph()
 with graph.as_default():
     with tf.device("/cpu:0"):
-        a = tf.constant([[1.0, 2.0], [3.0, 4.0]])
+        x = tf.compat.v1.placeholder(tf.float32, (2, 2), name="x")
     with tf.device("/cpu:1"):
-        c = tf.matmul(a, a)
-    d = tf.add_n([c, a])
+        c = tf.matmul(x, x, name="c")
+    d = tf.add_n([c, x], name="d")
 config = tf.compat.v1.ConfigProto(device_count={"CPU": 2})
 with tf.compat.v1.Session(graph=graph, config=config) as sess:
-    print(sess.run(d).tolist())            # the run
-    print(sess.make_callable(d)().tolist())  # the callable
+    for step in range(3):
+        sess.run(d, feed_dict={x: [[1.0, 2.0], [3.0, float(step)]]})   # the runs
+    print(sess.make_callable(d, feed_list=[x])([[1.0, 0.0], [0.0, 1.0]]).tolist())  # a callable: a run
     from tensorflow.core.protobuf.config_pb2 import CallableOptions
-    options = CallableOptions(fetch=[d.name])  # as tf_keras' graph mode makes its callables
-    print(sess._make_callable_from_options(options)()[0].tolist())
+    options = CallableOptions(feed=[x.name], fetch=[d.name])  # as tf_keras' graph mode makes its callables
+    print(sess._make_callable_from_options(options)(np.eye(2, dtype="float32"))[0].tolist())
 """
 
 
-def test_a_capture_around_a_tf1_session_says_it_recorded_none_of_its_nodes(python):
-    # TF1's "Using GPUs" guide through tf.compat.v1: the Session places its graph itself, out of tfplace's reach.
+def test_a_capture_records_what_a_tf1_session_placed_ran_and_moved_and_says_what_it_could_not(python):
+    # TF1's "Using GPUs" guide through tf.compat.v1: the Session places its graph itself, at its first run.
     found = python("""
-        import warnings, tensorflow as tf, tfplace
-        with warnings.catch_warnings(record=True) as caught, tfplace.capture_placement() as log:
-            warnings.simplefilter("always")
+        import tensorflow as tf, tfplace
+        with tfplace.capture_placement(sources=True) as log:
             exec(compile(PROGRAM, "guide.py", "exec"))
-        report([log.complete, log.incomplete_reason, len(log.records), [str(w.message) for w in caught]])
+        report([[[r.op, r.name, r.device, r.kind, r.source] for r in log.records],
+                sorted([c.op, c.input_index, c.from_device, c.to_device, c.tensor, c.bytes, c.call] for c in log.copies),
+                {d: f.executions for d, f in log.cost().devices.items()}, log.complete, log.incomplete_reason])
     """.replace("PROGRAM", repr(GPU_GUIDE_TF1)))
-    complete, reason, records, warned = found
-    assert complete is False and records == 0
-    assert reason.count("the block ran a tf.compat.v1.Session's graph (3 node(s), at guide.py:") == 3, reason
-    assert "guide.py:12" in reason and "guide.py:13" in reason and "guide.py:16" in reason, reason
-    assert "none of them (nor their transfers) is recorded" in reason, reason
-    assert len(warned) == 3 and all("incomplete placement log" in w for w in warned), warned
+    records, copies, executions, complete, reason = found
+    assert records == [["MatMul", "c", "/device:CPU:1", "place", "guide.py:8"],
+                       ["AddN", "d", "/device:CPU:0", "place", "guide.py:9"]], records  # x is fed: never runs
+    # one transfer per tensor crossing devices (x feeds both of MatMul's inputs: one), per run
+    runs = ["guide.py:13"] * 3 + ["guide.py:14"]
+    assert copies == sorted([["AddN", 0, "/device:CPU:1", "/device:CPU:0", "c:0", 16, line] for line in runs]
+                            + [["MatMul", 0, "/device:CPU:0", "/device:CPU:1", "x:0", 16, line] for line in runs]), copies
+    assert executions == {"/device:CPU:0": 4, "/device:CPU:1": 4}, executions  # each run's MatMul and AddN
+    assert complete is False
+    assert "placed 1 node(s) of its graph that no run of the block needed (x, at guide.py:13)" in reason, reason
+    assert ("a tf.compat.v1.Session's graph (3 node(s), at guide.py:17) through a callable or a partial run" in reason
+            and "Session.run is recorded" in reason), reason
 
 
-def test_a_trace_of_a_tf1_session_leads_with_what_it_did_not_record_and_never_says_no_ops_ran(tmp_path):
+def test_a_session_made_before_the_capture_has_its_runs_recorded_and_its_placement_said_unknown(python):
+    found = python("""
+        import tensorflow as tf, tfplace
+        tfplace.configure(logical_cpus=2)
+        graph = tf.Graph()
+        with graph.as_default():
+            x = tf.compat.v1.placeholder(tf.float32, (2, 2))
+            with tf.device("/cpu:1"):
+                y = x * 2.0
+        sess = tf.compat.v1.Session(graph=graph)
+        with tfplace.capture_placement() as log:
+            sess.run(y, feed_dict={x: [[1.0, 2.0], [3.0, 4.0]]})
+        report([len(log.records), {d: f.executions for d, f in log.cost().devices.items()}, log.incomplete_reason])
+    """)
+    records, executions, reason = found
+    assert records == 0 and executions == {"/device:CPU:1": 2}, found  # the Mul and its constant
+    assert reason.startswith("the block ran a tf.compat.v1.Session made before any capture or guard opened"), reason
+    assert "Open the capture before the Session is made" in reason
+
+
+def test_a_trace_of_a_tf1_session_leads_with_what_it_did_not_record(tmp_path):
     (tmp_path / "guide.py").write_text(GPU_GUIDE_TF1)
     done = subprocess.run([sys.executable, "-m", "tfplace", "trace", "guide.py"], capture_output=True, text=True,
                           timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("== tfplace trace:"))
-    assert lines[start + 1].startswith("incomplete log: the block ran a tf.compat.v1.Session's graph"), lines
+    assert lines[start].startswith("== tfplace trace: 2 op placement(s)"), lines[start]
+    assert lines[start + 1].startswith("incomplete log: a tf.compat.v1.Session placed 1 node(s)"), lines
+    assert "  /device:CPU:1  1 compute op type(s): MatMul 4" in lines, done.stdout
     assert "(no ops ran)" not in done.stdout, done.stdout
-    assert "  (none recorded: the log is incomplete, see why above)" in lines, done.stdout
 
 
-def test_guards_refuse_to_vouch_for_a_tf1_sessions_graph_and_allow_lets_it_run(python):
+def test_guards_watch_a_tf1_sessions_runs_and_refuse_to_vouch_for_its_callables(python):
     found = python("""
-        import tensorflow as tf, tfplace
+        import numpy as np, tensorflow as tf, tfplace
+        from tensorflow.core.protobuf.config_pb2 import CallableOptions
         tfplace.configure(logical_cpus=2)
         graph = tf.Graph()
         with graph.as_default():
+            x = tf.compat.v1.placeholder(tf.float32, (2, 2), name="x")
             with tf.device("/cpu:1"):
-                c = tf.matmul(tf.ones((2, 2)), tf.ones((2, 2)))
-        sess = tf.compat.v1.Session(graph=graph)
+                c = tf.matmul(x, x)
         seen = []
         for guard in (tfplace.transfer_guard(), tfplace.device_guard("CPU:0")):
             try:
                 with guard:
-                    sess.run(c)
+                    sess = tf.compat.v1.Session(graph=graph)
+                    sess.run(c, feed_dict={x: [[1.0, 2.0], [3.0, 4.0]]})
                 seen.append("passed")
             except tfplace.Error as error:
                 seen.append([type(error).__name__, str(error)])
+        try:
+            with tfplace.transfer_guard():
+                options = CallableOptions(feed=[x.name], fetch=[c.name])
+                sess._make_callable_from_options(options)(np.eye(2, dtype="float32"))
+        except tfplace.Error as error:
+            seen.append([type(error).__name__, str(error)])
         with tfplace.transfer_guard("allow"):
-            seen.append(float(sess.run(c).sum()))
+            seen.append(float(sess.run(c, feed_dict={x: [[1.0, 0.0], [0.0, 1.0]]}).sum()))
         report(seen)
     """)
-    (copy_kind, copy_text), (device_kind, device_text), total = found
-    assert copy_kind == "ImplicitCopyError" and device_kind == "PlacementError"
-    assert copy_text.startswith("tfplace.transfer_guard('disallow') cannot watch what it was given: the block ran a "
-                                "tf.compat.v1.Session's graph"), copy_text
-    assert device_text.startswith("tfplace.device_guard('/device:CPU:0') cannot watch"), device_text
-    assert "write the step as a tf.function" in copy_text
-    assert total == 8.0
+    (copy_kind, copy_text), (device_kind, device_text), (callable_kind, callable_text), total = found
+    assert copy_kind == "ImplicitCopyError" and "inside function a tf.compat.v1.Session's graph" in copy_text, copy_text
+    assert "MatMul" in copy_text and "/device:CPU:0" in copy_text and "/device:CPU:1" in copy_text, copy_text
+    assert device_kind == "PlacementError" and "MatMul" in device_text and "/device:CPU:1" in device_text, device_text
+    assert callable_kind == "ImplicitCopyError" and callable_text.startswith(
+        "tfplace.transfer_guard('disallow') cannot watch what it was given"), callable_text
+    assert total == 2.0

@@ -24,6 +24,8 @@ from typing import Any, Iterator, Optional
 
 import tensorflow as tf
 from tensorflow.core.framework import types_pb2
+from tensorflow.core.protobuf import config_pb2
+from tensorflow.python.client import session as _session_lib
 
 from tfplace import _tensorflow
 
@@ -107,13 +109,41 @@ class SendOracle:
         self.total += self.per_call.get(key, 0)
         return None
 
+    def _session_runs(self) -> Any:
+        """`Session.run` asking every run for its partition graphs (a Session places and partitions its graph
+        itself): their cross-device edges, one per run, with their bytes from the graph's static shapes."""
+        original = _session_lib.BaseSession.run
+
+        def run(session: Any, fetches: Any, feed_dict: Any = None, options: Any = None, run_metadata: Any = None) -> Any:
+            asked = config_pb2.RunOptions()
+            if options is not None:
+                asked.CopyFrom(options)
+            asked.output_partition_graphs = True
+            metadata = run_metadata if run_metadata is not None else config_pb2.RunMetadata()
+            result = original(session, fetches, feed_dict, asked, metadata)
+            sends = _sends(metadata.partition_graphs)
+            self.total += len(sends)
+            for send in sends:
+                name = send.input[0] if ":" in send.input[0] else send.input[0] + ":0"
+                try:
+                    tensor = session.graph.get_tensor_by_name(name)
+                except (KeyError, ValueError):
+                    continue
+                shape = tensor.shape
+                self.sizes[name] = shape.num_elements() * tensor.dtype.size if shape.is_fully_defined() else None
+            return result
+
+        return original, run
+
     def __enter__(self) -> "SendOracle":
         self._original = _tensorflow.export_run_metadata
         _tensorflow.export_run_metadata = self._export
+        self._session_run, _session_lib.BaseSession.run = self._session_runs()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         _tensorflow.export_run_metadata = self._original
+        _session_lib.BaseSession.run = self._session_run
 
     @contextlib.contextmanager
     def calls(self) -> Iterator[None]:

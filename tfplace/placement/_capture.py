@@ -88,7 +88,16 @@ class _Recorder:
         return variable
 
     def on_records(self, key: _events.EventKey, records: Sequence[PlacementRecord]) -> None:
-        if key.event in (_events.Event.UNSEEN, _events.Event.SESSION):  # with the records of the functions it names
+        if key.event == _events.Event.SESSION:  # a Session's run: what it placed, ran and moved, and what is unseen
+            ran = key.about
+            if ran.unseen:
+                self.log.mark_incomplete(ran.unseen, stacklevel=user_stacklevel())
+            self.log.add(records if self.sources else _placed.without_sources(records),
+                         ran.transfers if self.sources else [t._replace(source="", call="") for t in ran.transfers])
+            if ran.runs:
+                self.log.add_runs(ran.runs)
+            return
+        if key.event == _events.Event.UNSEEN:  # with the records of the functions it names, if any
             self.log.mark_incomplete(key.about, stacklevel=user_stacklevel(), uncertain=records)
             return
         if key.event == _events.Event.COMPILED:  # once per function and device; tf.data functions are placed per iterator

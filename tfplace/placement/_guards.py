@@ -31,7 +31,7 @@ from absl import logging
 from tfplace import _tensorflow
 from tfplace._devices import Device, canonical_name, resolve
 from tfplace._errors import ConfigurationError, ImplicitCopyError, PlacementError
-from tfplace.placement import _events, _explain, _function_sources, _graphs, _hooks, _kernel_table, _session
+from tfplace.placement import _events, _explain, _function_sources, _graphs, _hooks, _kernel_table, _session, _sessions
 from tfplace.placement._origins import ORIGINS, is_plumbing
 from tfplace.placement._records import CONTROL, CopyRecord, Kind, PlacementRecord, input_label
 from tfplace.placement._sources import user_line
@@ -75,19 +75,28 @@ class _TransferGuard:
         self.levels: list[str] = []
 
     def on_records(self, key: _events.EventKey, records: Sequence[PlacementRecord]) -> None:
-        """Function nodes are placed by TensorFlow's placer, not guarded here; a Session's graph cannot be."""
+        """Function nodes are placed by TensorFlow's placer, not guarded here; a Session's run is: its transfers,
+        or, where it could not be asked (a callable), an error that says so."""
         if key.event != _events.Event.SESSION or self.levels[-1] == "allow":
             return
-        message = _unguarded("transfer_guard", self.levels[-1], key.about)
-        if self.levels[-1] == "log":
-            logging.warning("tfplace.transfer_guard: %s", message)
+        ran = key.about
+        if ran.transfers:
+            self.on_copies(ran.transfers)
             return
-        raise ImplicitCopyError(message)
+        if ran.unseen and not ran.runs:  # nothing of the run is known
+            message = _unguarded("transfer_guard", self.levels[-1], ran.unseen)
+            if self.levels[-1] == "log":
+                logging.warning("tfplace.transfer_guard: %s", message)
+                return
+            raise ImplicitCopyError(message)
 
     def on_function(self, record: PlacementRecord, placed: bool, call: _graphs.Placed) -> None:
         """A function call's transfers come with its `on_op`."""
 
     def on_op(self, record: PlacementRecord, copies: Sequence[CopyRecord]) -> None:
+        self.on_copies(copies)
+
+    def on_copies(self, copies: Sequence[CopyRecord]) -> None:
         if not copies or self.levels[-1] == "allow":
             return
         if self.levels[-1] == "log":
@@ -158,9 +167,25 @@ class _DeviceGuard:
         self.origins = origins
 
     def on_records(self, key: _events.EventKey, records: Sequence[PlacementRecord]) -> None:
-        """Function nodes are placed by TensorFlow's placer, not guarded here; a Session's graph cannot be."""
-        if key.event == _events.Event.SESSION:
-            raise PlacementError(_unguarded(f"device_guard({self.wanted!r})", "", key.about))
+        """Function nodes are placed by TensorFlow's placer, not guarded here; a Session's run is: the nodes it
+        executed, or, where it could not be asked (a callable), an error that says so."""
+        if key.event != _events.Event.SESSION:
+            return
+        ran = key.about
+        if ran.unseen and not ran.runs:
+            raise PlacementError(_unguarded(f"device_guard({self.wanted!r})", "", ran.unseen))
+        ran_on = {device for (device, _, _), _ in ran.runs}
+        for node in records:  # the nodes placed at this run (the first run of a graph)
+            if node.kind in _RAN and node.device not in ("", self.wanted) and self.watches(node):
+                self.fail(node, f"node {node.name} of {_sessions.SESSION_GRAPH} (run at {user_line() or 'an unknown line'})",
+                          node.source)
+        if not records and ran_on - {self.wanted}:
+            wrong = sorted(f"{op} on {device}" for (device, op, category), _ in ran.runs
+                           if device != self.wanted and category == "compute" and op not in self.allow_ops)
+            if wrong:
+                raise PlacementError(f"tfplace.device_guard({self.wanted!r}): {_sessions.SESSION_GRAPH} run at "
+                                     f"{user_line() or 'an unknown line'} ran {', '.join(wrong)}; allowed: "
+                                     f"{self.wanted}, or ops in allow_ops={sorted(self.allow_ops)}")
 
     def on_function(self, record: PlacementRecord, placed: bool, call: _graphs.Placed) -> None:
         """The nodes the call ran: each one of the guarded origins that computes (not plumbing) must

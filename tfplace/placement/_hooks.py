@@ -27,8 +27,8 @@ calls, for every eager op of the block:
   record when an eager op raises; `Event.UNSEEN` (`about` the reason) when a function call's graph
   cannot be told apart (TensorFlow's collection merged it with another thread's: no records), or
   when an iterator runs functions that no hook can count (the records of those functions, as the
-  `DATASET` event holds them); `Event.SESSION` (`about` the reason, no records) when a
-  `tf.compat.v1.Session` runs its graph, which it places where no hook reaches.
+  `DATASET` event holds them); `Event.SESSION` (`about` a `_sessions.Ran`, with its records) when a
+  `tf.compat.v1.Session` runs its graph: what the run placed, executed and moved, and what is not seen.
 
 Threads: the threads TensorFlow starts for the block inherit the callback
 (`MirroredStrategy`'s replica threads, the thread pool of a collective
@@ -66,7 +66,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import tensorflow as tf
 
 from tfplace import _tensorflow
-from tfplace.placement import _dtensor, _events, _failures, _origins, _session
+from tfplace.placement import _dtensor, _events, _failures, _origins, _session, _sessions
 from tfplace.placement._callback import Hook, thread_hooks
 from tfplace.placement._sources import end_at_user, started_by_framework, user_line
 
@@ -165,19 +165,46 @@ def _execute_cancellable(op_name: str, num_outputs: int, inputs: Any, attrs: Any
 
 
 def _session_ran(session: Any) -> None:
-    """This thread's listeners hear that a `tf.compat.v1.Session` ran its graph: placed by the Session itself,
-    its nodes reach no op callback and no graph collection, so no capture can record them."""
+    """This thread's listeners hear that a `tf.compat.v1.Session` ran its graph where tfplace could not ask
+    it what it placed (a callable, a partial run): none of it is recorded."""
     hooks = thread_hooks()
-    if not hooks:
+    session_state = _session.current()
+    if not hooks or (session_state is not None and getattr(session_state.thread, "session_run", False)):
         return
     graph = getattr(session, "graph", None)
     nodes = len(graph.get_operations()) if graph is not None else 0
-    reason = (f"the block ran a tf.compat.v1.Session's graph ({nodes} node(s), at {user_line() or 'an unknown line'}): "
-              "a Session places its graph's nodes itself, where tfplace's hooks do not reach, so none of them (nor "
-              "their transfers) is recorded; TensorFlow's own log has them (ConfigProto(log_device_placement=True), "
-              "or configure(log_placement=True) for a Session made without a config)")
+    reason = (f"the block ran a tf.compat.v1.Session's graph ({nodes} node(s), at {user_line() or 'an unknown line'}) "
+              "through a callable or a partial run: the Session places and runs it where tfplace's hooks do not "
+              "reach, so none of its nodes (nor their transfers) is recorded; TensorFlow's own log has them "
+              "(ConfigProto(log_device_placement=True), or configure(log_placement=True) for a Session made "
+              "without a config). Session.run is recorded")
     for hook in hooks:
-        hook.records(_events.EventKey(_events.Event.SESSION, reason), ())
+        hook.records(_events.EventKey(_events.Event.SESSION, _sessions.Ran(unseen=reason)), ())
+
+
+def _session_public_run(session: Any, fetches: Any, feed_dict: Any = None, options: Any = None,
+                        run_metadata: Any = None) -> Any:
+    """`Session.run` while hooks listen: the run asked for what it placed and ran (`_sessions.Run`)."""
+    hooks = thread_hooks()
+    if not hooks:
+        return _tensorflow.SESSION_PUBLIC_RUN.original(session, fetches, feed_dict, options, run_metadata)
+    run = _sessions.Run(session, fetches, feed_dict, options, run_metadata)
+    thread = hooks[0].session.thread  # while set, the run records itself: `_session_ran` stays quiet
+    thread.session_run = True
+    try:
+        result = _tensorflow.SESSION_PUBLIC_RUN.original(session, fetches, feed_dict, run.options, run.metadata)
+    finally:
+        thread.session_run = False
+    ran = run.finish(user_line())
+    for hook in hooks:
+        hook.records(_events.EventKey(_events.Event.SESSION, ran), ran.records)
+    return result
+
+
+def _session_init(session: Any, *args: Any, **kwargs: Any) -> None:
+    """A Session made while hooks listen: its first run places its graph."""
+    _tensorflow.SESSION_INIT.original(session, *args, **kwargs)
+    _sessions.made(session)
 
 
 def _session_run(session: Any, *args: Any) -> Any:
@@ -205,6 +232,8 @@ _PATCHES = ((_tensorflow.STATUS_TO_EXCEPTION, _failures.status_to_exception),
             (_tensorflow.THREAD_START, _start),
             (_tensorflow.PY_FUNCTION_CALL, _py_function_call),
             (_tensorflow.SESSION_RUN, _session_run),
+            (_tensorflow.SESSION_PUBLIC_RUN, _session_public_run),
+            (_tensorflow.SESSION_INIT, _session_init),
             (_tensorflow.SESSION_CALLABLE, _session_callable))
 
 

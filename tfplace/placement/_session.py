@@ -38,7 +38,8 @@ class Session:
     """What the open captures and guards share while any is open (see the module's docstring)."""
 
     def __init__(self) -> None:
-        self.thread = threading.local()  # per thread: `hook` (its op callback), `transfer` (its transfer guard)
+        self.thread = threading.local()  # per thread: `hook` (its op callback), `transfer` (its transfer guard),
+        # `session_run` (a tf.compat.v1 Session.run records itself)
         # Per thread, its `tf.device` scope mirrored while the patches are in: `scope`, the pair (its name, who
         # entered it), and the requesters of the scopes it is inside (`scopes`); new when the patches go in.
         self.asked = threading.local()
@@ -96,6 +97,7 @@ class Runtime:
         self.made: dict[int, str] = {}  # id of a tensor alive -> the line that made it
         self.warned: set[str] = set()  # warnings given once per process
         self.unmade: collections.deque = collections.deque()  # `_graphs.Later`s waiting (weak references), oldest first
+        self.sessions: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()  # a tf.compat.v1 Session -> what it placed and ran
 
 
 _lock = threading.Lock()

@@ -1,0 +1,189 @@
+"""What a `tf.compat.v1.Session` placed and ran: its graph's nodes as its placer printed them, each run's
+executions and the transfers between devices inside it.
+
+A Session places its whole graph (every node, fetched or not) at its first run, and again at the first run
+after the graph grew; each run then executes the part its fetches need, after Grappler, split into one
+partition graph per device. No op callback or graph collection sees any of it: `run()` here asks the
+run for its partition graphs (`RunOptions(output_partition_graphs=True)`) the first time a Session runs a
+(graph, fetches, feeds) combination, and reads from them:
+
+* where each node the run needs was placed: the placer's nodes (`_lowering.placer_nodes` of the graph)
+  on the devices their partitions give them; a node Grappler folded away is "removed" (`_placed`);
+* what each run executes (`runs`) and what crosses devices (`_Send` between partitions: the same oracle as
+  functions, `_transfers.function_transfers`), kept per combination for the runs after it.
+
+Nodes the Session placed that no run of the block needed (its placer printed them; no partition says
+where) are not recorded: `Ran.unseen` says how many and which. A Session made before any capture or guard
+listened may have placed its graph before the block: its runs are recorded, its placement is not, and
+`unseen` says so.
+
+Example:
+    >>> import tensorflow as tf
+    >>> from tfplace.placement import _sessions
+    >>> graph = tf.Graph()
+    >>> with graph.as_default():
+    ...     c = tf.matmul(tf.ones((2, 2)), tf.ones((2, 2)), name="c")
+    >>> sorted(_sessions.needed(graph.as_graph_def(), ["c"], ()))
+    ['c', 'ones', 'ones_1']
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Iterable, NamedTuple, Optional, Sequence
+
+from tensorflow.core.protobuf import config_pb2
+
+from tfplace.placement import _groups, _lowering, _placed, _session, _transfers
+from tfplace.placement._records import ARGUMENT_OPS, CopyRecord, Kind, Origin, PlacementRecord
+from tfplace.placement._sources import stack_user_line
+
+__all__ = ["Ran", "made", "Run", "needed", "SESSION_GRAPH"]
+
+SESSION_GRAPH = "a tf.compat.v1.Session's graph"  # what a transfer's `function` says
+_KNOWN = 256  # (graph version, fetches, feeds) combinations kept per Session
+
+
+class Ran(NamedTuple):
+    """One run: `records` the nodes TensorFlow placed at it (the graph's, when it placed it; else none),
+    `runs` ((device, op, category), count) of what it executed, `transfers` what crossed devices inside
+    it, `unseen` why some placement is not recorded ("" when all is)."""
+
+    records: tuple[PlacementRecord, ...] = ()
+    runs: tuple[tuple[tuple[str, str, str], int], ...] = ()
+    transfers: tuple[CopyRecord, ...] = ()
+    unseen: str = ""
+
+
+class _State:
+    """What tfplace knows of one Session: the graph version it last placed (-1: none yet; None: unknown,
+    the Session was made while nothing listened) and what each combination it ran executes."""
+
+    def __init__(self, placed: Optional[int]) -> None:
+        self.placed = placed
+        self.known: dict[tuple, Ran] = {}
+
+
+def made(session: Any) -> None:
+    """`session` was made while a capture or guard listened: its first run places its graph."""
+    _session.runtime().sessions[session] = _State(-1)
+
+
+def _names(things: Iterable[Any]) -> tuple[str, ...]:
+    return tuple(getattr(thing, "name", None) or str(thing) for thing in things)
+
+
+def needed(graph_def: Any, fetches: Sequence[str], feeds: Iterable[str]) -> set[str]:
+    """The nodes of `graph_def` a run of `fetches` (tensor or node names) executes, given the `feeds`
+    (tensor names): what DirectSession's pruning keeps."""
+    inputs = {node.name: list(node.input) for node in graph_def.node}
+    fed = set(feeds)
+    todo = [name.partition(":")[0].lstrip("^") for name in fetches]
+    found: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in found or name not in inputs:
+            continue
+        found.add(name)
+        for tensor in inputs[name]:
+            full = tensor if ":" in tensor or tensor.startswith("^") else tensor + ":0"
+            if full not in fed:
+                todo.append(tensor.lstrip("^").partition(":")[0])
+    return found
+
+
+class Run:
+    """One `Session.run` while something listens: `options` and `metadata` to run it with, then
+    `finish()` what it placed and ran."""
+
+    def __init__(self, session: Any, fetches: Any, feed_dict: Any, options: Any, run_metadata: Any) -> None:
+        from tensorflow import nest  # pylint: disable=import-outside-toplevel
+
+        self.session = session
+        self.graph = session.graph
+        self.fetches = _names(nest.flatten(fetches))
+        self.feeds = _names(nest.flatten(list(feed_dict))) if feed_dict else ()
+        states = _session.runtime().sessions
+        self.state = states.get(session)
+        if self.state is None:
+            self.state = states[session] = _State(None)
+        self.version = self.graph.version
+        self.key = (self.version, self.fetches, tuple(sorted(self.feeds)))
+        self.placing = self.state.placed is not None and self.state.placed != self.version
+        self.asked = self.placing or self.key not in self.state.known
+        self.user_metadata = run_metadata
+        self.user_wanted = bool(options is not None and options.output_partition_graphs)
+        self.options, self.metadata = options, run_metadata
+        if self.asked:
+            self.options = config_pb2.RunOptions()
+            if options is not None:
+                self.options.CopyFrom(options)
+            self.options.output_partition_graphs = True
+            self.metadata = run_metadata if run_metadata is not None else config_pb2.RunMetadata()
+
+    def finish(self, line: str) -> Ran:
+        """What the run placed and ran (`line`: the user's line of the run)."""
+        state = self.state
+        if self.asked:
+            found = self._read(line)
+            if self.user_metadata is not None and not self.user_wanted:
+                del self.user_metadata.partition_graphs[:]  # the user's RunMetadata as they asked for it
+            if len(state.known) >= _KNOWN:
+                state.known.pop(next(iter(state.known)))
+            state.known[self.key] = found._replace(records=())
+        else:
+            found = state.known[self.key]
+            found = found._replace(transfers=tuple(t._replace(call=line) for t in found.transfers))
+        if self.placing:
+            state.placed = self.version
+            return found
+        unseen = "" if state.placed is not None else (
+            f"the block ran a tf.compat.v1.Session made before any capture or guard opened (at {line}): a Session "
+            "places its graph at its first run and after the graph grows, so whether it placed it before the block "
+            "is unknown and its nodes' placement is not recorded (its runs and transfers are). Open the capture "
+            "before the Session is made")
+        return found._replace(records=(), unseen=unseen)
+
+    def _sized(self, transfer: CopyRecord) -> CopyRecord:
+        """`transfer` naming the tensor as the graph does (a fed tensor, not the run's `_arg_` node), with its
+        bytes where its shape is static."""
+        name = transfer.tensor
+        for feed in self.feeds:
+            if name.startswith("_arg_" + feed.replace(":", "_") + "_"):
+                name = feed
+        try:
+            tensor = self.graph.get_tensor_by_name(name)
+        except (KeyError, ValueError):
+            return transfer
+        shape = tensor.shape
+        size = shape.num_elements() * tensor.dtype.size if shape.is_fully_defined() else None
+        return transfer._replace(tensor=name, bytes=transfer.bytes if size is None else size)
+
+    def _read(self, line: str) -> Ran:
+        graph_def = self.graph.as_graph_def()
+        partitions = list(self.metadata.partition_graphs)
+        keep = needed(graph_def, self.fetches, self.feeds)
+        nodes = _lowering.placer_nodes(graph_def)
+        ran = [node for node in nodes if node.origin in keep]
+        operations = {op.name: op for op in self.graph.get_operations()}
+        sources = {node.name: stack_user_line(operations[node.origin].traceback)
+                   for node in ran if node.origin in operations}
+        records = [record._replace(source=sources.get(record.name, ""), origin=Origin.USER)
+                   for record in _placed.placed_records(ran, [n for p in partitions for n in p.node])]
+        runs = Counter((r.device, r.op, _groups.category(r)) for r in records
+                       if r.kind == Kind.PLACE and r.op not in ARGUMENT_OPS)
+        moved = _transfers.function_transfers(partitions, {n.name: n for n in nodes}, sources,
+                                              devices={r.name: r.device for r in records})
+        transfers = tuple(self._sized(t)._replace(function=SESSION_GRAPH, call=line) for t in moved)
+        # a fetched value goes to the client's device: the run's `_retval_` node, made by the run itself
+        transfers = tuple(t._replace(node="(fetched)", source=line) if t.node.startswith("_retval_") else t
+                          for t in transfers)
+        unseen = ""
+        if self.placing:
+            others = [node.name for node in nodes if node.origin not in keep]
+            if others:
+                shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+                unseen = (f"a tf.compat.v1.Session placed {len(others)} node(s) of its graph that no run of the "
+                          f"block needed ({shown}, at {line}): TensorFlow's log prints where; no partition of a "
+                          "run says it, so they are not recorded")
+        return Ran(tuple(records) if self.placing else (), tuple(runs.items()), transfers, unseen)
