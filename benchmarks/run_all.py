@@ -30,6 +30,7 @@ SUITES = [
     ("what a capture costs beside TensorFlow's floor", "bench_overhead", "run()"),
     ("the op callback's own work", "bench_callback", "run()"),
     ("transfers and timing", "bench_transfers", "run()"),
+    ("tf.compat.v1 Session runs", "bench_sessions", "run()"),
     ("memory per device", "bench_memory", "run()"),
     ("replication", "bench_replication", "run()"),
     ("startup: the pytest plugin and the command line", "bench_startup", "run()"),

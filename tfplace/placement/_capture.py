@@ -54,6 +54,7 @@ class _Recorder:
             self.on_outputs = census.add_outputs
         self.placed_here: set[str] = set()
         self.keys: set[tuple] = set()
+        self.stripped: tuple[tuple, tuple] = ((), ())  # a Session run's transfers, and the same without lines
 
     def on_function(self, record: PlacementRecord, placed: bool, call: Union[_graphs.Placed, _graphs.Later]) -> None:
         if isinstance(call, _graphs.Later) and not call.made:
@@ -92,8 +93,12 @@ class _Recorder:
             ran = key.about
             if ran.unseen:
                 self.log.mark_incomplete(ran.unseen, stacklevel=user_stacklevel())
-            self.log.add(records if self.sources else _placed.without_sources(records),
-                         ran.transfers if self.sources else [t._replace(source="", call="") for t in ran.transfers])
+            transfers = ran.transfers
+            if not self.sources and transfers:  # without lines; a loop's runs share one tuple: stripped once
+                if self.stripped[0] is not transfers:
+                    self.stripped = (transfers, tuple(t._replace(source="", call="") for t in transfers))
+                transfers = self.stripped[1]
+            self.log.add(records if self.sources else _placed.without_sources(records), transfers)
             if ran.runs:
                 self.log.add_runs(ran.runs)
             return

@@ -133,7 +133,10 @@ class Run:
             state.known[self.key] = found._replace(records=())
         else:
             found = state.known[self.key]
-            found = found._replace(transfers=tuple(t._replace(call=line) for t in found.transfers))
+            if found.transfers and found.transfers[0].call != line:  # the same run from another line
+                found = state.known[self.key] = found._replace(
+                    transfers=tuple(t._replace(call=line, source=line if t.node == "(fetched)" else t.source)
+                                    for t in found.transfers))
         if self.placing:
             state.placed = self.version
             return found
