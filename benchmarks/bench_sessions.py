@@ -39,12 +39,12 @@ with tfplace.capture_placement():
 plain = lambda: sess.run(d, feed_dict={x: value})
 def in_capture():
     with tfplace.capture_placement():
-        for _ in range(50):
+        for _ in range(500):
             plain()
 def outside():
-    for _ in range(50):
+    for _ in range(500):
         plain()
-session_ratio, session_s, plain_s = ratio(in_capture, outside, calls=6)
+session_ratio, session_s, plain_s = ratio(in_capture, outside, calls=2)
 with tf.device("/cpu:0"):
     ex = tf.ones((64, 64))
 def eager_once():
@@ -53,12 +53,12 @@ def eager_once():
     return tf.add_n([ec, ex])
 def eager_in_capture():
     with tfplace.capture_placement():
-        for _ in range(50):
+        for _ in range(500):
             eager_once()
 def eager_outside():
-    for _ in range(50):
+    for _ in range(500):
         eager_once()
-eager_ratio, _, _ = ratio(eager_in_capture, eager_outside, calls=6)
+eager_ratio, _, _ = ratio(eager_in_capture, eager_outside, calls=2)
 with tfplace.capture_placement() as long:
     for _ in range(10_000):
         plain()
@@ -68,7 +68,7 @@ with tfplace.capture_placement() as long:
         plain()
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
-print("RESULT" + json.dumps([session_ratio, eager_ratio, session_s / 50, (after - before) / 10_000, len(long.copies)]))
+print("RESULT" + json.dumps([session_ratio, eager_ratio, session_s / 500, (after - before) / 10_000, len(long.copies)]))
 """
 
 
