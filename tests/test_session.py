@@ -172,3 +172,25 @@ def test_guards_watch_a_tf1_sessions_runs_and_refuse_to_vouch_for_its_callables(
     assert callable_kind == "ImplicitCopyError" and callable_text.startswith(
         "tfplace.transfer_guard('disallow') cannot watch what it was given"), callable_text
     assert total == 2.0
+
+
+def test_a_session_with_its_own_config_is_told_what_it_does_not_take_from_configure(python):
+    found = python("""
+        import warnings, tensorflow as tf, tfplace
+        tfplace.configure(logical_cpus=2, soft_placement=True)
+        graph = tf.Graph()
+        with graph.as_default():
+            c = tf.constant(1.0) * 2.0
+        with warnings.catch_warnings(record=True) as caught, tfplace.capture_placement():
+            warnings.simplefilter("always")
+            tf.compat.v1.Session(graph=graph)                                                  # takes the process's
+            tf.compat.v1.Session(graph=graph, config=tf.compat.v1.ConfigProto())               # its own
+            tf.compat.v1.Session(graph=graph, config=tf.compat.v1.ConfigProto())               # said once
+            tf.compat.v1.Session(graph=graph, config=tf.compat.v1.ConfigProto(
+                device_count={"CPU": 2}, allow_soft_placement=True))                            # agrees
+        report([str(w.message) for w in caught if "ConfigProto" in str(w.message)])
+    """)
+    assert len(found) == 1, found
+    assert found[0].startswith("tfplace: a tf.compat.v1.Session made with its own ConfigProto does not take the "
+                               "process's configuration: it has 1 CPU device(s), not the 2 logical CPUs"), found
+    assert "its soft placement is False, the process's True" in found[0], found

@@ -221,3 +221,23 @@ def test_a_script_that_never_imports_tensorflow_is_run_and_said_to_have_nothing_
     assert "tfplace trace: plain.py did not import TensorFlow: nothing to trace (no report, no files)" in done.stderr
     assert not (tmp_path / "t.json").exists()
     assert not any(line.rsplit("|", 1)[-1].strip() == "tensorflow" for line in done.stderr.splitlines())
+
+
+@pytest.mark.placement
+def test_an_xla_step_is_counted_at_every_call_and_named_on_its_device(tmp_path):
+    (tmp_path / "xla.py").write_text(
+        "import tensorflow as tf\n"
+        "@tf.function(jit_compile=True)\n"
+        "def train_step(x):\n"
+        "    return tf.nn.relu(tf.matmul(x, x) + 1.0)\n"
+        "x = tf.ones((4, 4))\n"
+        "for _ in range(11):\n"
+        "    y = train_step(x)\n")
+    done = trace("xla.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    device = next(line for line in lines if line.startswith("  /device:CPU:0  "))
+    assert "MatMul 11" in device and "Relu 11" in device and "AddV2 11" in device, device
+    assert "      compiled by XLA (jit_compile), each call one compiled program: train_step 11 call(s)" in lines, lines
+    executions = next(line for line in lines if line.startswith("  CPU:0: "))
+    assert int(executions.split()[1]) >= 33, executions  # each call's MatMul, AddV2 and Relu

@@ -31,12 +31,12 @@ from collections import Counter
 from typing import Any, Callable, Iterator, NamedTuple, Optional, Sequence
 
 from tfplace import _script
-from tfplace.placement import _display, _explain, _groups, _report
+from tfplace.placement import _display, _explain, _groups, _placed, _report
 from tfplace.placement._capture import capture_placement
 from tfplace.placement._memory import NOT_COUNTED
 from tfplace.placement._explain import Explanation, Readiness
 from tfplace.placement._log import PlacementLog
-from tfplace.placement._records import ARGUMENT_OPS, is_function_call
+from tfplace.placement._records import ARGUMENT_OPS, Kind, is_function_call
 
 # what the header counts, said beside the count (the devices' "op executions" count function nodes once per call)
 PLACEMENTS = "op placement(s) (eager ops run, function nodes placed: each once)"
@@ -110,11 +110,20 @@ def findings(log: PlacementLog, *, gpus_visible: bool) -> Findings:
 _NO_OPS = "  (no ops ran)"
 
 
+def _readable(function: str) -> str:
+    """"__inference_train_step_12" -> "train_step" (a traced function's Python name)."""
+    name = function.removeprefix("__inference_")
+    head, _, tail = name.rpartition("_")
+    return head if head and tail.isdigit() else name
+
+
 def _device_lines(log: PlacementLog, top: int) -> list[str]:
     """Per device, the user's compute ops by executions (or time), then plumbing, input pipeline and
     framework in a line each."""
     lines = []
     removed = 0
+    compiled = Counter((r.device, r.op) for r in log.records
+                       if r.kind == Kind.EXECUTE and is_function_call(r.op) and _placed.is_xla(r.op))
     for group in _groups.per_device(log.records, log.runs, log.cost().ops):
         if not group.device:
             removed = sum(group.others["plumbing"].values())
@@ -127,6 +136,10 @@ def _device_lines(log: PlacementLog, top: int) -> list[str]:
         lines.append(f"  {name}  " + (f"{len(group.compute)} compute op type(s): {shown}{more}" if group.compute
                                       else "no compute ops of yours"))
         lines += [f"      {_groups.other_line(kind, ops)}" for kind, ops in group.others.items() if ops]
+        steps = sorted(((op, n) for (device, op), n in compiled.items() if device == group.device), key=lambda x: -x[1])
+        if steps:  # XLA runs them whole: their ops' executions above count each call
+            lines.append("      compiled by XLA (jit_compile), each call one compiled program: "
+                         + ", ".join(f"{_readable(op)} {n} call(s)" for op, n in steps[:top]))
     if removed:
         lines.append(f"  ({removed} function node(s) removed by TensorFlow's graph optimizer before running, device unknown)")
     return lines or [_NO_OPS]

@@ -335,7 +335,7 @@ class Hook:
             if _placed.is_xla(op):
                 later = _events.EventKey(_events.Event.COMPILED, op, record.device), _placed.compiled_records(op, full)
                 placed = True
-                ran = _graphs.Placed(1, later[1])
+                ran = _graphs.Placed(1, later[1], runs=_placed.compiled_runs(later[1]))
             else:
                 found = _graphs.collect(op, _graphs.in_flight_elsewhere(session), (op, full, _calls.argument_devices(inputs)),
                                         later=self.later)

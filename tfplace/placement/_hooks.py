@@ -61,6 +61,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import warnings
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import tensorflow as tf
@@ -68,7 +69,7 @@ import tensorflow as tf
 from tfplace import _tensorflow
 from tfplace.placement import _dtensor, _events, _failures, _origins, _session, _sessions
 from tfplace.placement._callback import Hook, thread_hooks
-from tfplace.placement._sources import end_at_user, started_by_framework, user_line
+from tfplace.placement._sources import end_at_user, started_by_framework, user_line, user_stacklevel
 
 __all__ = ["listening"]
 def _set_device(ctx: Any, device_name: Any, device_spec: Any) -> None:
@@ -201,10 +202,16 @@ def _session_public_run(session: Any, fetches: Any, feed_dict: Any = None, optio
     return result
 
 
-def _session_init(session: Any, *args: Any, **kwargs: Any) -> None:
-    """A Session made while hooks listen: its first run places its graph."""
-    _tensorflow.SESSION_INIT.original(session, *args, **kwargs)
+def _session_init(session: Any, target: Any = "", graph: Any = None, config: Any = None) -> None:
+    """A Session made while hooks listen: its first run places its graph; what its own config does not share
+    with the process's configuration is said once."""
+    _tensorflow.SESSION_INIT.original(session, target, graph, config)
     _sessions.made(session)
+    differs = _sessions.disagreements(config)
+    warned = _session.runtime().warned
+    if differs and differs not in warned:
+        warned.add(differs)
+        warnings.warn(differs, RuntimeWarning, stacklevel=user_stacklevel())
 
 
 def _session_run(session: Any, *args: Any) -> Any:

@@ -6,7 +6,7 @@ Grappler, and an XLA function's nodes compiled whole.
   absorbed it; a node Grappler removed (a folded constant, an elided `Identity`) is "removed", on
   "" since nothing records where it was placed.
 * `compiled_records(function, device)`: XLA functions (`jit_compile=True`) are compiled whole on the
-  device of the call, never placed.
+  device of the call, never placed; `compiled_runs(records)`: what each call of one executes.
 * `noted(record, note)`: a record with its node's line, origin and requester.
 * `places_nothing(function)`: a function without nodes, arguments or results (TensorFlow places nothing).
 
@@ -28,9 +28,9 @@ from tensorflow.core.framework import function_pb2
 
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name, requested_name
-from tfplace.placement import _function_sources, _instantiation, _kernels, _origins
+from tfplace.placement import _function_sources, _groups, _instantiation, _kernels, _origins
 from tfplace.placement._lowering import PlacerNode
-from tfplace.placement._records import Kind, PlacementRecord
+from tfplace.placement._records import ARGUMENT_OPS, Kind, PlacementRecord
 
 __all__ = ["placed_records", "noted", "without_sources", "function_def", "places_nothing", "is_xla",
            "compiled_records"]
@@ -143,6 +143,18 @@ def is_xla(function: str) -> bool:
     """True if the eager function `function` (e.g. "__inference_f_12") is compiled by XLA."""
     definition = function_def(function, None)
     return definition is not None and definition.attr["_XlaMustCompile"].b
+
+
+@functools.lru_cache(maxsize=256)
+def compiled_runs(records: Sequence[PlacementRecord]) -> tuple[tuple[tuple[str, str, str], int], ...]:
+    """What one call of an XLA function executes: each of its compiled nodes once, as ((device, op, category),
+    count) pairs (a compiled function's nodes run inside one XLA cluster, once per call)."""
+    runs: dict[tuple[str, str, str], int] = {}
+    for record in records:
+        if record.op not in ARGUMENT_OPS:
+            key = (record.device, record.op, _groups.category(record))
+            runs[key] = runs.get(key, 0) + 1
+    return tuple(runs.items())
 
 
 @functools.lru_cache(maxsize=256)

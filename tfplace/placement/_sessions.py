@@ -34,11 +34,12 @@ from typing import Any, Iterable, NamedTuple, Optional, Sequence
 
 from tensorflow.core.protobuf import config_pb2
 
+from tfplace import _tensorflow
 from tfplace.placement import _groups, _lowering, _placed, _session, _transfers
 from tfplace.placement._records import ARGUMENT_OPS, CopyRecord, Kind, Origin, PlacementRecord
 from tfplace.placement._sources import stack_user_line
 
-__all__ = ["Ran", "made", "Run", "needed", "SESSION_GRAPH"]
+__all__ = ["Ran", "made", "disagreements", "Run", "needed", "SESSION_GRAPH"]
 
 SESSION_GRAPH = "a tf.compat.v1.Session's graph"  # what a transfer's `function` says
 _KNOWN = 256  # (graph version, fetches, feeds) combinations kept per Session
@@ -67,6 +68,26 @@ class _State:
 def made(session: Any) -> None:
     """`session` was made while a capture or guard listened: its first run places its graph."""
     _session.runtime().sessions[session] = _State(-1)
+
+
+def disagreements(config: Any) -> str:
+    """What a Session given its own `ConfigProto` does not share with the process's configuration
+    (`tfplace.configure()`, `tf.config`): one line, "" when nothing differs. A Session made without a
+    config takes the process's."""
+    if config is None:
+        return ""
+    found = []
+    cpus = _tensorflow.logical_cpus()
+    if cpus > 1 and config.device_count.get("CPU", 1) != cpus:
+        found.append(f"it has {config.device_count.get('CPU', 1)} CPU device(s), not the {cpus} logical CPUs of "
+                     f"configure(logical_cpus={cpus}) or tf.config (set ConfigProto(device_count={{'CPU': {cpus}}}))")
+    if _tensorflow.log_placement() and not config.log_device_placement:
+        found.append("TensorFlow does not log its placement (ConfigProto(log_device_placement=True) does)")
+    if _tensorflow.soft_placement() != config.allow_soft_placement:
+        found.append(f"its soft placement is {config.allow_soft_placement}, the process's "
+                     f"{_tensorflow.soft_placement()} (ConfigProto(allow_soft_placement=...))")
+    return ("tfplace: a tf.compat.v1.Session made with its own ConfigProto does not take the process's "
+            "configuration: " + "; ".join(found)) if found else ""
 
 
 def _names(things: Iterable[Any]) -> tuple[str, ...]:
