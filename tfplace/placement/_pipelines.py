@@ -219,6 +219,9 @@ def dataset_placement(pipeline: Pipeline, device: str, library: Optional[functio
     if library is not None:
         full_library.CopyFrom(library)
     own, maps, more = set(pipeline.own), set(pipeline.maps), dict(pipeline.more_rewrites)
+    for name, count in pipeline.more_rewrites:  # a rewrite of the input graph rewrites the functions theirs call too
+        for nested in dataset_function_names([name], library)[1:]:
+            more[nested] = max(more.get(nested, 0), count)
     captures = dict(pipeline.captures)
     host = device.rpartition("/device:")[0] + "/device:CPU:0"
     for name in dataset_function_names(pipeline.functions + pipeline.own, library):
