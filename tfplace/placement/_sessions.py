@@ -35,7 +35,8 @@ from typing import Any, Iterable, NamedTuple, Optional, Sequence
 from tensorflow.core.protobuf import config_pb2
 
 from tfplace import _tensorflow
-from tfplace.placement import _groups, _lowering, _placed, _session, _transfers
+from tfplace._devices import requested_name
+from tfplace.placement import _groups, _kernels, _lowering, _placed, _session, _transfers
 from tfplace.placement._records import ARGUMENT_OPS, CopyRecord, Kind, Origin, PlacementRecord
 from tfplace.placement._sources import stack_user_line
 
@@ -110,6 +111,51 @@ def needed(graph_def: Any, fetches: Sequence[str], feeds: Iterable[str]) -> set[
             full = tensor if ":" in tensor or tensor.startswith("^") else tensor + ":0"
             if full not in fed:
                 todo.append(tensor.lstrip("^").partition(":")[0])
+    return found
+
+
+def _line(operation: Any) -> str:
+    """The user's line that made a graph's operation ("" for one imported from a saved graph: no stack)."""
+    stack = getattr(operation, "traceback", None)
+    return stack_user_line(stack) if stack else ""
+
+
+# Ops TensorFlow's placer puts beside their input (its heuristic B: metadata and identities): left unseen.
+_BESIDE_INPUT = frozenset({"Identity", "IdentityN", "Shape", "ShapeN", "Size", "Rank", "Reshape"})
+
+
+def _unrun(nodes: Sequence[Any], keep: set[str], known: dict[str, str], graph_def: Any) -> list[tuple[Any, PlacementRecord]]:
+    """The nodes no run needed (a fed placeholder, a tensor never fetched) that TensorFlow's placer puts by
+    a rule that leaves no doubt (placer.cc): one that asks for an existing device with a kernel there for
+    its dtypes; a "generator" (no input, one consumer) beside its one consumer; else, asking for nothing,
+    the first device of the machine with a kernel for it (GPU:0 before CPU:0). A node colocated with
+    another (`_class`), reading a resource, or of a kind the placer puts beside its input, stays unseen."""
+    from tfplace.placement import _kernel_table  # pylint: disable=import-outside-toplevel
+
+    table = _kernel_table.live()
+    devices = _tensorflow.logical_device_names()
+    attrs = {node.name: node.attr for node in graph_def.node}
+    consumers: dict[str, list[str]] = {}
+    for node in nodes:
+        for tensor in node.inputs:
+            consumers.setdefault(tensor.lstrip("^").partition(":")[0], []).append(node.name)
+    found = []
+    for node in nodes:
+        if node.origin in keep or node.op in _BESIDE_INPUT or "_class" in attrs.get(node.origin, {}) \
+                or _kernels.resource_inputs(node.op) or any(kind == "resource" for _, kind in node.dtypes):
+            continue
+        requested = requested_name(node.requested) if node.requested else ""
+        if requested:
+            choices = [requested] if requested in devices else []
+        elif not node.inputs and len(consumers.get(node.name, ())) == 1:  # a generator: beside its consumer
+            choices = [known[consumers[node.name][0]]] if consumers[node.name][0] in known else []
+        else:
+            choices = sorted(devices, key=lambda d: (0 if "/device:GPU:" in d else 1, d))[:1] if not node.inputs else []
+        for device in choices:
+            kind = device.rpartition("/device:")[2].rpartition(":")[0]
+            if table.supports(node.op, kind, node.dtypes):
+                found.append((node, PlacementRecord(node.op, node.name, device, Kind.PLACE, requested=requested,
+                                                    dtypes=node.dtypes, origin=Origin.USER)))
     return found
 
 
@@ -190,8 +236,7 @@ class Run:
         nodes = _lowering.placer_nodes(graph_def)
         ran = [node for node in nodes if node.origin in keep]
         operations = {op.name: op for op in self.graph.get_operations()}
-        sources = {node.name: stack_user_line(operations[node.origin].traceback)
-                   for node in ran if node.origin in operations}
+        sources = {node.name: _line(operations.get(node.origin)) for node in ran}
         records = [record._replace(source=sources.get(record.name, ""), origin=Origin.USER)
                    for record in _placed.placed_records(ran, [n for p in partitions for n in p.node])]
         runs = Counter((r.device, r.op, _groups.category(r)) for r in records
@@ -204,7 +249,10 @@ class Run:
                           for t in transfers)
         unseen = ""
         if self.placing:
-            others = [node.name for node in nodes if node.origin not in keep]
+            predicted = _unrun(nodes, keep, {r.name: r.device for r in records if r.device}, graph_def)
+            records += [record._replace(source=_line(operations.get(node.origin))) for node, record in predicted]
+            done = {node.name for node, _ in predicted}
+            others = [node.name for node in nodes if node.origin not in keep and node.name not in done]
             if others:
                 shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
                 unseen = (f"a tf.compat.v1.Session placed {len(others)} node(s) of its graph that no run of the "

@@ -2,10 +2,9 @@
 run through `tf.compat.v1` on two logical CPUs standing in for GPUs: its "Manual device placement" graph
 (constants `a` and `b` on one device, a `MatMul` on the other) run in a Session three times, then the graph
 grown by an `AddN` on the first device and run again (the Session places the whole graph again), and a
-placeholder fed at each run. A fed placeholder never runs: no partition says where the Session placed it,
-so the capture does not record it and says so.
+placeholder fed at each run (a fed placeholder never runs: it is recorded where TensorFlow's placer puts a
+node that asks for an existing device).
 """
-# conformance: expect complete=False
 import tensorflow as tf
 
 graph = tf.Graph()
