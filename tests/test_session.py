@@ -197,3 +197,25 @@ def test_a_session_with_its_own_config_is_told_what_it_does_not_take_from_config
     assert found[0].startswith("tfplace: a tf.compat.v1.Session made with its own ConfigProto does not take the "
                                "process's configuration: it has 1 CPU device(s), not the 2 logical CPUs"), found
     assert "its soft placement is False, the process's True" in found[0], found
+
+
+def test_a_failed_session_run_is_said_and_the_next_run_records_no_placement_twice(python):
+    found = python("""
+        import tensorflow as tf, tfplace
+        with tfplace.capture_placement() as log:
+            graph = tf.Graph()
+            with graph.as_default():
+                x = tf.compat.v1.placeholder(tf.float32, (2,), name="x")
+                y = tf.multiply(x, 2.0, name="y")
+            sess = tf.compat.v1.Session(graph=graph)
+            try:
+                sess.run(y)                               # no feed: fails after the Session placed its graph
+            except tf.errors.InvalidArgumentError as error:
+                failed = type(error).__name__
+            sess.run(y, feed_dict={x: [1.0, 2.0]})
+        report([failed, [r.name for r in log.records], log.incomplete_reason])
+    """)
+    failed, names, reason = found
+    assert failed == "InvalidArgumentError" and names == [], found
+    assert reason.startswith("a tf.compat.v1.Session's run at <string>:"), reason
+    assert "failed (InvalidArgumentError): what its Session placed for it is not recorded" in reason, reason

@@ -194,6 +194,14 @@ def _session_public_run(session: Any, fetches: Any, feed_dict: Any = None, optio
     thread.session_run = True
     try:
         result = _tensorflow.SESSION_PUBLIC_RUN.original(session, fetches, feed_dict, run.options, run.metadata)
+    except Exception as error:
+        if run.placing:  # TensorFlow may have placed the graph before the run failed: unknown, so said
+            run.state.placed = run.version  # and not taken as placed again by the next run
+            failed = _sessions.Ran(unseen=f"a tf.compat.v1.Session's run at {user_line() or 'an unknown line'} failed "
+                                          f"({type(error).__name__}): what its Session placed for it is not recorded")
+            for hook in hooks:
+                hook.records(_events.EventKey(_events.Event.SESSION, failed), ())
+        raise
     finally:
         thread.session_run = False
     ran = run.finish(user_line())
