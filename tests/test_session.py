@@ -121,8 +121,9 @@ def test_a_session_made_before_the_capture_has_its_runs_recorded_and_its_placeme
     """)
     records, executions, reason = found
     assert records == 0 and executions == {"/device:CPU:1": 2}, found  # the Mul and its constant
-    assert reason.startswith("the block ran a tf.compat.v1.Session made before any capture or guard opened"), reason
-    assert "Open the capture before the Session is made" in reason
+    assert reason.startswith("the block ran a tf.compat.v1.Session that was made or ran while no capture or guard "
+                             "listened"), reason
+    assert "Open the capture before the Session is made, around its runs" in reason
 
 
 def test_a_trace_of_a_tf1_session_leads_with_what_it_did_not_record(tmp_path):
@@ -219,3 +220,27 @@ def test_a_failed_session_run_is_said_and_the_next_run_records_no_placement_twic
     assert failed == "InvalidArgumentError" and names == [], found
     assert reason.startswith("a tf.compat.v1.Session's run at <string>:"), reason
     assert "failed (InvalidArgumentError): what its Session placed for it is not recorded" in reason, reason
+
+
+def test_a_session_that_may_have_run_unseen_between_two_captures_is_not_taken_as_placing_again(python):
+    found = python("""
+        import tensorflow as tf, tfplace
+        graph = tf.Graph()
+        with graph.as_default():
+            y = tf.multiply(tf.ones((2,)), 2.0, name="y")
+        with tfplace.capture_placement():
+            sess = tf.compat.v1.Session(graph=graph)     # made while a capture listens
+        sess.run(y)                                      # its first run, unseen: TensorFlow places the graph here
+        with tfplace.capture_placement() as later:
+            sess.run(y)
+        with tfplace.capture_placement() as first:       # a Session made and run in one capture
+            other = tf.compat.v1.Session(graph=graph)
+            other.run(y)
+        with tfplace.capture_placement() as again:       # its graph unchanged since: nothing placed, nothing unknown
+            other.run(y)
+        report([[r.name for r in later.records], later.incomplete_reason, sorted(r.name for r in first.records),
+                [r.name for r in again.records], again.complete])
+    """)
+    later, reason, first, again, complete = found
+    assert later == [] and "made or ran while no capture or guard listened" in reason, found
+    assert "y" in first and again == [] and complete is True, found

@@ -268,6 +268,7 @@ def _register(hook: Hook) -> None:
             _dtensor.count_host_runs(session)
             for patch, replacement in _PATCHES:
                 patch.install(replacement)
+            _session.runtime().listening += 1
             _tensorflow.watch_variable_reads(_variable_read)
 
 

@@ -98,6 +98,7 @@ class Runtime:
         self.warned: set[str] = set()  # warnings given once per process
         self.unmade: collections.deque = collections.deque()  # `_graphs.Later`s waiting (weak references), oldest first
         self.sessions: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()  # a tf.compat.v1 Session -> what it placed and ran
+        self.listening = 0  # how many times the hooks' patches went in: a Session may run unseen between two
 
 
 _lock = threading.Lock()

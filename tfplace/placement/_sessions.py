@@ -13,9 +13,9 @@ run for its partition graphs (`RunOptions(output_partition_graphs=True)`) the fi
   functions, `_transfers.function_transfers`), kept per combination for the runs after it.
 
 Nodes the Session placed that no run of the block needed (its placer printed them; no partition says
-where) are not recorded: `Ran.unseen` says how many and which. A Session made before any capture or guard
-listened may have placed its graph before the block: its runs are recorded, its placement is not, and
-`unseen` says so.
+where) are not recorded unless the placer's rule leaves no doubt: `Ran.unseen` says how many and which. A
+Session made, or run, while nothing listened may have placed its graph before the block: its runs are
+recorded, its placement is not, and `unseen` says so.
 
 Example:
     >>> import tensorflow as tf
@@ -59,16 +59,32 @@ class Ran(NamedTuple):
 
 class _State:
     """What tfplace knows of one Session: the graph version it last placed (-1: none yet; None: unknown,
-    the Session was made while nothing listened) and what each combination it ran executes."""
+    the Session was made or ran while nothing listened), what each combination it ran executes, and in
+    which listening period (`Runtime.listening`) it was last seen."""
 
     def __init__(self, placed: Optional[int]) -> None:
         self.placed = placed
         self.known: dict[tuple, Ran] = {}
+        self.seen = _session.runtime().listening
 
 
 def made(session: Any) -> None:
     """`session` was made while a capture or guard listened: its first run places its graph."""
     _session.runtime().sessions[session] = _State(-1)
+
+
+def _state(session: Any, version: int) -> _State:
+    """What is known of `session` now: between two listening periods it may have run unseen, placing its
+    graph (a first run, or a grown graph): then where it placed it last is unknown."""
+    runtime = _session.runtime()
+    state = runtime.sessions.get(session)
+    if state is None:
+        state = runtime.sessions[session] = _State(None)
+    elif state.seen != runtime.listening:
+        if state.placed is not None and state.placed != version:
+            state.placed = None
+        state.seen = runtime.listening
+    return state
 
 
 def disagreements(config: Any) -> str:
@@ -170,11 +186,8 @@ class Run:
         self.graph = session.graph
         self.fetches = _names(nest.flatten(fetches))
         self.feeds = _names(nest.flatten(list(feed_dict))) if feed_dict else ()
-        states = _session.runtime().sessions
-        self.state = states.get(session)
-        if self.state is None:
-            self.state = states[session] = _State(None)
         self.version = self.graph.version
+        self.state = _state(session, self.version)
         self.key = (self.version, self.fetches, tuple(sorted(self.feeds)))
         self.placing = self.state.placed is not None and self.state.placed != self.version
         self.asked = self.placing or self.key not in self.state.known
@@ -208,10 +221,10 @@ class Run:
             state.placed = self.version
             return found
         unseen = "" if state.placed is not None else (
-            f"the block ran a tf.compat.v1.Session made before any capture or guard opened (at {line}): a Session "
-            "places its graph at its first run and after the graph grows, so whether it placed it before the block "
-            "is unknown and its nodes' placement is not recorded (its runs and transfers are). Open the capture "
-            "before the Session is made")
+            f"the block ran a tf.compat.v1.Session that was made or ran while no capture or guard listened (at "
+            f"{line}): a Session places its graph at its first run and after the graph grows, so whether it placed "
+            "it before the block is unknown and its nodes' placement is not recorded (its runs and transfers are). "
+            "Open the capture before the Session is made, around its runs")
         return found._replace(records=(), unseen=unseen)
 
     def _sized(self, transfer: CopyRecord) -> CopyRecord:
