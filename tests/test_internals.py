@@ -41,6 +41,8 @@ INTERNALS = [
     ("tensorflow.python.client.session", "BaseSession._call_tf_sessionrun",
      "a tf.compat.v1.Session's runs: what a capture cannot record"),
     ("tensorflow.python.client.session", "BaseSession.run", "a tf.compat.v1.Session's runs: what each placed and ran"),
+    ("tensorflow.python.client.session", "BaseSession._call_tf_sessionprun",
+     "a tf.compat.v1.Session's partial runs: what a capture cannot record"),
     ("tensorflow.python.client.session", "BaseSession.__init__", "a tf.compat.v1.Session made: its first run places"),
     ("tensorflow.python.client.session", "BaseSession._Callable.__call__",
      "a tf.compat.v1.Session's callables made from options: what a capture cannot record"),

@@ -101,7 +101,7 @@ def test_a_capture_records_what_a_tf1_session_placed_ran_and_moved_and_says_what
     assert executions == {"/device:CPU:0": 4, "/device:CPU:1": 4}, executions  # each run's MatMul and AddN
     assert complete is False  # the callable made from options, alone
     assert "no run of the block needed" not in reason, reason
-    assert ("a tf.compat.v1.Session's graph (3 node(s), at guide.py:17) through a callable or a partial run" in reason
+    assert ("a tf.compat.v1.Session's graph (3 node(s), at guide.py:17) through a callable:" in reason
             and "Session.run is recorded" in reason), reason
 
 
@@ -244,3 +244,21 @@ def test_a_session_that_may_have_run_unseen_between_two_captures_is_not_taken_as
     later, reason, first, again, complete = found
     assert later == [] and "made or ran while no capture or guard listened" in reason, found
     assert "y" in first and again == [] and complete is True, found
+
+
+def test_a_partial_run_is_said_not_to_be_recorded(python):
+    found = python("""
+        import tensorflow as tf, tfplace
+        with tfplace.capture_placement() as log:
+            graph = tf.Graph()
+            with graph.as_default():
+                x = tf.compat.v1.placeholder(tf.float32, (), name="x")
+                y = tf.multiply(x, 2.0, name="y")
+            sess = tf.compat.v1.Session(graph=graph)
+            handle = sess.partial_run_setup([y], [x])
+            value = float(sess.partial_run(handle, y, feed_dict={x: 3.0}))
+        report([value, log.complete, log.incomplete_reason])
+    """)
+    value, complete, reason = found
+    assert value == 6.0 and complete is False, found
+    assert "through a partial run: the Session places and runs it where tfplace's hooks do not reach" in reason, reason

@@ -29,7 +29,7 @@ from tfplace._tensorflow._runtime import (
 from tfplace._tensorflow._eager import (
     device_name, thread_data, op_callbacks, add_op_callback, remove_op_callback, execute_with_callbacks,
     use_execute, Patch, STATUS_TO_EXCEPTION, SET_DEVICE, ENSURE_INITIALIZED, EXECUTE_CANCELLABLE, PY_FUNCTION_CALL, FROM_FUNC_GRAPH,
-    SESSION_RUN, SESSION_PUBLIC_RUN, SESSION_INIT, SESSION_CALLABLE, callable_session, dtype_enum,
+    SESSION_RUN, SESSION_PARTIAL_RUN, SESSION_PUBLIC_RUN, SESSION_INIT, SESSION_CALLABLE, callable_session, dtype_enum,
     device_scopes, traced_stack, locate_device_scope, strategy_name, THREAD_START, start_thread, watch_variable_reads, scope_step,
     recorded, mark_recorded, failed_op_dtypes, failed_op_argument)
 from tfplace._tensorflow._graphs import (
@@ -55,7 +55,7 @@ __all__ = [
     # the eager context and op callbacks
     "device_name", "thread_data", "op_callbacks", "add_op_callback", "remove_op_callback", "execute_with_callbacks",
     "use_execute", "Patch", "STATUS_TO_EXCEPTION", "SET_DEVICE", "ENSURE_INITIALIZED",
-    "EXECUTE_CANCELLABLE", "PY_FUNCTION_CALL", "FROM_FUNC_GRAPH", "SESSION_RUN", "SESSION_PUBLIC_RUN", "SESSION_INIT", "SESSION_CALLABLE",
+    "EXECUTE_CANCELLABLE", "PY_FUNCTION_CALL", "FROM_FUNC_GRAPH", "SESSION_RUN", "SESSION_PARTIAL_RUN", "SESSION_PUBLIC_RUN", "SESSION_INIT", "SESSION_CALLABLE",
     "callable_session",
     "dtype_enum", "device_scopes", "traced_stack", "locate_device_scope", "strategy_name",
     # graph collection

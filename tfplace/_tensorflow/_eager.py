@@ -97,6 +97,7 @@ EXECUTE_CANCELLABLE = Patch(_execute, "execute_with_cancellation")
 # Every run of a `tf.compat.v1.Session` graph (`run`, `make_callable`) and every call of a callable made from
 # options: a Session places its graph itself, where no op callback or graph collection reaches.
 SESSION_RUN = Patch(_session_lib.BaseSession, "_call_tf_sessionrun")
+SESSION_PARTIAL_RUN = Patch(_session_lib.BaseSession, "_call_tf_sessionprun")
 # `Session.run` itself (its options and run metadata as protos) and every Session made: what a run placed.
 SESSION_PUBLIC_RUN = Patch(_session_lib.BaseSession, "run")
 SESSION_INIT = Patch(_session_lib.BaseSession, "__init__")

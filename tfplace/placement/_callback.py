@@ -37,6 +37,7 @@ except ImportError:
 
 __all__ = ["Hook", "thread_hooks"]
 
+_ITERATING = 4096  # functions remembered as iterating a dataset they are given
 _VARIANT = types_pb2.DT_VARIANT
 _INPUT = Origin.INPUT
 _OP, _EXPLICIT, _CUSTOM = _eager.OP, _eager.EXPLICIT, CUSTOM_DEVICE
@@ -335,7 +336,7 @@ class Hook:
             if _placed.is_xla(op):
                 later = _events.EventKey(_events.Event.COMPILED, op, record.device), _placed.compiled_records(op, full)
                 placed = True
-                ran = _graphs.Placed(1, later[1], runs=_placed.compiled_runs(later[1]))
+                ran = _graphs.Placed(1, later[1], runs=_placed.compiled_runs(op, full))
             else:
                 found = _graphs.collect(op, _graphs.in_flight_elsewhere(session), (op, full, _calls.argument_devices(inputs)),
                                         later=self.later)
@@ -348,10 +349,15 @@ class Hook:
                 copies = (() if waiting else ran.transfers) + (found.dataset_transfers if placed else ran.dataset_transfers)
                 if _datasets.reading():
                     _datasets.read_in_call(inputs, ran.records)
-                for tensor in inputs:  # its iterators instantiate the dataset's functions at every call
+                # its iterators instantiate the dataset's functions at every call: looked up at its first call, and
+                # at later ones where that found a dataset (another variant, a TensorList, needs no look-up per call)
+                iterates = _session.runtime().iterating
+                for tensor in inputs if placed or op in iterates else ():
                     if dtype_enum(tensor) == _VARIANT:  # pylint: disable=protected-access
                         pipeline = _datasets.pipeline_of(tensor)
                         if pipeline is not None:
+                            if placed and len(iterates) < _ITERATING:
+                                iterates.add(op)
                             records, moved = _pipelines.iterator_placement(pipeline, full)
                             later, copies = (_events.EventKey(_events.Event.DATASET, op), records), copies + moved
                             if pipeline.unseen and not unseen:

@@ -253,7 +253,7 @@ class Later:
         self.functions = len(parts)
         self.unseen = unseen
         self.dataset_transfers = dataset_transfers
-        self.datasets = tuple(record for _, _, datasets in parts for record in datasets)
+        self.datasets = _datasets_of(parts)
         self.moves = bool(dataset_transfers) or any(len(graphs.partition_graphs) > 1
                                                     or _kept_calls.present(graphs.post_optimization_graph)
                                                     for graphs, _, _ in parts)
@@ -375,6 +375,11 @@ def _placed_by(functions: list[Any], called: str, names: Sequence[str] = (),
     return found
 
 
+def _datasets_of(parts: Sequence[tuple[Any, Any, list[PlacementRecord]]]) -> tuple[PlacementRecord, ...]:
+    """The records of the tf.data functions one call of the placed functions (`parts`) instantiates."""
+    return tuple(record for _, _, datasets in parts for record in datasets)
+
+
 def _assembled(parts: Sequence[tuple[Any, Any, list[PlacementRecord]]], names: Sequence[str],
                instantiated: Sequence[PlacementRecord], unseen: str, dataset_transfers: tuple[CopyRecord, ...]) -> Placed:
     """`Placed` from each function's graphs, notes and tf.data functions' records (`_placed_by`)."""
@@ -390,7 +395,7 @@ def _assembled(parts: Sequence[tuple[Any, Any, list[PlacementRecord]]], names: S
             if names else moved
         runs.update(ran)
     return Placed(len(parts), tuple(every), tuple(transfers), tuple(runs.items()), tuple(made), unseen,
-                  dataset_transfers, tuple(record for _, _, datasets in parts for record in datasets))
+                  dataset_transfers, _datasets_of(parts))
 
 
 def collect_dtensor(op: str, origin: str) -> _dtensor.Ran:

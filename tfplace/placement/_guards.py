@@ -174,18 +174,16 @@ class _DeviceGuard:
         ran = key.about
         if ran.unseen and not ran.runs:
             raise PlacementError(_unguarded(f"device_guard({self.wanted!r})", "", ran.unseen))
-        ran_on = {device for (device, _, _), _ in ran.runs}
         for node in records:  # the nodes placed at this run (the first run of a graph)
             if node.kind in _RAN and node.device not in ("", self.wanted) and self.watches(node):
                 self.fail(node, f"node {node.name} of {_sessions.SESSION_GRAPH} (run at {user_line() or 'an unknown line'})",
                           node.source)
-        if not records and ran_on - {self.wanted}:
-            wrong = sorted(f"{op} on {device}" for (device, op, category), _ in ran.runs
-                           if device != self.wanted and category == "compute" and op not in self.allow_ops)
-            if wrong:
-                raise PlacementError(f"tfplace.device_guard({self.wanted!r}): {_sessions.SESSION_GRAPH} run at "
-                                     f"{user_line() or 'an unknown line'} ran {', '.join(wrong)}; allowed: "
-                                     f"{self.wanted}, or ops in allow_ops={sorted(self.allow_ops)}")
+        wrong = sorted(f"{op} on {device}" for (device, op, category), _ in ran.runs
+                       if device != self.wanted and category == "compute" and op not in self.allow_ops)
+        if wrong and not records:
+            raise PlacementError(f"tfplace.device_guard({self.wanted!r}): {_sessions.SESSION_GRAPH} run at "
+                                 f"{user_line() or 'an unknown line'} ran {', '.join(wrong)}; allowed: "
+                                 f"{self.wanted}, or ops in allow_ops={sorted(self.allow_ops)}")
 
     def on_function(self, record: PlacementRecord, placed: bool, call: _graphs.Placed) -> None:
         """The nodes the call ran: each one of the guarded origins that computes (not plumbing) must

@@ -61,7 +61,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-import warnings
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import tensorflow as tf
@@ -69,7 +68,7 @@ import tensorflow as tf
 from tfplace import _tensorflow
 from tfplace.placement import _dtensor, _events, _failures, _origins, _session, _sessions
 from tfplace.placement._callback import Hook, thread_hooks
-from tfplace.placement._sources import end_at_user, started_by_framework, user_line, user_stacklevel
+from tfplace.placement._sources import end_at_user, started_by_framework
 
 __all__ = ["listening"]
 def _set_device(ctx: Any, device_name: Any, device_spec: Any) -> None:
@@ -165,75 +164,6 @@ def _execute_cancellable(op_name: str, num_outputs: int, inputs: Any, attrs: Any
     return tensors
 
 
-def _session_ran(session: Any) -> None:
-    """This thread's listeners hear that a `tf.compat.v1.Session` ran its graph where tfplace could not ask
-    it what it placed (a callable, a partial run): none of it is recorded."""
-    hooks = thread_hooks()
-    session_state = _session.current()
-    if not hooks or (session_state is not None and getattr(session_state.thread, "session_run", False)):
-        return
-    graph = getattr(session, "graph", None)
-    nodes = len(graph.get_operations()) if graph is not None else 0
-    reason = (f"the block ran a tf.compat.v1.Session's graph ({nodes} node(s), at {user_line() or 'an unknown line'}) "
-              "through a callable or a partial run: the Session places and runs it where tfplace's hooks do not "
-              "reach, so none of its nodes (nor their transfers) is recorded; TensorFlow's own log has them "
-              "(ConfigProto(log_device_placement=True), or configure(log_placement=True) for a Session made "
-              "without a config). Session.run is recorded")
-    for hook in hooks:
-        hook.records(_events.EventKey(_events.Event.SESSION, _sessions.Ran(unseen=reason)), ())
-
-
-def _session_public_run(session: Any, fetches: Any, feed_dict: Any = None, options: Any = None,
-                        run_metadata: Any = None) -> Any:
-    """`Session.run` while hooks listen: the run asked for what it placed and ran (`_sessions.Run`)."""
-    hooks = thread_hooks()
-    if not hooks:
-        return _tensorflow.SESSION_PUBLIC_RUN.original(session, fetches, feed_dict, options, run_metadata)
-    run = _sessions.Run(session, fetches, feed_dict, options, run_metadata)
-    thread = hooks[0].session.thread  # while set, the run records itself: `_session_ran` stays quiet
-    thread.session_run = True
-    try:
-        result = _tensorflow.SESSION_PUBLIC_RUN.original(session, fetches, feed_dict, run.options, run.metadata)
-    except Exception as error:
-        if run.placing:  # TensorFlow may have placed the graph before the run failed: unknown, so said
-            run.state.placed = run.version  # and not taken as placed again by the next run
-            failed = _sessions.Ran(unseen=f"a tf.compat.v1.Session's run at {user_line() or 'an unknown line'} failed "
-                                          f"({type(error).__name__}): what its Session placed for it is not recorded")
-            for hook in hooks:
-                hook.records(_events.EventKey(_events.Event.SESSION, failed), ())
-        raise
-    finally:
-        thread.session_run = False
-    ran = run.finish(user_line())
-    for hook in hooks:
-        hook.records(_events.EventKey(_events.Event.SESSION, ran), ran.records)
-    return result
-
-
-def _session_init(session: Any, target: Any = "", graph: Any = None, config: Any = None) -> None:
-    """A Session made while hooks listen: its first run places its graph; what its own config does not share
-    with the process's configuration is said once."""
-    _tensorflow.SESSION_INIT.original(session, target, graph, config)
-    _sessions.made(session)
-    differs = _sessions.disagreements(config)
-    warned = _session.runtime().warned
-    if differs and differs not in warned:
-        warned.add(differs)
-        warnings.warn(differs, RuntimeWarning, stacklevel=user_stacklevel())
-
-
-def _session_run(session: Any, *args: Any) -> Any:
-    """`BaseSession._call_tf_sessionrun` while hooks listen (see `_session_ran`)."""
-    _session_ran(session)
-    return _tensorflow.SESSION_RUN.original(session, *args)
-
-
-def _session_callable(runner: Any, *args: Any, **kwargs: Any) -> Any:
-    """`BaseSession._Callable.__call__` while hooks listen (see `_session_ran`)."""
-    _session_ran(_tensorflow.callable_session(runner))
-    return _tensorflow.SESSION_CALLABLE.original(runner, *args, **kwargs)
-
-
 def _variable_read(variable: Any, handle: Any) -> None:
     """A `ReadVariableOp` TensorFlow's eager fast path runs in C++ (`v * v`): this thread's hooks hear of it
     as of an op without outputs, on the variable's device (where TensorFlow runs it, with its resource)."""
@@ -246,10 +176,11 @@ _PATCHES = ((_tensorflow.STATUS_TO_EXCEPTION, _failures.status_to_exception),
             (_tensorflow.SET_DEVICE, _set_device),
             (_tensorflow.THREAD_START, _start),
             (_tensorflow.PY_FUNCTION_CALL, _py_function_call),
-            (_tensorflow.SESSION_RUN, _session_run),
-            (_tensorflow.SESSION_PUBLIC_RUN, _session_public_run),
-            (_tensorflow.SESSION_INIT, _session_init),
-            (_tensorflow.SESSION_CALLABLE, _session_callable))
+            (_tensorflow.SESSION_RUN, _sessions.unasked_run),
+            (_tensorflow.SESSION_PARTIAL_RUN, _sessions.unasked_partial_run),
+            (_tensorflow.SESSION_CALLABLE, _sessions.unasked_callable),
+            (_tensorflow.SESSION_PUBLIC_RUN, _sessions.run),
+            (_tensorflow.SESSION_INIT, _sessions.init))
 
 
 def _add_callback(hook: Hook) -> None:

@@ -6,7 +6,7 @@ Grappler, and an XLA function's nodes compiled whole.
   absorbed it; a node Grappler removed (a folded constant, an elided `Identity`) is "removed", on
   "" since nothing records where it was placed.
 * `compiled_records(function, device)`: XLA functions (`jit_compile=True`) are compiled whole on the
-  device of the call, never placed; `compiled_runs(records)`: what each call of one executes.
+  device of the call, never placed; `compiled_runs(function, device)`: what each call of one executes.
 * `noted(record, note)`: a record with its node's line, origin and requester.
 * `places_nothing(function)`: a function without nodes, arguments or results (TensorFlow places nothing).
 
@@ -146,11 +146,11 @@ def is_xla(function: str) -> bool:
 
 
 @functools.lru_cache(maxsize=256)
-def compiled_runs(records: Sequence[PlacementRecord]) -> tuple[tuple[tuple[str, str, str], int], ...]:
-    """What one call of an XLA function executes: each of its compiled nodes once, as ((device, op, category),
-    count) pairs (a compiled function's nodes run inside one XLA cluster, once per call)."""
+def compiled_runs(function: str, device: str) -> tuple[tuple[tuple[str, str, str], int], ...]:
+    """What one call of an XLA function on `device` executes: each of its compiled nodes once, as ((device, op,
+    category), count) pairs (a compiled function's nodes run inside one XLA cluster, once per call)."""
     runs: dict[tuple[str, str, str], int] = {}
-    for record in records:
+    for record in compiled_records(function, device):
         if record.op not in ARGUMENT_OPS:
             key = (record.device, record.op, _groups.category(record))
             runs[key] = runs.get(key, 0) + 1

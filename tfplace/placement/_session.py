@@ -99,6 +99,7 @@ class Runtime:
         self.unmade: collections.deque = collections.deque()  # `_graphs.Later`s waiting (weak references), oldest first
         self.sessions: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()  # a tf.compat.v1 Session -> what it placed and ran
         self.listening = 0  # how many times the hooks' patches went in: a Session may run unseen between two
+        self.iterating: set[str] = set()  # functions whose calls iterate a dataset they are given
 
 
 _lock = threading.Lock()

@@ -29,18 +29,22 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from typing import Any, Iterable, NamedTuple, Optional, Sequence
 
+from tensorflow import nest
 from tensorflow.core.protobuf import config_pb2
 
 from tfplace import _tensorflow
 from tfplace._devices import requested_name
-from tfplace.placement import _groups, _kernels, _lowering, _placed, _session, _transfers
+from tfplace.placement import _events, _groups, _kernel_table, _kernels, _lowering, _placed, _session, _transfers
+from tfplace.placement._callback import thread_hooks
 from tfplace.placement._records import ARGUMENT_OPS, CopyRecord, Kind, Origin, PlacementRecord
-from tfplace.placement._sources import stack_user_line
+from tfplace.placement._sources import stack_user_line, user_line, user_stacklevel
 
-__all__ = ["Ran", "made", "disagreements", "Run", "needed", "SESSION_GRAPH"]
+__all__ = ["Ran", "made", "disagreements", "Run", "needed", "SESSION_GRAPH", "run", "init", "unasked_run",
+           "unasked_partial_run", "unasked_callable"]
 
 SESSION_GRAPH = "a tf.compat.v1.Session's graph"  # what a transfer's `function` says
 _KNOWN = 256  # (graph version, fetches, feeds) combinations kept per Session
@@ -146,8 +150,6 @@ def _unrun(nodes: Sequence[Any], keep: set[str], known: dict[str, str], graph_de
     its dtypes; a "generator" (no input, one consumer) beside its one consumer; else, asking for nothing,
     the first device of the machine with a kernel for it (GPU:0 before CPU:0). A node colocated with
     another (`_class`), reading a resource, or of a kind the placer puts beside its input, stays unseen."""
-    from tfplace.placement import _kernel_table  # pylint: disable=import-outside-toplevel
-
     table = _kernel_table.live()
     devices = _tensorflow.logical_device_names()
     attrs = {node.name: node.attr for node in graph_def.node}
@@ -180,8 +182,6 @@ class Run:
     `finish()` what it placed and ran."""
 
     def __init__(self, session: Any, fetches: Any, feed_dict: Any, options: Any, run_metadata: Any) -> None:
-        from tensorflow import nest  # pylint: disable=import-outside-toplevel
-
         self.session = session
         self.graph = session.graph
         self.fetches = _names(nest.flatten(fetches))
@@ -272,3 +272,78 @@ class Run:
                           f"block needed ({shown}, at {line}): TensorFlow's log prints where; no partition of a "
                           "run says it, so they are not recorded")
         return Ran(tuple(records) if self.placing else (), tuple(runs.items()), transfers, unseen)
+
+
+# What `tfplace.placement._hooks` puts in TensorFlow's place while something listens: listeners hear of each run
+# as an `Event.SESSION` whose `about` is its `Ran`.
+
+
+def _tell(hooks: Sequence[Any], ran: Ran) -> None:
+    for hook in hooks:
+        hook.records(_events.EventKey(_events.Event.SESSION, ran), ran.records)
+
+
+def run(session: Any, fetches: Any, feed_dict: Any = None, options: Any = None, run_metadata: Any = None) -> Any:
+    """`Session.run` while hooks listen: the run asked for what it placed and ran (`Run`)."""
+    hooks = thread_hooks()
+    if not hooks:
+        return _tensorflow.SESSION_PUBLIC_RUN.original(session, fetches, feed_dict, options, run_metadata)
+    asked = Run(session, fetches, feed_dict, options, run_metadata)
+    thread = hooks[0].session.thread  # while set, the run records itself: `unasked_run` stays quiet
+    thread.session_run = True
+    try:
+        result = _tensorflow.SESSION_PUBLIC_RUN.original(session, fetches, feed_dict, asked.options, asked.metadata)
+    except Exception as error:
+        if asked.placing:  # TensorFlow may have placed the graph before the run failed: unknown, so said,
+            asked.state.placed = asked.version  # and not taken as placed again by the next run
+            _tell(hooks, Ran(unseen=f"a tf.compat.v1.Session's run at {user_line() or 'an unknown line'} failed "
+                                    f"({type(error).__name__}): what its Session placed for it is not recorded"))
+        raise
+    finally:
+        thread.session_run = False
+    _tell(hooks, asked.finish(user_line()))
+    return result
+
+
+def init(session: Any, target: Any = "", graph: Any = None, config: Any = None) -> None:
+    """A Session made while hooks listen: its first run places its graph; what its own config does not share
+    with the process's configuration is said once."""
+    _tensorflow.SESSION_INIT.original(session, target, graph, config)
+    made(session)
+    differs = disagreements(config)
+    warned = _session.runtime().warned
+    if differs and differs not in warned:
+        warned.add(differs)
+        warnings.warn(differs, RuntimeWarning, stacklevel=user_stacklevel())
+
+
+def _unasked(session: Any, how: str) -> None:
+    """A Session ran its graph where it could not be asked what it placed (`how`): none of it is recorded."""
+    hooks = thread_hooks()
+    if not hooks or getattr(hooks[0].session.thread, "session_run", False):
+        return
+    graph = getattr(session, "graph", None)
+    nodes = len(graph.get_operations()) if graph is not None else 0
+    _tell(hooks, Ran(unseen=(
+        f"the block ran a tf.compat.v1.Session's graph ({nodes} node(s), at {user_line() or 'an unknown line'}) "
+        f"through {how}: the Session places and runs it where tfplace's hooks do not reach, so none of its nodes "
+        "(nor their transfers) is recorded; TensorFlow's own log has them (ConfigProto(log_device_placement=True), "
+        "or configure(log_placement=True) for a Session made without a config). Session.run is recorded")))
+
+
+def unasked_run(session: Any, *args: Any) -> Any:
+    """`BaseSession._call_tf_sessionrun`: a callable from `make_callable` (under `run`, quiet)."""
+    _unasked(session, "a callable")
+    return _tensorflow.SESSION_RUN.original(session, *args)
+
+
+def unasked_partial_run(session: Any, *args: Any) -> Any:
+    """`BaseSession._call_tf_sessionprun`: a step of `partial_run`."""
+    _unasked(session, "a partial run")
+    return _tensorflow.SESSION_PARTIAL_RUN.original(session, *args)
+
+
+def unasked_callable(runner: Any, *args: Any, **kwargs: Any) -> Any:
+    """`BaseSession._Callable.__call__`: a callable made from options."""
+    _unasked(_tensorflow.callable_session(runner), "a callable")
+    return _tensorflow.SESSION_CALLABLE.original(runner, *args, **kwargs)
