@@ -2,10 +2,8 @@
 
 import os
 import pty
-import shutil
 import subprocess
 import sys
-import sysconfig
 import textwrap
 
 import pytest
@@ -418,9 +416,8 @@ def program():
 
 def test_ops_repeated_from_a_line_get_the_records_a_fresh_reading_gives(python, tmp_path):
     """An eager op a thread ran before from the same call, with the same device, scope and attributes, takes
-    its record from the callback's kept entries, found in C (`_kept`) or, without the extension, in Python:
-    sources, origins, requesters and copies equal those the callback reads afresh for every op, when the
-    scope alternates, a helper is called from two lines, a Keras layer's line is further out than the frame
+    its record from the callback's kept entries: sources, origins, requesters and copies equal those the
+    callback reads afresh for every op, when the scope alternates, a helper is called from two lines, a Keras layer's line is further out than the frame
     that decides its origin, or an op copies."""
     program = tmp_path / "repeated.py"
     program.write_text(REPEATED_OPS)
@@ -437,31 +434,21 @@ def test_ops_repeated_from_a_line_get_the_records_a_fresh_reading_gives(python, 
         def fields(log):
             return ([[r.op, r.device, r.source, r.origin, r.requested, r.requested_by, r.kind, r.dtypes] for r in log.records],
                     [[c.op, c.input_index, c.from_device, c.to_device, c.source, c.kind] for c in log.copies])
-        runs, extension, calls = {{}}, _callback._kept, []
-        def called(frame, event, arg):  # the Python callback's calls: the ops the C look-up did not decide
-            if event == "call" and frame.f_code is _callback.Hook.__call__.__code__:
-                calls.append(1)
-        for kept in ("c", "python", "none"):
-            _callback.Hook._learn = original if kept == "c" else counting if kept == "python" else (lambda self, *args: None)
-            _callback._kept = None if kept == "python" else extension
+        runs = {{}}
+        for kept in ("kept", "none"):
+            _callback.Hook._learn = counting if kept == "kept" else (lambda self, *args: None)
             for sources in (True, False):
-                calls.clear()
                 with tfplace.capture_placement(sources=sources) as log:
-                    sys.setprofile(called)
                     program()
-                    sys.setprofile(None)
-                runs[f"{{kept}} {{sources}}"] = [*fields(log), len(calls)]
-        _callback.Hook._learn, _callback._kept = original, extension
-        report({{"runs": runs, "learned": len(learned), "extension": extension is not None}})
+                runs[f"{{kept}} {{sources}}"] = fields(log)
+        _callback.Hook._learn = original
+        report({{"runs": runs, "learned": len(learned)}})
     """)
     runs = out["runs"]
-    assert out["extension"]  # built (`test_the_c_lookup_is_built`)
     for sources in (True, False):
-        assert runs[f"c {sources}"][:2] == runs[f"python {sources}"][:2] == runs[f"none {sources}"][:2]
-    records, copies, _ = runs["c True"]
+        assert runs[f"kept {sources}"] == runs[f"none {sources}"]
+    records, copies = runs["kept True"]
     assert out["learned"] / 2 < len(records) / 4  # per run: most records came from kept entries
-    for sources in (True, False):  # found in C, most records reach no Python callback
-        assert runs[f"c {sources}"][2] < runs[f"python {sources}"][2] / 2
     def line(marker):
         return f"{program}:{next(n for n, text in enumerate(REPEATED_OPS.splitlines(), 1) if marker in text)}"
 
@@ -487,29 +474,6 @@ def test_ops_repeated_from_a_line_get_the_records_a_fresh_reading_gives(python, 
                       ["Mul", 0, "/device:CPU:1", "/device:CPU:0", line("z = y * x"), "eager"],
                       # an identity under no scope reads the far variable's value where it runs
                       ["Identity", 0, "/device:CPU:1", "/device:CPU:0", line("return tf.identity(v)"), "eager"]] * 4
-
-
-@pytest.mark.skipif(shutil.which(str(sysconfig.get_config_var("CC") or "cc").split()[0]) is None,
-                    reason="no C compiler: the op callback runs in Python alone")
-def test_the_c_lookup_is_built_and_is_the_hooks_callback(python):
-    """Where a C compiler is present, installing tfplace builds the kept-record look-up (`_kept`): a capture's
-    hook is what TensorFlow's callback list holds (`__self__`, as a bound method has), and its listeners are
-    given as (callable, sources) pairs, or it says what it received."""
-    out = python("""
-        import tensorflow as tf, tfplace
-        from tfplace import _tensorflow
-        from tfplace.placement import _callback, _kept
-        with tfplace.capture_placement():
-            hook = _callback.thread_hooks()[0]
-            held = [c for c in _tensorflow.op_callbacks() if getattr(c, "__self__", None) is hook]
-            try:
-                hook.callback.set({}, None, (print,), ())
-                refused = ""
-            except TypeError as error:
-                refused = str(error)
-        report([type(held[0]).__name__, held[0] is hook.full_callback, refused])
-    """)
-    assert out == ["Callback", True, "Callback.set: listeners must be (callable, sources) pairs, got <built-in function print>"]
 
 
 def test_an_op_repeated_from_a_line_on_another_device_gets_that_devices_record(python):

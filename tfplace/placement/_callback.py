@@ -5,9 +5,7 @@ records of the functions it placed and the datasets it read, for its listeners
 An op the thread runs again from the same call (the same op type, device, `tf.device` scope and attributes,
 and the same code at the same instruction in the frame that decided its origin, and in the user's frame
 when sources are asked for) takes the record kept the first time (`Hook._learn`): one look-up and one frame
-read, instead of describing the op and walking the stack again. Where tfplace was installed with a C
-compiler, that look-up runs in C (`_kept.Callback`, what TensorFlow's callback list then holds), which hands
-every other op to `Hook.__call__`; without it, `Hook.__call__` makes the same look-up itself.
+read, instead of describing the op and walking the stack again.
 
 Example:
     >>> from tfplace.placement import _callback
@@ -29,11 +27,6 @@ from tfplace.placement import _calls, _datasets, _dtensor, _eager, _events, _gra
 from tfplace.placement._function_sources import identity_line
 from tfplace.placement._records import CUSTOM_DEVICE, CopyRecord, Origin, PlacementRecord
 from tfplace.placement._sources import user_frame, user_line
-
-try:  # the kept-record look-up in C, built where a compiler was present (setup.py); else `Hook.__call__` alone
-    from tfplace.placement import _kept
-except ImportError:
-    _kept = None
 
 __all__ = ["Hook", "thread_hooks"]
 
@@ -66,11 +59,10 @@ class Hook:
         self.sink: Optional[Callable[[PlacementRecord], None]] = None  # the one listener's writer of a record alone
         self.seen: dict[Any, list[tuple]] = {}  # op type -> the lines that ran it before, and their records (`_learn`)
         self.copying: dict[Any, bool] = {}  # op type -> whether its inputs can be copied implicitly (`_copying`)
-        # What TensorFlow's callback lists hold: `__call__` (behind the C look-up of kept records where it is
-        # built: `_kept.Callback`), or while every listener hears only of copies, `_copies_only` (`update`,
-        # which swaps them in the lists).
-        self.full_callback: Callable = self.__call__ if _kept is None else _kept.Callback(self.__call__, self, session, _OP)
-        self.copies_callback = self._copies_only
+        # What TensorFlow's callback lists hold: `__call__`, or while every listener hears only of copies,
+        # `_copies_only` (`update`, which swaps them in the lists).
+        self.full_callback: Callable = self.__call__
+        self.copies_callback: Callable = self._copies_only
         self.callback: Callable = self.full_callback
 
     def update(self) -> None:
@@ -85,8 +77,6 @@ class Hook:
         self.sources = any(listener.sources for listener in self.listeners)
         self.sink = getattr(self.listeners[0], "sink", None) if len(self.listeners) == 1 else None
         self.seen = {}  # its records were made for the listeners before
-        if _kept is not None:
-            self.full_callback.set(self.seen, self.sink, self.calls, self.outputs)
         callback = self.copies_callback if self.copies_only else self.full_callback
         if callback is not self.callback:
             with self.session.lock:
@@ -279,8 +269,7 @@ class Hook:
         """Keeps an eager op's record for the next time this thread runs an op of its type from the same call
         (`__call__`'s first look-up): the frame that decided its origin (`depth` frames out of the callback) is
         then the same code at the same instruction, and where the user's line is further out, that frame too.
-        Per op type, a few deciding codes, each with its calls and a few (device, scope, attributes) each. The C
-        look-up (`_kept.c`) reads these tuples as they are laid out here: change both together."""
+        Per op type, a few deciding codes, each with its calls and a few (device, scope, attributes) each."""
         groups = self.seen.get(op_type)
         if groups is None:
             groups = self.seen[op_type] = []
