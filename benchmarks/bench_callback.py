@@ -31,7 +31,7 @@ def _reference() -> float:
 def _replayed(block, make) -> tuple[float, float]:
     """(best µs per call, reference µs per call in that round) of the hook a block installs, on `make()`'s op."""
     from tfplace import _tensorflow
-    from tfplace.placement import _callback
+    from tfplace.placement.taking import _callback
 
     grabbed = []
     with block:

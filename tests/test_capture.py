@@ -423,7 +423,7 @@ def test_ops_repeated_from_a_line_get_the_records_a_fresh_reading_gives(python, 
     program.write_text(REPEATED_OPS)
     out = python(f"""
         import runpy, sys, tensorflow as tf, tfplace
-        from tfplace.placement import _callback
+        from tfplace.placement.taking import _callback
         tfplace.configure(logical_cpus=2)
         program = runpy.run_path({str(program)!r})["program"]
         program()  # Keras builds its layer, tf.data its functions
@@ -482,7 +482,7 @@ def test_an_op_repeated_from_a_line_on_another_device_gets_that_devices_record(p
     devices in turn, records each op where it ran."""
     out = python("""
         import tensorflow as tf, tfplace
-        from tfplace.placement import _callback
+        from tfplace.placement.taking import _callback
         tfplace.configure(logical_cpus=2)
         class Output:
             def __init__(self, device):

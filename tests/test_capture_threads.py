@@ -10,7 +10,7 @@ pytestmark = pytest.mark.placement  # reads where ops ran: CI runs it again with
 
 CODE = """
         import threading, tensorflow as tf, tfplace
-        from tfplace.placement import _callback
+        from tfplace.placement.taking import _callback
         x = tf.ones(2)
         seen = {}
 

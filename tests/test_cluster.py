@@ -214,7 +214,7 @@ def test_conformance_a_parameter_server_cluster_each_task_says_what_its_own_log_
     every task with job-aware names: the coordinator's capture against its own log, its records of remote ops and
     scheduled steps against the logs of the tasks that ran them, each server's trace against its own log."""
     from conformance import compare, tflog
-    from tfplace.cluster._server import trace_json
+    from tfplace.cli._server import trace_json
 
     hosts = {job: [f"127.0.0.1:{p}" for p in _ports(n)] for job, n in (("chief", 1), ("worker", 2), ("ps", 2))}
     env = compare.harness_env(None)
@@ -223,7 +223,7 @@ def test_conformance_a_parameter_server_cluster_each_task_says_what_its_own_log_
         for i in range(2):
             config = json.dumps({"cluster": hosts, "task": {"type": job, "index": i}})
             servers[f"/job:{job}/replica:0/task:{i}"] = subprocess.Popen(
-                [sys.executable, "-m", "tfplace.cluster._server"], cwd=tmp_path, text=True,
+                [sys.executable, "-m", "tfplace.cli._server"], cwd=tmp_path, text=True,
                 env={**env, "TF_CONFIG": config, "TFPLACE_LOG_PLACEMENT": "1"},
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:

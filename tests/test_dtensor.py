@@ -8,7 +8,7 @@ import pytest
 from tensorflow.core.framework import graph_pb2
 
 from conftest import result_of, run_python
-from tfplace.placement import _instances
+from tfplace.placement.functions import _instances
 
 placement = pytest.mark.placement
 

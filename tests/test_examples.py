@@ -7,7 +7,7 @@ import pytest
 
 from conftest import ROOT
 from tfplace import PlacementLog
-from tfplace.placement._parsing import parse_placement
+from tfplace.placement.records._parsing import parse_placement
 
 # slow tier: the example scripts, each a whole program
 pytestmark = [pytest.mark.placement, pytest.mark.slow]  # reads where ops ran: CI runs it again with oneDNN off

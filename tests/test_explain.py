@@ -200,7 +200,7 @@ def test_device_guard_error_says_why(scenarios):
 # The explainer as a pure function over a device inventory and a kernel table.
 
 def _table():
-    from tfplace.placement import _kernel_table
+    from tfplace.placement.ops import _kernel_table
     return _kernel_table.shipped()
 
 
@@ -208,8 +208,8 @@ GPU_MACHINE = ("/device:CPU:0", "/device:GPU:0")
 
 
 def test_pure_no_kernel_for_int32_matmul_asked_on_a_gpu():
-    from tfplace.placement import _explain
-    from tfplace.placement._records import PlacementRecord
+    from tfplace.placement.shown import _explain
+    from tfplace.placement.records._records import PlacementRecord
     record = PlacementRecord("MatMul", "", "/device:CPU:0", "execute", requested="/device:GPU:0",
                              dtypes=(("T", "int32"),))
     [found] = _explain.explain([record], devices=GPU_MACHINE, table=_table())
@@ -219,8 +219,8 @@ def test_pure_no_kernel_for_int32_matmul_asked_on_a_gpu():
 
 
 def test_pure_host_memory_for_an_int32_shape_tensor():
-    from tfplace.placement import _explain
-    from tfplace.placement._records import PlacementRecord
+    from tfplace.placement.shown import _explain
+    from tfplace.placement.records._records import PlacementRecord
     record = PlacementRecord("Shape", "model/Shape", "/device:CPU:0", "place", requested="/device:GPU:0",
                              dtypes=(("T", "float32"), ("out_type", "int32")))
     [found] = _explain.explain([record], devices=GPU_MACHINE, table=_table())
@@ -228,8 +228,8 @@ def test_pure_host_memory_for_an_int32_shape_tensor():
 
 
 def test_pure_cpu_op_with_a_gpu_visible_and_nothing_asked():
-    from tfplace.placement import _explain
-    from tfplace.placement._records import PlacementRecord
+    from tfplace.placement.shown import _explain
+    from tfplace.placement.records._records import PlacementRecord
     join = PlacementRecord("StringJoin", "", "/device:CPU:0", "execute", dtypes=())
     matmul = PlacementRecord("MatMul", "", "/device:CPU:0", "execute", dtypes=(("T", "float32"),))
     on_gpu = PlacementRecord("MatMul", "", "/device:GPU:0", "execute", dtypes=(("T", "float32"),))
@@ -239,8 +239,8 @@ def test_pure_cpu_op_with_a_gpu_visible_and_nothing_asked():
 
 
 def test_pure_records_where_asked_or_removed_are_not_explained():
-    from tfplace.placement import _explain
-    from tfplace.placement._records import PlacementRecord
+    from tfplace.placement.shown import _explain
+    from tfplace.placement.records._records import PlacementRecord
     records = [PlacementRecord("MatMul", "", "/device:CPU:1", "execute", requested="/device:CPU:1"),
                PlacementRecord("Const", "c", "", "removed", requested="/device:GPU:0"),
                PlacementRecord("_Arg", "x", "/device:CPU:0", "place", requested="/device:GPU:0")]
@@ -248,7 +248,7 @@ def test_pure_records_where_asked_or_removed_are_not_explained():
 
 
 def test_shipped_table_from_another_tensorflow_version_is_said(tmp_path):
-    from tfplace.placement import _kernel_table
+    from tfplace.placement.ops import _kernel_table
     with gzip.open(_kernel_table.table_path(), "rt", encoding="utf-8") as handle:
         data = json.load(handle)
     data["tensorflow_version"] = "2.0.0"
@@ -262,7 +262,7 @@ def test_shipped_table_from_another_tensorflow_version_is_said(tmp_path):
 
 
 def test_a_file_that_is_not_a_kernel_table_is_refused_naming_it(tmp_path):
-    from tfplace.placement import _kernel_table
+    from tfplace.placement.ops import _kernel_table
     path = tmp_path / "bad.json.gz"
     with gzip.open(path, "wt", encoding="utf-8") as handle:
         json.dump({"format": "something else"}, handle)
@@ -306,9 +306,9 @@ def test_trace_names_the_lines_of_a_colocated_assign_and_an_int32_matmul(tmp_pat
 
 def test_readiness_of_string_ops_advises_no_cast(python):
     messages = python("""
-        from tfplace.placement._explain import gpu_readiness
-        from tfplace.placement._kernel_table import gpu_table
-        from tfplace.placement._records import PlacementRecord
+        from tfplace.placement.shown._explain import gpu_readiness
+        from tfplace.placement.ops._kernel_table import gpu_table
+        from tfplace.placement.records._records import PlacementRecord
         records = [PlacementRecord("Reshape", "", "/device:CPU:0", "execute", dtypes=(("T", "string"), ("Tshape", "int32"))),
                    PlacementRecord("MatMul", "", "/device:CPU:0", "execute", dtypes=(("T", "int32"),))]
         report({entry.op: entry.message for entry in gpu_readiness(records, gpu_table())})

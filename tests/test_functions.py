@@ -283,7 +283,7 @@ def test_function_records_made_when_the_log_is_read_are_those_made_at_once_and_i
     copies, each copy still with its record (the timeline's arrows), whether read inside the block or after."""
     out = run_file(tmp_path, TWO_CPUS + """
         import json, os, re, tempfile
-        from tfplace.placement import _lowering
+        from tfplace.placement.functions import _lowering
 
         lowered = []
         placer_nodes = _lowering.placer_nodes
@@ -341,7 +341,8 @@ def test_functions_whose_records_wait_are_few_the_oldest_made_first(python):
     functions: beyond it, the oldest are made (their records then as if read at once)."""
     out = python("""
         import tensorflow as tf, tfplace
-        from tfplace.placement import _graphs, _session
+        from tfplace.placement.functions import _graphs
+        from tfplace.placement.session import _session
         x = tf.ones(2)
         with tfplace.capture_placement() as log:
             for i in range(_graphs._UNMADE_LIMIT + 6):

@@ -169,7 +169,7 @@ def test_the_table_of_the_running_release_is_read_without_a_warning():
     import warnings
 
     import tensorflow as tf
-    from tfplace.placement import _kernel_table
+    from tfplace.placement.ops import _kernel_table
 
     release = ".".join(tf.__version__.split(".")[:2])
     assert _kernel_table.table_path().endswith(f"gpu_kernels-{release}.json.gz")
@@ -180,7 +180,7 @@ def test_the_table_of_the_running_release_is_read_without_a_warning():
 
 
 def test_a_release_without_a_table_gets_the_newest_with_a_warning_naming_the_command(monkeypatch):
-    from tfplace.placement import _kernel_table
+    from tfplace.placement.ops import _kernel_table
 
     assert _kernel_table.table_path("2.99.0") == _kernel_table.table_path("2.21.0")
     assert _kernel_table.table_path("2.17.0").endswith("gpu_kernels-2.17.json.gz")

@@ -369,4 +369,4 @@ def test_capture_state_lives_in_the_session_alone():
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno} {', '.join(names)} = {ast.unparse(value)[:40]}")
         found += [f"{path.relative_to(ROOT)}:{node.lineno} global {', '.join(node.names)}"
                   for node in ast.walk(tree) if isinstance(node, ast.Global)]
-    assert not found, "module-level state outside tfplace/placement/_session.py:\n" + "\n".join(found)
+    assert not found, "module-level state outside tfplace/placement/session/_session.py:\n" + "\n".join(found)

@@ -280,7 +280,7 @@ def watch(directory, statuses, jobs=None):
     return "tfplace: worker:0 and worker:1 differ (a test's mismatch)" if len(calls) >= 2 else None
 
 _checks.watch = watch
-from tfplace._cli import main
+from tfplace.cli._cli import main
 sys.exit(main(sys.argv[2:]))
 """
 

@@ -1,4 +1,4 @@
-"""tfplace.placement._lowering against TensorFlow 2.21 itself.
+"""tfplace.placement.functions._lowering against TensorFlow 2.21 itself.
 
 Each program runs in a fresh interpreter with device placement logging, graph collection
 and TensorFlow's graph dumps on. For every function graph collection reports, the
@@ -25,7 +25,8 @@ from google.protobuf import text_format
 from tensorflow.core.framework import function_pb2, graph_pb2
 from tensorflow.core.protobuf import config_pb2
 
-from tfplace.placement import _instantiation, _kernels, _lowering
+from tfplace.placement.functions import _instantiation, _lowering
+from tfplace.placement.ops import _kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -163,8 +163,8 @@ def test_ring_estimate_of_three_members_and_a_broadcast_to_each_receiver():
 
 
 def test_task_comes_from_device_names_without_a_cluster_section():
-    from tfplace._trace import Findings, to_json
-    from tfplace.placement._log import PlacementLog
+    from tfplace.cli._trace import Findings, to_json
+    from tfplace.placement.api._log import PlacementLog
 
     log = PlacementLog.from_text(
         f"Executing op MatMul in device {W.format(1)}\n"
@@ -339,7 +339,7 @@ def test_diff_between_two_tasks_of_a_cluster_and_two_clusters(tmp_path):
 
 
 def test_functions_another_traced_task_placed_are_one_line_not_an_incomplete_log_to_act_on():
-    from tfplace.placement._report import remote_function
+    from tfplace.placement.shown._report import remote_function
 
     chief = coordinator()
     chief["records"].append(record("__inference_step_7", W.format(0), count=2))

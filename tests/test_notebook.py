@@ -331,8 +331,8 @@ def test_the_readme_cell_shows_what_the_readme_says(magic):
 # --- the display and the DataFrame, in this process --------------------------------------------
 
 def test_the_magic_knows_the_transfer_guard_levels_without_importing_tensorflow():
-    from tfplace.placement import _guards
-    from tfplace import _notebook
+    from tfplace.placement.api import _guards
+    from tfplace.integrations import _notebook
 
     assert _notebook._LEVELS == _guards.LEVELS
 

@@ -151,7 +151,7 @@ def test_device_guard_rejects_origins_it_does_not_know():
 
 def test_to_json_stores_identical_events_once_and_from_json_reads_them_back():
     from tfplace import PlacementLog
-    from tfplace.placement._records import CopyRecord, PlacementRecord
+    from tfplace.placement.records._records import CopyRecord, PlacementRecord
 
     kinds = [PlacementRecord(op, "", "/device:CPU:0", "execute", "train.py:7", origin="user") for op in
              ("MatMul", "AddV2", "Relu")]
@@ -206,7 +206,7 @@ def test_tfplace_diff_names_the_op_that_moved_and_the_transfer_that_appeared(tmp
 
 
 def test_diff_reads_changed_bytes_readiness_explanations_and_time_shares_from_the_json():
-    from tfplace._diff import diff, render
+    from tfplace.cli._diff import diff, render
 
     def trace(device, each, share, readiness, reason):
         return {
@@ -246,7 +246,8 @@ def test_traced_nodes_origins_read_as_each_op_is_made_equal_those_of_their_saved
     script = tmp_path / "step.py"  # a file: autograph reads the loop's source
     script.write_text(textwrap.dedent("""
         import numpy as np, tensorflow as tf, keras, tfplace
-        from tfplace.placement import _function_sources, _origins
+        from tfplace.placement.functions import _function_sources
+        from tfplace.placement.records import _origins
         tfplace.configure(logical_cpus=2)
         strategy = tf.distribute.MirroredStrategy(["CPU:0", "CPU:1"])
         layer = keras.layers.Dense(2)
@@ -311,8 +312,8 @@ def test_traced_nodes_lines_read_as_each_op_is_made_equal_those_of_their_saved_s
     script = tmp_path / "fit.py"
     script.write_text(textwrap.dedent("""
         import numpy as np, tensorflow as tf, keras, tfplace
-        from tfplace.placement import _function_sources
-        from tfplace.placement._sources import stack_user_line
+        from tfplace.placement.functions import _function_sources
+        from tfplace.placement.session._sources import stack_user_line
         tfplace.configure(logical_cpus=2)
         strategy = tf.distribute.MirroredStrategy(["CPU:0", "CPU:1"])
         with strategy.scope():

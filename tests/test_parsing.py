@@ -5,7 +5,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 import pytest
 
 from tfplace import CopyRecord, PlacementLog, PlacementRecord
-from tfplace.placement._parsing import parse_placement
+from tfplace.placement.records._parsing import parse_placement
 
 FULL = "/job:localhost/replica:0/task:0/device:{}:{}"
 PREFIX = "I0000 00:00:1795316459.951921    1852 execute.cc:1775] "

@@ -184,7 +184,7 @@ KERNEL = "regs:64 static_shared:0 dynamic_shared:0 grid:4,1,1 block:256,1,1 occ_
 def test_the_gpu_plane_reader_on_a_written_profile():
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-    from tfplace.placement import _profile
+    from tfplace.placement.taking import _profile
 
     space = xplane_pb2.XSpace()
     gpu = _Plane(space, "/device:GPU:0")
@@ -204,7 +204,7 @@ def test_the_gpu_plane_reader_on_a_written_profile():
 def test_gpu_copies_out_and_between_gpus_and_a_host_op_on_a_timed_gpu():
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-    from tfplace.placement import _profile
+    from tfplace.placement.taking import _profile
 
     space = xplane_pb2.XSpace()
     host = _Plane(space, "/host:CPU")
@@ -230,7 +230,7 @@ def test_gpu_copies_out_and_between_gpus_and_a_host_op_on_a_timed_gpu():
 def test_host_events_count_leaf_work_once():
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-    from tfplace.placement import _profile
+    from tfplace.placement.taking import _profile
 
     space = xplane_pb2.XSpace()
     host = _Plane(space, "/host:CPU")
@@ -260,7 +260,7 @@ def test_host_events_count_leaf_work_once():
 def test_function_nodes_on_the_devices_of_the_placed_graphs(tmp_path):
     out = run_file(tmp_path, """
         from tfplace import _tensorflow
-        from tfplace.placement import _profile, _profiling
+        from tfplace.placement.taking import _profile, _profiling
         x = tf.ones((256, 256))
 
         @tf.function
@@ -297,7 +297,7 @@ def test_a_session_while_another_is_active_starts_nothing_and_disturbs_nothing(t
     out = run_file(tmp_path, """
         import glob, tempfile
         from tensorflow.tsl.profiler.protobuf import xplane_pb2
-        from tfplace.placement import _profile, _profiling
+        from tfplace.placement.taking import _profile, _profiling
         x = tf.ones((64, 64))
         theirs = tempfile.mkdtemp()
         tf.profiler.experimental.start(theirs)

@@ -1,9 +1,9 @@
-"""Reports group once (`tfplace.placement._report`) and every renderer shows the same rows."""
+"""Reports group once (`tfplace.placement.shown._report`) and every renderer shows the same rows."""
 
-from tfplace.placement import _display, _report
-from tfplace.placement._explain import Explanation
-from tfplace.placement._log import PlacementLog
-from tfplace.placement._records import PlacementRecord
+from tfplace.placement.shown import _display, _report
+from tfplace.placement.shown._explain import Explanation
+from tfplace.placement.api._log import PlacementLog
+from tfplace.placement.records._records import PlacementRecord
 
 
 def _failed(n):
@@ -26,7 +26,7 @@ def test_failed_ops_group_and_every_renderer_leaves_the_same_rows_out():
     assert _report.first(groups) == (groups[:_report.ROWS], 5)
     assert "… and 5 failed op rows more" in _display.html(log, [])
     assert "    ... and 5 more" in _display.text(log, []).splitlines()
-    from tfplace._trace import Findings, report
+    from tfplace.cli._trace import Findings, report
 
     assert "  ... and 5 more" in report(log, Findings(gpus_visible=True)).splitlines()
 
@@ -34,7 +34,7 @@ def test_failed_ops_group_and_every_renderer_leaves_the_same_rows_out():
 def test_the_end_of_a_dataset_is_recorded_but_no_failed_op(python):
     records, failed = python("""
         import tensorflow as tf, tfplace
-        from tfplace.placement import _report
+        from tfplace.placement.shown import _report
         with tfplace.capture_placement() as log:
             for x in tf.data.Dataset.range(3):
                 pass

@@ -8,7 +8,7 @@ import sys
 def test_one_session_from_the_first_capture_to_the_last_and_nothing_left_behind(python):
     found = python("""
         import threading, tensorflow as tf, tfplace
-        from tfplace.placement import _session
+        from tfplace.placement.session import _session
         from tfplace import _tensorflow
         x = tf.ones((2, 2))
         seen = {"before": _session.current() is None}
@@ -40,7 +40,7 @@ def test_one_session_from_the_first_capture_to_the_last_and_nothing_left_behind(
 def test_the_code_objects_a_session_keys_on_stay_as_many_as_the_code_that_ran(python):
     found = python("""
         import tensorflow as tf, tfplace
-        from tfplace.placement import _session
+        from tfplace.placement.session import _session
         f = tf.function(lambda x: x * 2.0)
         g = tf.function(lambda x: x + 1.0)
         x = tf.ones(2)

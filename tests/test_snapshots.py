@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from tfplace import _snapshots
-from tfplace.placement._log import PlacementLog
+from tfplace.integrations import _snapshots
+from tfplace.placement.api._log import PlacementLog
 
 # slow tier: pytest inside pytest (pytester runs a whole pytest per case)
 pytestmark = [pytest.mark.filterwarnings("ignore"), pytest.mark.slow]

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from tfplace._trace import Findings, plot, report
-from tfplace.placement._log import PlacementLog
-from tfplace.placement._records import CopyRecord, PlacementRecord
+from tfplace.cli._trace import Findings, plot, report
+from tfplace.placement.api._log import PlacementLog
+from tfplace.placement.records._records import CopyRecord, PlacementRecord
 
 SCRIPT = """\
 import sys
@@ -146,7 +146,7 @@ def test_plot_is_readable_with_twenty_op_types(tmp_path, monkeypatch):
 
 def test_plot_draws_a_png_or_says_what_is_missing(tmp_path):
     (tmp_path / "small.py").write_text("import tensorflow as tf\ntf.ones(2) * 2.0\n")
-    code = ("import sys\nsys.modules['matplotlib'] = None\nfrom tfplace._cli import main\n"
+    code = ("import sys\nsys.modules['matplotlib'] = None\nfrom tfplace.cli._cli import main\n"
             "sys.exit(main(['trace', '--plot=p.png', 'small.py']))")
     missing = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert missing.returncode == 2 and "--plot needs matplotlib" in missing.stderr
@@ -157,8 +157,8 @@ def test_plot_draws_a_png_or_says_what_is_missing(tmp_path):
 
 
 def test_report_groups_cpu_ops_by_line_and_says_why_they_ran_there():
-    from tfplace.placement import _explain
-    from tfplace.placement import _kernel_table
+    from tfplace.placement.shown import _explain
+    from tfplace.placement.ops import _kernel_table
     log = PlacementLog(
         [PlacementRecord("Cast", "", "/device:CPU:0", "execute", "train.py:12",
                          dtypes=(("DstT", "float32"), ("SrcT", "int32"), ("Truncate", "bool")))] * 2 + [

@@ -10,7 +10,7 @@ import traceback
 
 import pytest
 
-from tfplace import _script
+from tfplace.cli import _script
 
 pytestmark = pytest.mark.placement  # reads where ops ran: CI runs it again with oneDNN off
 
@@ -91,7 +91,7 @@ def test_an_interrupt_while_a_file_is_written_leaves_the_earlier_file_whole(tmp_
 
 def test_an_interrupt_landing_in_the_op_hook_ends_its_traceback_at_the_users_line():
     import tensorflow as tf
-    from tfplace.placement import _callback, _hooks
+    from tfplace.placement.taking import _callback, _hooks
 
     landed = {}  # a KeyboardInterrupt raised in code of tfplace's op hook module, as SIGINT's may be
     exec(compile("def on_op(record, copies):\n    raise KeyboardInterrupt\n", _hooks.__file__, "exec"), landed)

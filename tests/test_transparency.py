@@ -165,7 +165,7 @@ def test_a_failure_inside_tfplaces_own_patch_is_reported_not_raised_into_the_pro
 
 FAILING_LISTENER = """
 import tensorflow as tf, tfplace
-from tfplace.placement import _log
+from tfplace.placement.api import _log
 
 def failing(write):
     def written(record, *copies):

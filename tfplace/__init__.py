@@ -37,18 +37,18 @@ if TYPE_CHECKING:
     from tfplace.machine._diagnosis import Diagnosis, Finding
     from tfplace.machine._doctor import doctor
     from tfplace.machine._gpus import GpuInfo
-    from tfplace.placement._capture import capture_placement
-    from tfplace.placement._explain import Explanation, Readiness
-    from tfplace.placement._guards import device_guard, transfer_guard
-    from tfplace.placement._log import PlacementLog
-    from tfplace.placement._memory import DeviceMemory, LiveTensor, Memory, live_tensors
-    from tfplace.placement._records import CopyRecord, PlacementRecord
+    from tfplace.placement.api._capture import capture_placement
+    from tfplace.placement.shown._explain import Explanation, Readiness
+    from tfplace.placement.api._guards import device_guard, transfer_guard
+    from tfplace.placement.api._log import PlacementLog
+    from tfplace.placement.taking._memory import DeviceMemory, LiveTensor, Memory, live_tensors
+    from tfplace.placement.records._records import CopyRecord, PlacementRecord
 
 __version__ = "0.1.0"
 
 # Each public name loaded on first use, and the module that defines it.
 _LAZY = {
-    **dict.fromkeys(("capture_placement",), "tfplace.placement._capture"),
+    **dict.fromkeys(("capture_placement",), "tfplace.placement.api._capture"),
     **dict.fromkeys(("Config", "configure"), "tfplace.config._configure"),
     **dict.fromkeys(("GpuPlan", "plan_gpus"), "tfplace.config._gpu_plan"),
     **dict.fromkeys(("GpuInfo",), "tfplace.machine._gpus"),
@@ -56,11 +56,11 @@ _LAZY = {
     **dict.fromkeys(("Diagnosis", "Finding"), "tfplace.machine._diagnosis"),
     **dict.fromkeys(("Device", "cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "device", "parse_device",
                      "to_device", "devices_of"), "tfplace._devices"),
-    **dict.fromkeys(("transfer_guard", "device_guard"), "tfplace.placement._guards"),
-    **dict.fromkeys(("Explanation", "Readiness"), "tfplace.placement._explain"),
-    **dict.fromkeys(("PlacementLog",), "tfplace.placement._log"),
-    **dict.fromkeys(("Memory", "DeviceMemory", "LiveTensor", "live_tensors"), "tfplace.placement._memory"),
-    **dict.fromkeys(("PlacementRecord", "CopyRecord"), "tfplace.placement._records"),
+    **dict.fromkeys(("transfer_guard", "device_guard"), "tfplace.placement.api._guards"),
+    **dict.fromkeys(("Explanation", "Readiness"), "tfplace.placement.shown._explain"),
+    **dict.fromkeys(("PlacementLog",), "tfplace.placement.api._log"),
+    **dict.fromkeys(("Memory", "DeviceMemory", "LiveTensor", "live_tensors"), "tfplace.placement.taking._memory"),
+    **dict.fromkeys(("PlacementRecord", "CopyRecord"), "tfplace.placement.records._records"),
     **dict.fromkeys(("split_batch", "replicate", "reduce_on", "strategy"), "tfplace._replication"),
     **dict.fromkeys(("cluster_guard",), "tfplace.cluster._guard"),
 }
@@ -123,8 +123,8 @@ def __getattr__(name: str) -> Any:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """`%load_ext tfplace` in IPython or Jupyter: registers the `%%placement` cell magic and `%tfplace_doctor` (`tfplace._notebook`)."""
-    from tfplace import _notebook
+    """`%load_ext tfplace` in IPython or Jupyter: registers the `%%placement` cell magic and `%tfplace_doctor` (`tfplace.integrations._notebook`)."""
+    from tfplace.integrations import _notebook
 
     _notebook.load_ipython_extension(ipython)
 

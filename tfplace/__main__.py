@@ -2,6 +2,6 @@
 
 import sys
 
-from tfplace._cli import main
+from tfplace.cli._cli import main
 
 sys.exit(main())

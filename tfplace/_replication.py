@@ -24,7 +24,7 @@ from absl import logging
 from tfplace import _tensorflow
 from tfplace._devices import cpu, resolve, try_all_gpus
 from tfplace._errors import ConfigurationError
-from tfplace.placement._sources import user_stacklevel
+from tfplace.placement.session._sources import user_stacklevel
 
 __all__ = ["split_batch", "replicate", "reduce_on", "strategy"]
 

@@ -274,8 +274,8 @@ class Publisher:
         was watched, else the call's) and the devices it names, with the user's line."""
         from tfplace import _tensorflow
         from tfplace._devices import canonical_name
-        from tfplace.placement._function_sources import lines
-        from tfplace.placement._sources import user_line
+        from tfplace.placement.functions._function_sources import lines
+        from tfplace.placement.session._sources import user_line
 
         source = user_line()
         made = lines(name)

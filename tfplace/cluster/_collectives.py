@@ -20,7 +20,7 @@ from typing import Any, Iterator, Optional
 
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name, local_task
-from tfplace.placement._log import PlacementLog
+from tfplace.placement.api._log import PlacementLog
 
 __all__ = ["task_name", "task_of", "Variables", "recording", "section", "tensor_bytes", "variable_name"]
 

@@ -32,8 +32,8 @@ from collections import Counter
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from tfplace._errors import Error
-from tfplace.placement._log_json import JSON_FORMAT
-from tfplace.placement._records import input_label
+from tfplace.placement.records._log_json import JSON_FORMAT
+from tfplace.placement.records._records import input_label
 
 __all__ = ["FORMAT", "MergeError", "read_trace", "trace_task", "canonical_task", "device_task", "task_name",
            "prefix_of", "task_key", "full_device", "merge", "merge_files"]
