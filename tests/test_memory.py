@@ -128,7 +128,7 @@ def test_live_tensors_lists_a_tensor_where_its_memory_is_until_it_is_freed(pytho
 
 def test_sizes_and_logs_without_memory():
     from tfplace import PlacementLog
-    from tfplace.placement.taking._memory import parse_size
+    from tfplace.placement.records._memory_figures import parse_size
 
     assert [parse_size(v, "limit") for v in (0, 1024, "2 GiB", "512MiB", "1.5 GB", "100 kB", "7")] == [
         0, 1024, 2 * 2**30, 512 * 2**20, 1_500_000_000, 100_000, 7]

@@ -10,7 +10,7 @@ import traceback
 
 import pytest
 
-from tfplace.cli import _script
+from tfplace import _files
 
 pytestmark = pytest.mark.placement  # reads where ops ran: CI runs it again with oneDNN off
 
@@ -75,7 +75,7 @@ def _has_matplotlib():
 
 def test_an_interrupt_while_a_file_is_written_leaves_the_earlier_file_whole(tmp_path):
     path = tmp_path / "out.json"
-    _script.write_whole(str(path), lambda temporary: open(temporary, "w").write('{"good": 1}'))
+    _files.write_whole(str(path), lambda temporary: open(temporary, "w").write('{"good": 1}'))
 
     def interrupted(temporary):
         with open(temporary, "w") as out:
@@ -84,7 +84,7 @@ def test_an_interrupt_while_a_file_is_written_leaves_the_earlier_file_whole(tmp_
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        _script.write_whole(str(path), interrupted)
+        _files.write_whole(str(path), interrupted)
     assert json.loads(path.read_text()) == {"good": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
 

@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from tfplace.placement.shown._explain import Explanation, Readiness
     from tfplace.placement.api._guards import device_guard, transfer_guard
     from tfplace.placement.api._log import PlacementLog
-    from tfplace.placement.taking._memory import DeviceMemory, LiveTensor, Memory, live_tensors
+    from tfplace.placement.records._memory_figures import DeviceMemory, Memory
+    from tfplace.placement.taking._memory import LiveTensor, live_tensors
     from tfplace.placement.records._records import CopyRecord, PlacementRecord
 
 __version__ = "0.1.0"

@@ -195,13 +195,14 @@ def _outputs(out: Any, log: Any, args: argparse.Namespace, script_args: Sequence
              paths: dict[str, str], *, gpus_visible: bool) -> None:
     """The report on standard output, then `--json` and `--plot` at `paths` (absolute: the script may
     have changed the working directory)."""
-    from tfplace.cli import _script, _trace
+    from tfplace import _files
+    from tfplace.cli import _trace
 
     found = _trace.findings(log, gpus_visible=gpus_visible)
     if not args.quiet and not out.write(_trace.report(log, found, top=args.top) + "\n"):
         _note("tfplace trace: the report was not printed: standard output is closed (a pipe whose reader left)")
     if "json" in paths:
-        _script.write_json(paths["json"], _trace.to_json(log, found, script=args.script, args=script_args,
+        _files.write_json(paths["json"], _trace.to_json(log, found, script=args.script, args=script_args,
                                                         exit_status=status))
         args.quiet or out.write(f"tfplace trace: wrote {len(log.records)} records and {len(log.copies)} copies to {paths['json']}\n")
     if "perfetto" in paths:

@@ -111,7 +111,7 @@ def merge(args: argparse.Namespace) -> int:
     Returns:
       0, or 2 after one line on standard error naming the file that cannot be merged or written.
     """
-    from tfplace.cli._script import write_json
+    from tfplace._files import write_json
     from tfplace.cluster._merge import MergeError, merge_files
     from tfplace.cluster._report import render
 

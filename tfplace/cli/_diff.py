@@ -114,7 +114,7 @@ def read(path: str) -> dict[str, Any]:
       DiffError: the file is missing, unreadable, not JSON, not a tfplace trace nor a merged cluster, or
         has no trace of the task asked for.
     """
-    from tfplace.cluster import _merge
+    from tfplace.cluster import _merge, _names
 
     path, task = _split(path)
     try:
@@ -140,7 +140,7 @@ def read(path: str) -> dict[str, Any]:
             have = ", ".join(t for t, e in found.items() if e.get("trace") is not None) or "none"
             raise DiffError(f"tfplace diff: {path} has no trace of task {name} (from argument {path}:{task}): its "
                             f"traced tasks are {have}")
-        prefix = str(found[name].get("device_prefix") or _merge.prefix_of(name))
+        prefix = str(found[name].get("device_prefix") or _names.prefix_of(name))
         # the task's own devices named short: the same work on each task's own CPU:0 is no move
         data = json.loads(json.dumps(found[name]["trace"]).replace(f'"{prefix}/device:', '"/device:'))
     if not isinstance(data, dict) or not isinstance(data.get("records"), list):

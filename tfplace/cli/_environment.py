@@ -3,7 +3,7 @@ memory, and the versions, build and environment variables that change placement.
 TensorFlow, and neither starts its runtime nor allocates GPU memory.
 
 Example:
-    >>> from tfplace.machine import _environment
+    >>> from tfplace.cli import _environment
     >>> "TF_CPP_MIN_LOG_LEVEL" in _environment.PLACEMENT_VARIABLES
     True
 """

@@ -358,7 +358,7 @@ def _report(cluster: _Cluster) -> bool:
         return False
     _write(sys.stdout, (text.rstrip("\n") + "\n").encode("utf-8", "backslashreplace"))
     if cluster.options.json:
-        from tfplace.cli._script import write_json  # whole or not at all
+        from tfplace._files import write_json  # whole or not at all
 
         write_json(cluster.options.json, merged)
         _say(f"wrote the merged traces of {len(paths)} task(s) to {cluster.options.json}")

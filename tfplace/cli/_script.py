@@ -16,12 +16,10 @@
   if it already is): `tfplace trace` starts its capture when the script imports TensorFlow, so that
   what the script sets before (`TF_USE_LEGACY_KERAS=1`: `tf.keras` is `tf_keras`) works as under
   `python script.py`.
-* `write_whole(path, write)` writes a file under a temporary name in its folder and renames it: the
-  file is whole or absent, never truncated, even when a second signal stops the writing.
 
 Example:
     >>> import signal
-    >>> from tfplace import _script
+    >>> from tfplace.cli import _script
     >>> stopped = _script.Interrupted(signal.SIGTERM)
     >>> isinstance(stopped, KeyboardInterrupt), str(stopped), _script.interrupt_status(stopped)
     (True, 'SIGTERM', 143)
@@ -35,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.abc
-import json
 import os
 import runpy
 import signal
@@ -48,7 +45,7 @@ from tfplace import _contained
 from tfplace.placement.session._sources import end_at_user
 
 __all__ = ["Interrupted", "stopping_signals", "interrupt_status", "exit_status", "run_main", "Output",
-           "flush_script_output", "write_whole", "write_json", "after_import"]
+           "flush_script_output", "after_import"]
 
 STOPPING = (signal.SIGTERM, signal.SIGHUP)
 
@@ -218,32 +215,6 @@ class Output:
             os.close(self._fd)
             self._fd = None
 
-
-def write_whole(path: str, write: Callable[[str], None]) -> None:
-    """Calls `write(temporary)` for a temporary file beside `path` (same extension), then renames it to
-    `path`: `path` is left whole, or as it was when anything (an exception, an interrupt) stops the
-    writing. The file gets the permissions a new file gets."""
-    folder, name = os.path.split(os.path.abspath(path))
-    stem, extension = os.path.splitext(name)
-    temporary = os.path.join(folder, f".{stem}.tfplace-{os.getpid()}{extension}")
-    try:
-        os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666))  # the umask applies
-        write(temporary)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(temporary)
-        raise
-
-
-
-def write_json(path: str, data: Any) -> None:
-    """Writes JSON data (a trace, a merged cluster) to `path`, whole or not at all (`write_whole`)."""
-    def write(temporary: str) -> None:
-        with open(temporary, "w", encoding="utf-8") as out:
-            json.dump(data, out, indent=1)
-
-    write_whole(path, write)
 
 class _Then:
     """A module's loader that tells `_AfterImport` when the module starts and ends running."""

@@ -93,10 +93,10 @@ def trace_json(log_text: str, status: int) -> dict[str, Any]:
 
 def write_trace(log_path: str, json_path: str, status: int) -> None:
     """Writes the trace of the server whose standard error is saved at `log_path` to `json_path`, whole."""
-    from tfplace.cli import _script
+    from tfplace import _files
 
     with open(log_path, encoding="utf-8", errors="replace") as log:
-        _script.write_json(json_path, trace_json(log.read(), status))
+        _files.write_json(json_path, trace_json(log.read(), status))
 
 
 def main() -> int:

@@ -30,12 +30,12 @@ import os
 from collections import Counter
 from typing import Any, Callable, Iterator, NamedTuple, Optional, Sequence
 
-from tfplace.cli import _script
+from tfplace import _files
 from tfplace.placement.shown import _display, _explain, _report
 from tfplace.placement.records import _groups
 from tfplace.placement.functions import _placed
 from tfplace.placement.api._capture import capture_placement
-from tfplace.placement.taking._memory import NOT_COUNTED
+from tfplace.placement.records._memory_figures import NOT_COUNTED
 from tfplace.placement.shown._explain import Explanation, Readiness
 from tfplace.placement.api._log import PlacementLog
 from tfplace.placement.records._records import ARGUMENT_OPS, Kind, is_function_call
@@ -67,12 +67,12 @@ def tracing(*, timing: bool = False, memory: bool = False) -> Iterator[Tracing]:
     >>> "AddV2" in {r.op for r in opened.log.records}
     True
     """
-    from tfplace.cluster import _checks, _collectives
+    from tfplace.cluster import _checks, _variables
 
     directory = os.environ.get(_checks.DIRECTORY)  # a task of `tfplace launch --trace`: publish for its checks
     with contextlib.ExitStack() as stack:
         publisher = stack.enter_context(_checks.publishing(directory))
-        stack.enter_context(_collectives.recording())
+        stack.enter_context(_variables.recording())
         with capture_placement(sources=True, all_threads=True, timing=timing, memory=memory) as log:
             yield Tracing(log, publisher.exited)
 
@@ -323,6 +323,6 @@ def plot(log: PlacementLog, path: str, *, top: int = _report.ROWS, title: Option
         moved.set_yticks([])
     figure.tight_layout()
     try:
-        _script.write_whole(path, lambda temporary: figure.savefig(temporary, bbox_inches="tight", dpi=120))
+        _files.write_whole(path, lambda temporary: figure.savefig(temporary, bbox_inches="tight", dpi=120))
     finally:
         plt.close(figure)

@@ -188,7 +188,7 @@ class Publisher:
 
     def _about(self, function: Any) -> tuple[str, list, list]:
         from tfplace import _tensorflow
-        from tfplace.cluster._collectives import tensor_bytes
+        from tfplace.cluster._names import tensor_bytes
 
         name = _tensorflow.call_name(function)
         known = self._known.get(name)
@@ -222,7 +222,8 @@ class Publisher:
     def _remote_accesses(self, function: Any, name: str, args: Sequence[Any], asked: str) -> list[str]:
         from tfplace import _tensorflow
         from tfplace._devices import local_task
-        from tfplace.cluster._collectives import task_of, tensor_bytes, variable_name
+        from tfplace.cluster._names import task_of, tensor_bytes
+        from tfplace.cluster._variables import variable_name
 
         accesses = _tensorflow.variable_accesses(function)
         if not accesses:
@@ -296,7 +297,7 @@ def _named(device: str) -> str:
     """A device's canonical name; a task's name alone (`/job:localhost/replica:0/task:0`, as a strategy's
     `tf.device` scope gives) stays as it is."""
     from tfplace._devices import canonical_name
-    from tfplace.cluster._collectives import task_of
+    from tfplace.cluster._names import task_of
 
     return canonical_name(device) if device and device.rstrip("/") != task_of(device) else device
 
@@ -381,7 +382,7 @@ def publishing(directory: Optional[str]) -> Iterator[Publisher]:
     """Keeps this task's state while the block runs (`tfplace trace` lists its collective groups from it)
     and, with a `directory` (`tfplace launch --trace`), publishes it there for the launcher's checks."""
     from tfplace._devices import local_task
-    from tfplace.cluster._collectives import task_name
+    from tfplace.cluster._names import task_name
 
     prefix = local_task()
     task = task_name(prefix) or f"pid-{os.getpid()}"

@@ -1,96 +1,29 @@
 """What a task of a cluster adds to its trace: its name and devices, the collective groups it joined
-(with bytes per call and calls) and the variables it made on other tasks (a ParameterServerStrategy
-coordinator's, on their ps tasks).
+(with bytes per call and calls), the variables it made on other tasks (`tfplace.cluster._variables`) and
+its reads and writes of them.
 
 `section(log, variables)` is the `"cluster"` entry of `tfplace trace --json` in a task (None in a
-single process); `Variables` is the variable creator `tfplace trace` runs the script under.
+single process).
 
 Example:
     >>> from tfplace.cluster import _collectives
-    >>> _collectives.task_name("/job:worker/replica:0/task:1"), _collectives.task_name("/job:chief/replica:0/task:0")
-    ('worker:1', 'chief')
+    >>> from tfplace.placement.api._log import PlacementLog
+    >>> _collectives.section(PlacementLog()) is None   # a single process
+    True
 """
 
 from __future__ import annotations
 
-import contextlib
-import re
 from collections import Counter
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name, local_task
+from tfplace.cluster import _checks, _variables
+from tfplace.cluster._names import task_name, task_of
 from tfplace.placement.api._log import PlacementLog
 
-__all__ = ["task_name", "task_of", "Variables", "recording", "section", "tensor_bytes", "variable_name"]
-
-_TASK = re.compile(r"^/job:([^/]+)/replica:\d+/task:(\d+)")
-
-
-def task_of(device: str) -> str:
-    """The device prefix of a full device name (`/job:ps/replica:0/task:1`), "" for a short one."""
-    match = _TASK.match(device)
-    return match[0] if match else ""
-
-
-def task_name(prefix: str) -> str:
-    """`worker:1` for `/job:worker/replica:0/task:1`; `chief` for the chief; "" for ""."""
-    match = _TASK.match(prefix)
-    if not match:
-        return ""
-    return "chief" if match[1] == "chief" and match[2] == "0" else f"{match[1]}:{match[2]}"
-
-
-def tensor_bytes(dtype: str, shape: Optional[tuple]) -> Optional[int]:
-    """Bytes of a tensor of `dtype` and `shape` (None when the shape is not fully known)."""
-    if shape is None or any(d is None or d < 0 for d in shape):
-        return None
-    per = _tensorflow.dtype_size(dtype)
-    count = 1
-    for d in shape:
-        count *= d
-    return None if per is None else per * count
-
-
-class Variables:
-    """A variable creator (`tf.variable_creator_scope`) that keeps the variables made on another task:
-    name, shape, dtype, bytes and device (a ParameterServerStrategy's variables and shards on ps tasks)."""
-
-    def __init__(self) -> None:
-        self.made: list[dict[str, Any]] = []
-        self.handles: dict[int, tuple[Any, str]] = {}  # id of a variable's handle -> (the handle, its name)
-
-    def creator(self, next_creator: Any, **kwargs: Any) -> Any:
-        variable = next_creator(**kwargs)
-        if getattr(variable, "values", None) is None:  # a distributed variable's components come through here
-            device = canonical_name(variable.device) if variable.device else ""
-            if task_of(device) and task_of(device) != local_task():
-                shape = tuple(variable.shape.as_list()) if variable.shape.is_fully_defined() else None
-                dtype = variable.dtype.name
-                self.made.append({"name": variable.name, "shape": None if shape is None else list(shape),
-                                  "dtype": dtype, "bytes": tensor_bytes(dtype, shape), "device": device})
-                handle = getattr(variable, "handle", None)
-                if handle is not None:
-                    self.handles[id(handle)] = (handle, variable.name)
-        return variable
-
-
-_recorded: list[Variables] = []  # the variables `tfplace trace` recorded in this process (the last run's)
-
-
-@contextlib.contextmanager
-def recording() -> Iterator[Variables]:
-    """Records the variables the block makes on other tasks (`section()` lists them afterwards)."""
-    variables = Variables()
-    _recorded[:] = [variables]
-    with _tensorflow.variable_creator_scope(variables.creator):
-        yield variables
-
-
-def variable_name(handle: Any) -> str:
-    """The name of the variable whose handle this is, among those `recording()` kept ("" when unknown)."""
-    known = _recorded[0].handles.get(id(handle)) if _recorded else None
-    return known[1] if known is not None and known[0] is handle else ""
+__all__ = ["section"]
 
 
 def _remote_entries(state: dict[str, Any]) -> list[dict[str, Any]]:
@@ -117,18 +50,16 @@ def _eager_entries(log: PlacementLog) -> list[dict[str, Any]]:
             for (op, device, dtype), calls in counted.items()]
 
 
-def section(log: PlacementLog, variables: Optional[Variables] = None) -> Optional[dict[str, Any]]:
+def section(log: PlacementLog, variables: Optional[_variables.Variables] = None) -> Optional[dict[str, Any]]:
     """The trace's `"cluster"` entry in a task of a cluster (None in a single process): `task`,
     `device_prefix`, `devices` (the task's own), `collectives`, `variables` (made on other tasks; by
     default those the last `recording()` kept), `remote` (reads and writes of variables on other tasks
     per step, by the functions this task called)."""
-    if variables is None and _recorded:
-        variables = _recorded[0]
+    if variables is None:
+        variables = _variables.last_recorded()
     prefix = local_task()
     if not prefix:
         return None
-    from tfplace.cluster import _checks
-
     state = _checks.last_state() or {}
     collectives = []
     for group in state.get("groups", ()):

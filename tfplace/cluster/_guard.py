@@ -93,7 +93,7 @@ def cluster_guard(*, period: float = 0.5) -> Iterator[None]:
     Outside a cluster (no `TF_CONFIG` task, no cluster joined) it does nothing.
     """
     from tfplace._devices import local_task
-    from tfplace.cluster._collectives import task_name
+    from tfplace.cluster._names import task_name
 
     directory = os.environ.get(_checks.DIRECTORY)
     if directory:

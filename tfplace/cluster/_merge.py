@@ -32,53 +32,14 @@ from collections import Counter
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from tfplace._errors import Error
+from tfplace.cluster._names import device_task, full_device, owner, prefix_of, task_key, task_name
 from tfplace.placement.records._log_json import JSON_FORMAT
 from tfplace.placement.records._records import input_label
 
-__all__ = ["FORMAT", "MergeError", "read_trace", "trace_task", "canonical_task", "device_task", "task_name",
-           "prefix_of", "task_key", "full_device", "merge", "merge_files"]
+__all__ = ["FORMAT", "MergeError", "read_trace", "trace_task", "canonical_task", "merge", "merge_files"]
 
 FORMAT = "tfplace-cluster/1"
 _TASK = re.compile(r"^([A-Za-z_][\w\-]*)(?:[: ](\d+))?$")
-_PREFIX = re.compile(r"^/job:([^/]+)/replica:(\d+)/task:(\d+)")
-_JOBS = {"chief": 0, "master": 0, "worker": 1, "evaluator": 2, "ps": 3}
-
-
-def device_task(device: str) -> str:
-    """The task prefix of a full device name ("/job:worker/replica:0/task:1"); "" for a short name or
-    `/job:localhost` (the process's own task)."""
-    match = _PREFIX.match(device)
-    return match.group(0) if match and match.group(1) != "localhost" else ""
-
-
-def task_name(prefix: str) -> str:
-    """"/job:worker/replica:0/task:1" -> "worker:1"; the chief's task 0 -> "chief"."""
-    match = _PREFIX.match(prefix)
-    if not match:
-        return prefix
-    return "chief" if match.group(1) == "chief" and match.group(3) == "0" else f"{match.group(1)}:{match.group(3)}"
-
-
-def prefix_of(task: str) -> str:
-    """"worker:1" -> "/job:worker/replica:0/task:1"; "chief" -> "/job:chief/replica:0/task:0"."""
-    job, _, index = task.partition(":")
-    return f"/job:{job}/replica:0/task:{index or 0}"
-
-
-def task_key(task: str) -> tuple[int, str, int]:
-    """Tasks in a readable order: the chief, workers, evaluators, ps tasks, the rest; by index."""
-    job, _, index = task.partition(":")
-    return (_JOBS.get(job, 4), job, int(index) if index.isdigit() else 0)
-
-
-def full_device(device: str, own: str) -> str:
-    """`device` named in full: a short name ("/device:CPU:0") or `/job:localhost/...` is on `own`'s task."""
-    if device.startswith("/device:"):
-        return own + device
-    match = _PREFIX.match(device)
-    if match and match.group(1) == "localhost":
-        return own + device[match.end():]
-    return device
 
 
 class MergeError(Error, ValueError):
@@ -165,10 +126,6 @@ def _kind(op: str) -> str:
     return ""
 
 
-def _owner(device: str) -> str:
-    return task_name(device_task(device)) if device_task(device) else ""
-
-
 class _Traffic:
     """Traffic rows added up by (from task, to task, what)."""
 
@@ -192,7 +149,7 @@ class _Traffic:
 
 
 def _device_order(device: str) -> tuple:
-    return (task_key(_owner(device)), device)
+    return (task_key(owner(device)), device)
 
 
 def _collectives(tasks: Sequence[Mapping[str, Any]], moved: _Traffic) -> list[dict[str, Any]]:
@@ -244,15 +201,15 @@ def _collectives(tasks: Sequence[Mapping[str, Any]], moved: _Traffic) -> list[di
             where = str(c.get("source") or "")
             if kind in _SHARE and len(ring) > 1:
                 after = ring[(ring.index(c["device"]) + 1) % len(ring)]
-                moved.add(task, _owner(after), n, None if total is None else total * _SHARE[kind](size or len(ring)),
+                moved.add(task, owner(after), n, None if total is None else total * _SHARE[kind](size or len(ring)),
                           f"{label}: {kind} estimate (ring)", "collective", where=where)
             elif kind == "all-to-all":
                 for other in ring:
-                    moved.add(task, _owner(other), n, None if total is None else total / (size or len(ring)),
+                    moved.add(task, owner(other), n, None if total is None else total / (size or len(ring)),
                               f"{label}: all-to-all estimate", "collective", where=where)
             elif kind == "broadcast":
                 for other in sorted(receivers.get(key, ()), key=_device_order):
-                    moved.add(task, _owner(other), n, total, f"{label}: broadcast", "collective", where=where)
+                    moved.add(task, owner(other), n, total, f"{label}: broadcast", "collective", where=where)
     return rows
 
 
@@ -270,9 +227,9 @@ def _remote(tasks: Sequence[Mapping[str, Any]], moved: _Traffic) -> None:
             access = "read" if "Read" in what or "Gather" in what else "write" if any(
                 w in what for w in ("Assign", "Apply", "Scatter")) else "access"
             label = f"{what}: remote variable {access}"
-            moved.add(_owner(source), _owner(target), r.get("count"), r.get("bytes"), label, "remote",
+            moved.add(owner(source), owner(target), r.get("count"), r.get("bytes"), label, "remote",
                       per_step=r.get("per_step"))
-            if r.get("steps") is not None and (row := moved.rows.get((_owner(source), _owner(target), label))):
+            if r.get("steps") is not None and (row := moved.rows.get((owner(source), owner(target), label))):
                 row["steps"] = max(row.get("steps") or 0, int(r["steps"]))
 
 
@@ -285,7 +242,7 @@ def _tensors(tasks: Sequence[Mapping[str, Any]], moved: _Traffic) -> None:
                                                c["bytes"] * int(c.get("count", 1))) for c in trace.get("copies") or []]
         for row in rows:
             source, target = (full_device(str(row.get(side, "")), own) for side in ("from_device", "to_device"))
-            if not _owner(source) or not _owner(target) or _owner(source) == _owner(target):
+            if not owner(source) or not owner(target) or owner(source) == owner(target):
                 continue
             key = (row.get("kind"), re.sub(r"_\d+$", "", str(row.get("function", ""))), row.get("node"), row.get("op"),
                    row.get("input_index"), source, target, row.get("tensor"))
@@ -293,7 +250,7 @@ def _tensors(tasks: Sequence[Mapping[str, Any]], moved: _Traffic) -> None:
                 found[key] = row
     pairs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for (_, _, _, _, _, source, target, _), row in found.items():
-        pairs.setdefault((_owner(source), _owner(target)), []).append(row)
+        pairs.setdefault((owner(source), owner(target)), []).append(row)
     for (source, target), rows in pairs.items():
         rows.sort(key=lambda r: -(r.get("total_bytes") or 0))
         ops = list(dict.fromkeys(input_label(r.get('op'), r.get('input_index')) for r in rows))

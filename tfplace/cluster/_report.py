@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
-from tfplace.cluster._merge import device_task, full_device, task_key, task_name
+from tfplace.cluster._names import device_task, full_device, owner, task_key, task_name
 from tfplace.placement.records import _groups, _log_json
 from tfplace.placement.shown import _report
 from tfplace.placement.records._cost import OpCost
@@ -44,10 +44,6 @@ def _group(c: Mapping[str, Any]) -> str:
     return f"{c['op']} group {c['group_key']}" if c.get("group_key") is not None else f"{c['op']} (eager: group not kept)"
 
 
-def _owner(device: str) -> str:
-    return task_name(device_task(device)) if device_task(device) else ""
-
-
 def device_figures(tasks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per device, on the task that owns it: executions, busy µs and share of the cluster's busy time (None
     untimed), bytes sent and received by implicit transfers, whether it is one of its task's own devices
@@ -55,7 +51,7 @@ def device_figures(tasks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     rows: dict[str, dict[str, Any]] = {}
 
     def row(device: str) -> dict[str, Any]:
-        return rows.setdefault(device, {"task": _owner(device), "device": device, "executions": 0, "busy_us": None,
+        return rows.setdefault(device, {"task": owner(device), "device": device, "executions": 0, "busy_us": None,
                                         "share": None, "sent_bytes": 0, "received_bytes": 0, "own": False,
                                         "recorded_by": []})
 

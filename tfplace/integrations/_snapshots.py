@@ -7,7 +7,7 @@ snapshot files, to name the ones no test wrote or read.
 
 Example:
     >>> from tfplace.placement.api._log import PlacementLog
-    >>> from tfplace import _snapshots
+    >>> from tfplace.integrations import _snapshots
     >>> log = PlacementLog.from_text(
     ...     "Executing op MatMul in device /job:localhost/replica:0/task:0/device:CPU:0\\n")
     >>> _snapshots.placement(log)

@@ -2,7 +2,7 @@
 where against what was expected, with a table of the actual placements when it fails.
 
 Example:
-    >>> from tfplace.placement import _assertions
+    >>> from tfplace.placement.api import _assertions
     >>> from tfplace.placement.api._log import PlacementLog
     >>> log = PlacementLog.from_text("Executing op MatMul in device /job:localhost/replica:0/task:0/device:CPU:0\\n")
     >>> _assertions.assert_placed(log, "MatMul", "CPU:0")

@@ -9,7 +9,7 @@ nothing collected is unknown here: its calls report nothing (and a capture says
 its log is incomplete).
 
 Example:
-    >>> from tfplace.placement import _calls, _graphs
+    >>> from tfplace.placement.functions import _calls, _graphs
     >>> ran = _calls.after("__inference_never_called_1", "/job:localhost/replica:0/task:0/device:CPU:0", [],
     ...                    _graphs.Placed())
     >>> ran.functions, ran.records, ran.transfers

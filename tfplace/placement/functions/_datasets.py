@@ -17,7 +17,7 @@ caches that every dataset between them and the iterator reads to the end (not un
 
 Example:
     >>> import tensorflow as tf
-    >>> from tfplace.placement import _datasets
+    >>> from tfplace.placement.functions import _datasets
     >>> ds = tf.data.Dataset.range(4).map(lambda x: x + 1)
     >>> pipeline = _datasets.pipeline_of(ds._variant_tensor)
     >>> [name.split("_")[3:5] for name in pipeline.functions], pipeline.rewritten

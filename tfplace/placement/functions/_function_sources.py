@@ -16,7 +16,7 @@ sources capture is open.
 
 Example:
     >>> import tensorflow as tf
-    >>> from tfplace.placement import _function_sources
+    >>> from tfplace.placement.functions import _function_sources
     >>> with _function_sources.watching():
     ...     f = tf.function(lambda x: x * 2.0).get_concrete_function(tf.TensorSpec([2]))
     >>> _function_sources.lines(f.name.decode())["mul"].startswith("<doctest")

@@ -21,10 +21,11 @@ takes (with a warning) and collection stays on for it after the capture.
 
 Example:
     >>> import tensorflow as tf
-    >>> from tfplace.placement import _graphs, _session
-    >>> from tfplace.placement.api._log import PlacementLog
+    >>> from tfplace.placement.functions import _graphs
+    >>> from tfplace.placement.session import _session
+    >>> from tfplace.placement.records._recorder import Recorder
     >>> x = tf.ones(2)           # collection needs the runtime started
-    >>> log = PlacementLog()
+    >>> log = Recorder()
     >>> with _session.hold():    # captures and guards hold the capture session
     ...     _graphs.attach(log)
     ...     _ = tf.function(lambda v: v * v)(x)
@@ -49,7 +50,7 @@ from tfplace.placement.functions import _dtensor, _function_sources, _instances,
 from tfplace.placement.records import _groups
 from tfplace.placement.ops import _kernels
 from tfplace.placement.session import _session
-from tfplace.placement.api._log import PlacementLog
+from tfplace.placement.records._recorder import Recorder
 from tfplace.placement.records._records import ARGUMENT_OPS, CopyRecord, Kind, Origin, PlacementRecord
 from tfplace.placement.session._sources import user_stacklevel
 
@@ -132,7 +133,7 @@ def detach(log: object) -> None:
         here = threading.get_ident()
         pending = collect(elsewhere=in_flight_elsewhere(session))
         for other, sources, thread in session.logs if pending.functions else ():
-            if isinstance(other, PlacementLog) and thread == here:
+            if isinstance(other, Recorder) and thread == here:
                 other.add(pending.instantiated if sources else _placed.without_sources(pending.instantiated), pending.transfers)
         session.logs[:] = [entry for entry in session.logs if entry[0] is not log]
         session.waiting = session.waiting and bool(session.logs)

@@ -7,7 +7,7 @@ library; a `Pipeline` names the functions an iterator instantiates (from a place
 ops, or from the Python dataset: `tfplace.placement.functions._datasets`).
 
 Example:
-    >>> from tfplace.placement import _pipelines
+    >>> from tfplace.placement.functions import _pipelines
     >>> _pipelines.Pipeline(("__inference_Dataset_map_f_12",)).rewritten
     True
 """

@@ -11,7 +11,7 @@ Grappler, and an XLA function's nodes compiled whole.
 * `places_nothing(function)`: a function without nodes, arguments or results (TensorFlow places nothing).
 
 Example:
-    >>> from tfplace.placement import _placed
+    >>> from tfplace.placement.functions import _placed
     >>> from tfplace.placement.records._records import PlacementRecord
     >>> record = PlacementRecord("MatMul", "m", "/device:CPU:0", "place", "train.py:4")
     >>> _placed.without_sources([record])[0].source

@@ -34,7 +34,7 @@ per element, so one record per instantiation is a lower bound: `in_loop`.
 
 Example:
     >>> import tensorflow as tf
-    >>> from tfplace.placement import _transfers
+    >>> from tfplace.placement.functions import _transfers
     >>> len(_transfers.function_transfers([], {}, {}))   # a function on one device moves nothing
     0
 """

@@ -9,7 +9,7 @@ from the CUDA build of the TensorFlow version it names).
 A `DEFAULT`-device kernel serves every device type.
 
 Example:
-    >>> from tfplace.placement import _kernel_table
+    >>> from tfplace.placement.ops import _kernel_table
     >>> table = _kernel_table.gpu_table()
     >>> table.supports("MatMul", "GPU", (("T", "float32"),)), table.supports("MatMul", "GPU", (("T", "int32"),))
     (True, False)

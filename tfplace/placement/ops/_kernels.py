@@ -8,7 +8,7 @@ a log says the same on every CPU. Inputs a kernel keeps in host memory (a
 are not implicit copies.
 
 Example:
-    >>> from tfplace.placement import _kernels
+    >>> from tfplace.placement.ops import _kernels
     >>> _kernels.op_type("_MklMatMul"), _kernels.op_type("_MklFusedMatMul")
     ('MatMul', '_FusedMatMul')
     >>> _kernels.host_memory_inputs("Fill", "CPU", 2)

@@ -9,7 +9,7 @@ never a guess presented as a figure.
 
 Example:
     >>> from tfplace.placement.records._records import CopyRecord, PlacementRecord
-    >>> from tfplace.placement import _cost
+    >>> from tfplace.placement.records import _cost
     >>> copy = CopyRecord("MatMul", 0, "/device:CPU:0", "/device:CPU:1", "train.py:3", dtype="float32", bytes=64)
     >>> [(t.op, t.count, t.total_bytes) for t in _cost.transfers([copy, copy])]
     [('MatMul', 2, 128)]

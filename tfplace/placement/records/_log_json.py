@@ -2,7 +2,7 @@
 identical events stored once with their `count`, and what `PlacementLog.from_json()` reads.
 
 Example:
-    >>> from tfplace.placement import _log_json
+    >>> from tfplace.placement.records import _log_json
     >>> from tfplace.placement.records._records import PlacementRecord
     >>> mul = PlacementRecord("Mul", "", "/device:CPU:0", "execute")
     >>> data = _log_json.to_json([mul, mul], [], {}, [], complete=True)

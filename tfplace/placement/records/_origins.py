@@ -22,7 +22,7 @@ One definition of *plumbing* serves every report: a function's arguments and res
 nodes the graph optimizer removed before they ran.
 
 Example:
-    >>> from tfplace.placement import _origins
+    >>> from tfplace.placement.records import _origins
     >>> _origins.of_frames([("/site-packages/keras/src/optimizers/adam.py", 117)])
     'framework'
     >>> _origins.of_frames([("/site-packages/keras/src/layers/core/dense.py", 222), ("train.py", 9)])

@@ -15,7 +15,7 @@ the lines of tensors still alive (`_memory`), the warnings already given (`_kern
 the `Runtime` (`runtime()`), bounded where it could grow: a later capture or guard reads it.
 
 Example:
-    >>> from tfplace.placement import _session
+    >>> from tfplace.placement.session import _session
     >>> with _session.hold() as session:
     ...     session is _session.current()
     True

@@ -17,8 +17,8 @@ Reasons, in the order they are tried:
 * "unknown": none of these.
 
 Example:
-    >>> from tfplace.placement import _explain
-    >>> from tfplace.placement import _kernel_table
+    >>> from tfplace.placement.shown import _explain
+    >>> from tfplace.placement.ops import _kernel_table
     >>> from tfplace.placement.records._records import PlacementRecord
     >>> record = PlacementRecord("MatMul", "", "/device:CPU:0", "execute", requested="/device:GPU:0",
     ...                          dtypes=(("T", "int32"),))

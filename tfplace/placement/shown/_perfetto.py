@@ -30,7 +30,7 @@ import json
 from collections import Counter
 from typing import Any, Iterable, Optional, Sequence
 
-from tfplace.cli import _script
+from tfplace import _files
 from tfplace.placement.records._records import Kind, input_label, is_function_call
 
 __all__ = ["trace_events", "merge_tasks", "write", "STEP"]
@@ -303,4 +303,4 @@ def write(path: str, trace: dict[str, Any]) -> None:
         with open(temporary, "wb") as out:
             out.write(gzip.compress(data) if path.endswith(".gz") else data)
 
-    _script.write_whole(path, dump)
+    _files.write_whole(path, dump)

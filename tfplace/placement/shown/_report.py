@@ -15,7 +15,7 @@ only format these rows.
 
 Example:
     >>> from tfplace.placement.records._records import PlacementRecord
-    >>> from tfplace.placement import _report
+    >>> from tfplace.placement.shown import _report
     >>> records = [PlacementRecord("MatMul", "", "/device:CPU:0", "failed", "train.py:3")] * 2
     >>> [(g.source, g.op, g.count) for g in _report.failed(records)]
     [('train.py:3', 'MatMul', 2)]

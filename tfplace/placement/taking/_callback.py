@@ -8,7 +8,7 @@ when sources are asked for) takes the record kept the first time (`Hook._learn`)
 read, instead of describing the op and walking the stack again.
 
 Example:
-    >>> from tfplace.placement import _callback
+    >>> from tfplace.placement.taking import _callback
     >>> _callback.thread_hooks()   # no capture open in this thread
     []
 """

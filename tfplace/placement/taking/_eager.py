@@ -2,7 +2,7 @@
 implicit copies of its inputs.
 
 Example:
-    >>> from tfplace.placement import _eager
+    >>> from tfplace.placement.taking import _eager
     >>> op, kind, record = _eager.describe("MatMul", "/job:localhost/replica:0/task:0/device:CPU:0", None, ())
     >>> op, kind == _eager.OP, record.device, record.kind
     ('MatMul', True, '/device:CPU:0', 'execute')

@@ -3,7 +3,7 @@ TensorFlow's paths that raise an op's error (`ops.raise_from_not_ok_status`, `ex
 while a capture listens.
 
 Example:
-    >>> from tfplace.placement import _failures
+    >>> from tfplace.placement.taking import _failures
     >>> _failures.record_failure(ValueError("no op named here"))   # nothing listens: nothing recorded
 """
 

@@ -41,7 +41,7 @@ landed in the op callback) has them cut: its traceback ends at the user's line.
 
 Example:
     >>> import tensorflow as tf
-    >>> from tfplace.placement import _hooks
+    >>> from tfplace.placement.taking import _hooks
     >>> class Printer:
     ...     sources = all_threads = False
     ...     def on_op(self, record, copies):

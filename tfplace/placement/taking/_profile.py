@@ -47,7 +47,7 @@ that an earlier counted event on its line already covers adds executions, not ti
 
 Example:
     >>> import tensorflow as tf
-    >>> from tfplace.placement import _profile, _profiling
+    >>> from tfplace.placement.taking import _profile, _profiling
     >>> x = tf.ones((64, 64))
     >>> session = _profiling.ProfilerSession.start()
     >>> y = tf.matmul(x, x)

@@ -4,7 +4,7 @@ back as an `XSpace` (`tfplace.placement.taking._profile.read_xspace` reads it).
 
 Example:
     >>> import tensorflow as tf
-    >>> from tfplace.placement import _profiling
+    >>> from tfplace.placement.taking import _profiling
     >>> session = _profiling.ProfilerSession.start()
     >>> _ = tf.ones(2) * 2.0
     >>> session.stop() is not None, session.missing

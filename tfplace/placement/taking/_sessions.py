@@ -19,7 +19,7 @@ recorded, its placement is not, and `unseen` says so.
 
 Example:
     >>> import tensorflow as tf
-    >>> from tfplace.placement import _sessions
+    >>> from tfplace.placement.taking import _sessions
     >>> graph = tf.Graph()
     >>> with graph.as_default():
     ...     c = tf.matmul(tf.ones((2, 2)), tf.ones((2, 2)), name="c")

@@ -1,0 +1,134 @@
+"""What a memory capture counted, per device (`Memory`, `DeviceMemory`), and how it is read: sizes as people
+write them (`parse_size`, `size_text`), the assertion on a device's peak (`assert_below`). The census that
+counts them is `tfplace.placement.taking._memory`.
+
+Example:
+    >>> from tfplace.placement.records._memory_figures import parse_size, size_text
+    >>> parse_size("2 GiB", "example"), size_text(3 * 2**20)
+    (2147483648, '3.0 MiB')
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, NamedTuple, Optional, Union
+
+from tfplace._devices import parse_device
+
+__all__ = ["DeviceMemory", "Memory", "NOT_COUNTED", "renamed", "assert_below", "parse_size", "size_text"]
+
+NOT_COUNTED = "memory was not counted: capture with capture_placement(memory=True)"
+
+
+class DeviceMemory(NamedTuple):
+    """One device's memory during a block.
+
+    Attributes:
+      peak_bytes: the most bytes of counted tensors and variables alive at once.
+      live_bytes: those still alive when the block ended.
+      top: the lines holding most bytes, `(source, bytes)` pairs, most first (each line's own peak;
+        source "" when the capture had no sources or the line is unknown).
+      allocator_current_bytes: TensorFlow's allocator's figure at the block's end (GPUs), else None.
+      allocator_peak_bytes: its peak during the block (GPUs, reset at the start), else None.
+    """
+
+    peak_bytes: int
+    live_bytes: int
+    top: tuple[tuple[str, int], ...]
+    allocator_current_bytes: Optional[int] = None
+    allocator_peak_bytes: Optional[int] = None
+
+
+class Memory(NamedTuple):
+    """What a memory capture counted: `devices` maps each canonical device name to its `DeviceMemory`.
+
+    Attributes:
+      devices: canonical device name -> `DeviceMemory`.
+      tracked: how many tensors and variables were counted.
+      note: which figure is which (tfplace's count, TensorFlow's allocator's), or why there are none.
+    """
+
+    devices: dict[str, DeviceMemory]
+    tracked: int = 0
+    note: str = NOT_COUNTED
+
+    def to_json(self) -> dict[str, Any]:
+        """The figures as JSON-ready data."""
+        return {"note": self.note, "tracked": self.tracked,
+                "devices": [{"device": device, "peak_bytes": m.peak_bytes, "live_bytes": m.live_bytes,
+                             "top": [[source, size] for source, size in m.top],
+                             "allocator_current_bytes": m.allocator_current_bytes,
+                             "allocator_peak_bytes": m.allocator_peak_bytes} for device, m in self.devices.items()]}
+
+    def lines(self) -> list[str]:
+        """The figures as text, a device a line, then its top lines (what reports print)."""
+        if not self.devices:
+            return [f"  ({self.note})"]
+        found = []
+        for device, m in self.devices.items():
+            allocator = (f"; TensorFlow's allocator: {size_text(m.allocator_current_bytes)} at the end, peak "
+                         f"{size_text(m.allocator_peak_bytes)}" if m.allocator_peak_bytes is not None else "")
+            found.append(f"  {device}: peak {size_text(m.peak_bytes)}, live at the end {size_text(m.live_bytes)}"
+                         f"{allocator}")
+            found += [f"      {source or 'an unknown line'}  {size_text(size)}" for source, size in m.top]
+        return found + [f"  ({self.note})"]
+
+
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def renamed(found: Memory, rename: Optional[Callable[[str], str]]) -> Memory:
+    """`found` with the lines of its top tensors renamed (as IPython names a cell's lines)."""
+    if rename is None:
+        return found
+    return found._replace(devices={device: m._replace(top=tuple((rename(source) if source else "", size)
+                                                               for source, size in m.top))
+                                   for device, m in found.devices.items()})
+
+
+def assert_below(found: Memory, device: str, limit: Union[int, float, str]) -> None:
+    """Raises AssertionError, with the lines holding most bytes, unless the peak of `found` on `device`
+    (any accepted spelling) stayed below `limit` (`PlacementLog.assert_memory_below`)."""
+    __tracebackhide__ = True
+    where = parse_device(device, origin="PlacementLog.assert_memory_below's argument device").name
+    allowed = parse_size(limit, "PlacementLog.assert_memory_below's argument limit")
+    figures = found.devices.get(where)
+    if figures is None or figures.peak_bytes < allowed:
+        return
+    rows = "\n".join(f"    {size_text(size):>10}  {source or 'an unknown line'}" for source, size in figures.top)
+    raise AssertionError(
+        f"expected the block's memory on {where} to stay below {size_text(allowed)} ({allowed} bytes), but "
+        f"it peaked at {size_text(figures.peak_bytes)} ({figures.peak_bytes} bytes; "
+        f"{size_text(figures.live_bytes)} still live at the end). The lines holding most:\n{rows}\n"
+        f"  ({found.note})")
+
+
+def parse_size(limit: Union[int, float, str], origin: str) -> int:
+    """Bytes from `limit`: a number of bytes, or a string such as "2 GiB", "512MiB", "1.5 GB", "100 kB".
+
+    Raises:
+      ValueError: anything else, naming what was received, what is allowed and `origin`.
+    """
+    if isinstance(limit, bool):
+        limit = str(limit)
+    if isinstance(limit, (int, float)) and limit >= 0:
+        return int(limit)
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", limit) if isinstance(limit, str) else None
+    unit = match[2].lower() if match else ""
+    if match is None or (unit and unit not in _UNITS):
+        raise ValueError(f"{origin} received {limit!r}: allowed are a number of bytes >= 0 or a string such as "
+                         f"'2 GiB', '512 MiB', '1.5 GB' (units {', '.join(['B', 'kB', 'MB', 'GB', 'TB', 'KiB', 'MiB', 'GiB', 'TiB'])})")
+    return int(float(match[1]) * _UNITS[unit or "b"])
+
+
+def size_text(count: Optional[float]) -> str:
+    """Bytes as people read them: "512 B", "4.0 MiB" ("?" when unknown)."""
+    if count is None:
+        return "?"
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return ""
