@@ -30,7 +30,7 @@ from tfplace import _contained, _tensorflow
 from tfplace._devices import local_task
 from tfplace._errors import add_note
 from tfplace.placement.taking import _events, _hooks
-from tfplace.placement.functions import _function_sources, _graphs, _placed
+from tfplace.placement.functions import _collected, _function_sources, _graphs, _placed
 from tfplace.placement.shown import _report
 from tfplace.placement.session import _session
 from tfplace.placement.api._log import PlacementLog
@@ -59,8 +59,8 @@ class _Recorder:
         self.keys: set[tuple] = set()
         self.stripped: tuple[tuple, tuple] = ((), ())  # a Session run's transfers, and the same without lines
 
-    def on_function(self, record: PlacementRecord, placed: bool, call: Union[_graphs.Placed, _graphs.Later]) -> None:
-        if isinstance(call, _graphs.Later) and not call.made:
+    def on_function(self, record: PlacementRecord, placed: bool, call: Union[_collected.Placed, _collected.Later]) -> None:
+        if isinstance(call, _collected.Later) and not call.made:
             if call.functions:
                 self.log.add_later(runs=call)
         elif call.runs:
@@ -112,7 +112,7 @@ class _Recorder:
             if key in self.keys:
                 return
             self.keys.add(key)
-        if isinstance(records, _graphs.Later):
+        if isinstance(records, _collected.Later):
             self.log.add_later(records=(lambda: records.instantiated) if self.sources else
                                (lambda: _placed.without_sources(records.instantiated)))
         else:

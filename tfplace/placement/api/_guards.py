@@ -33,7 +33,7 @@ from tfplace._devices import Device, canonical_name, resolve
 from tfplace._errors import ConfigurationError, ImplicitCopyError, PlacementError
 from tfplace.placement.taking import _events, _hooks, _sessions
 from tfplace.placement.shown import _explain
-from tfplace.placement.functions import _function_sources, _graphs
+from tfplace.placement.functions import _collected, _function_sources, _graphs
 from tfplace.placement.ops import _kernel_table
 from tfplace.placement.session import _session
 from tfplace.placement.records._origins import ORIGINS, is_plumbing
@@ -94,7 +94,7 @@ class _TransferGuard:
                 return
             raise ImplicitCopyError(message)
 
-    def on_function(self, record: PlacementRecord, placed: bool, call: _graphs.Placed) -> None:
+    def on_function(self, record: PlacementRecord, placed: bool, call: _collected.Placed) -> None:
         """A function call's transfers come with its `on_op`."""
 
     def on_op(self, record: PlacementRecord, copies: Sequence[CopyRecord]) -> None:
@@ -189,7 +189,7 @@ class _DeviceGuard:
                                  f"{user_line() or 'an unknown line'} ran {', '.join(wrong)}; allowed: "
                                  f"{self.wanted}, or ops in allow_ops={sorted(self.allow_ops)}")
 
-    def on_function(self, record: PlacementRecord, placed: bool, call: _graphs.Placed) -> None:
+    def on_function(self, record: PlacementRecord, placed: bool, call: _collected.Placed) -> None:
         """The nodes the call ran: each one of the guarded origins that computes (not plumbing) must
         run on the guarded device."""
         for node in call.records:

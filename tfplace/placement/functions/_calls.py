@@ -9,9 +9,9 @@ nothing collected is unknown here: its calls report nothing (and a capture says
 its log is incomplete).
 
 Example:
-    >>> from tfplace.placement.functions import _calls, _graphs
+    >>> from tfplace.placement.functions import _calls, _collected
     >>> ran = _calls.after("__inference_never_called_1", "/job:localhost/replica:0/task:0/device:CPU:0", [],
-    ...                    _graphs.Placed())
+    ...                    _collected.Placed())
     >>> ran.functions, ran.records, ran.transfers
     (0, (), ())
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from tfplace.placement.session import _session
-from tfplace.placement.functions._graphs import Placed
+from tfplace.placement.functions._collected import Placed
 
 __all__ = ["after", "argument_devices"]
 

@@ -91,7 +91,7 @@ def key(op: str, attrs: Any, inputs: Sequence[Any]) -> tuple:
 
 class Ran(NamedTuple):
     """What one call on DTensor's device runs: the nodes, transfers and node runs of its per-device
-    functions (`_graphs.Placed`, transfers named after each instance) and their calls ("execute"
+    functions (`_collected.Placed`, transfers named after each instance) and their calls ("execute"
     records on the mesh's devices, as TensorFlow's log prints them from DTensor's threads)."""
 
     placed: Any

@@ -38,7 +38,7 @@ from tfplace.placement.records._records import Origin
 from tfplace.placement.session._sources import live_line, stack_user_line, user_frame
 
 __all__ = ["Note", "watching", "watched", "lines", "notes", "notes_of_graph", "functions_with_nodes", "node_notes",
-           "identity_line"]
+           "identity_line", "made_in_graph"]
 
 _LIMIT = 4096  # functions remembered (oldest forgotten first)
 _IDENTITIES = frozenset({"Identity", "IdentityN"})
@@ -96,6 +96,20 @@ def identity_line(op_type: str, frame: Optional[FrameType]) -> Optional[str]:
         if frame is None or user_frame(frame)[0] != 0:
             return ""
     return line
+
+
+def made_in_graph(session: Any, graph: Any, name: str, op_type: str, frame: Optional[FrameType]) -> None:
+    """Keeps who made node `name` of `graph` as the op callback sees it traced (`frame`: the op's maker, read
+    from the live stack), and its user's line where line watchers want it (`notes` reads them)."""
+    made = session.made_by.get(graph)
+    if made is None:
+        made = session.made_by.setdefault(graph, {})
+    made[name] = _origins.live(2, shortcut=False)
+    if session.line_watchers:
+        lines = session.lines_made.get(graph)
+        if lines is None:
+            lines = session.lines_made.setdefault(graph, {})
+        lines[name] = identity_line(op_type, frame)
 
 
 def _notes(operations: Sequence[tuple[Any, str, str]], lines: Mapping[str, str], said: Mapping[str, str]) -> dict[str, Note]:

@@ -49,7 +49,7 @@ class Recorder:
         self._lock = threading.Lock()
         self._runs: Counter = Counter()  # (device, op, category) -> executions of function nodes
         # Made when the log is read (`add_later`): (index in `_records`, the records' maker), and function calls
-        # whose node runs count then (`tfplace.placement.functions._graphs.Later`).
+        # whose node runs count then (`tfplace.placement.functions._collected.Later`).
         self._later: list[tuple[int, Callable[[], Sequence[PlacementRecord]]]] = []
         self._later_runs: list[Any] = []
         self._later_copies: list[tuple[int, int, Callable[[], Sequence[CopyRecord]]]] = []  # (index, record, maker)
@@ -79,7 +79,7 @@ class Recorder:
 
     def add_later(self, records: Optional[Callable[[], Sequence[PlacementRecord]]] = None, runs: Any = None) -> None:
         """Appends records made when the log is first read (`records()` makes them, in their place among the
-        events), or counts the node runs of a function call then (`runs`: a `tfplace.placement.functions._graphs.Later`)."""
+        events), or counts the node runs of a function call then (`runs`: a `tfplace.placement.functions._collected.Later`)."""
         if records is not None:
             self._later.append((len(self._records), records))
         if runs is not None:

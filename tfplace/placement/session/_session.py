@@ -96,7 +96,7 @@ class Runtime:
         self.by_nodes: dict[tuple[str, ...], list[str]] = {}  # node names -> functions with them
         self.made: dict[int, str] = {}  # id of a tensor alive -> the line that made it
         self.warned: set[str] = set()  # warnings given once per process
-        self.unmade: collections.deque = collections.deque()  # `_graphs.Later`s waiting (weak references), oldest first
+        self.unmade: collections.deque = collections.deque()  # `_collected.Later`s waiting (weak references), oldest first
         self.sessions: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()  # a tf.compat.v1 Session -> what it placed and ran
         self.listening = 0  # how many times the hooks' patches went in: a Session may run unseen between two
         self.iterating: set[str] = set()  # functions whose calls iterate a dataset they are given

@@ -18,28 +18,21 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Optional, Sequence
 
-from tensorflow.core.framework import types_pb2
-
 from tfplace import _contained, _tensorflow
-from tfplace._devices import canonical_name
-from tfplace._tensorflow import dtype_enum
-from tfplace.placement.functions import _calls, _datasets, _dtensor, _graphs, _pipelines, _placed
-from tfplace.placement.taking import _eager, _events
+from tfplace.placement.functions import _datasets, _graphs
+from tfplace.placement.taking import _eager, _events, _function_calls
 from tfplace.placement.records import _origins
 from tfplace.placement.session import _session
-from tfplace.placement.functions._function_sources import identity_line
+from tfplace.placement.functions._function_sources import made_in_graph
 from tfplace.placement.records._records import CUSTOM_DEVICE, CopyRecord, Origin, PlacementRecord
 from tfplace.placement.session._sources import user_frame, user_line
 
 __all__ = ["Hook", "thread_hooks"]
 
-_ITERATING = 4096  # functions remembered as iterating a dataset they are given
-_VARIANT = types_pb2.DT_VARIANT
 _INPUT = Origin.INPUT
 _OP, _EXPLICIT, _CUSTOM = _eager.OP, _eager.EXPLICIT, CUSTOM_DEVICE
 _getframe = sys._getframe  # pylint: disable=protected-access
 _DATASET_OPS = _datasets.READS | {"DatasetCardinality"}
-_NOTHING_PLACED = _graphs.Placed()  # what an op that is no function call places (made once: it runs per op)
 _COPYING = (_OP, _EXPLICIT)  # what an op's kind may be when its inputs can be copied implicitly
 _KEPT = 8  # per op type, the deciding codes kept; per call, the (device, scope, attributes) kept
 
@@ -53,7 +46,7 @@ class Hook:
         self.calls: tuple[tuple[Callable, bool], ...] = ()  # each listener's on_op, and whether it keeps sources
         self.plain_calls: tuple[Callable, ...] = ()
         self.copies_only = False  # every listener hears only of eager ops that copy (and of function calls)
-        self.later = False  # every listener takes a function's records when its log is read (`_graphs.Later`)
+        self.later = False  # every listener takes a function's records when its log is read (`_collected.Later`)
         self.outputs: tuple[tuple[Callable, bool], ...] = ()  # the listeners that count the tensors ops return
         self.counter: Optional[tuple[Callable, bool]] = None  # the one listener that counts them, where only one does
         self.sources = False
@@ -93,19 +86,23 @@ class Hook:
                      op_name: Optional[str] = None, graph: Any = None) -> None:
         """The callback while every listener hears only of copies (transfer guards alone): an eager op whose
         inputs all are where it ran is done here; any other goes on in `__call__`."""
-        if graph is None and outputs and not self.session.waiting:
-            copying = self.copying.get(op_type)
-            if copying is None:
-                copying = self._copying(op_type)
-            if copying:
-                full = outputs[0].device
-                if _CUSTOM not in full:
-                    for tensor in inputs:
-                        if tensor.backing_device != full:
-                            break  # (an identity under a tf.device scope copies explicitly: told apart there)
-                    else:
-                        return None
+        if graph is None and outputs and not self.session.waiting and self._stays(op_type, inputs, outputs[0].device):
+            return None
         return self(op_type, inputs, attrs, outputs, op_name, graph)
+
+    def _stays(self, op_type: Any, inputs: Sequence[Any], full: str) -> bool:
+        """True for an eager op that copies nothing implicitly: its type can copy its inputs, it ran on no custom
+        device, and every input is where it ran (an identity under a tf.device scope copies explicitly: told
+        apart in `__call__`)."""
+        copying = self.copying.get(op_type)
+        if copying is None:
+            copying = self._copying(op_type)
+        if not copying or _CUSTOM in full:
+            return False
+        for tensor in inputs:
+            if tensor.backing_device != full:
+                return False
+        return True
 
     def records(self, key: _events.EventKey, records: Sequence[PlacementRecord]) -> None:
         for listener in tuple(self.listeners):
@@ -122,30 +119,15 @@ class Hook:
                 _graphs.start()
             if graph is not None:  # an op made while a function is traced: what its maker says, read here
                 if session.watchers:  # from the live stack, where repeated makers are known (`_function_sources`)
-                    name = outputs[0].op.name if outputs else op_name
-                    made = session.made_by.get(graph)
-                    if made is None:
-                        made = session.made_by.setdefault(graph, {})
-                    made[name] = _origins.live(1, shortcut=False)
-                    if session.line_watchers:  # and the user's line
-                        lines = session.lines_made.get(graph)
-                        if lines is None:
-                            lines = session.lines_made.setdefault(graph, {})
-                        lines[name] = identity_line(op_type, _getframe(1))
+                    made_in_graph(session, graph, outputs[0].op.name if outputs else op_name, op_type, _getframe(1))
                 return None
             if not self.calls:
                 return None
             full = outputs[0].device if outputs else _eager.device_of(inputs)
-            if self.copies_only:  # no listener wants an eager op whose inputs all are where it ran (guards alone)
-                copying = self.copying.get(op_type)
-                if copying is None:
-                    copying = self._copying(op_type)
-                if copying and _CUSTOM not in full:  # (an op without outputs, or one `_copies_only` did not decide)
-                    for tensor in inputs:
-                        if tensor.backing_device != full:
-                            break  # (an identity under a tf.device scope copies explicitly: told apart below)
-                    else:
-                        return None
+            # no listener wants an eager op whose inputs all are where it ran (guards alone): an op without outputs,
+            # or one `_copies_only` did not decide
+            if self.copies_only and self._stays(op_type, inputs, full):
+                return None
             try:
                 requested, scope_by = session.asked.scope
             except AttributeError:  # this thread's first op since the patches went in
@@ -190,7 +172,7 @@ class Hook:
             try:
                 op, kind, record = session.described[(op_type, full, requested, attrs)]
             except (KeyError, TypeError):
-                op, kind, record = _describe(session, op_type, full, requested, attrs)
+                op, kind, record = _eager.described(session, op_type, full, requested, attrs)
             learn = (kind == _OP or kind == _EXPLICIT) and op not in _DATASET_OPS and _CUSTOM not in full
             decider = user = None
             source = ""
@@ -224,7 +206,7 @@ class Hook:
             copies: Sequence[CopyRecord] = ()
             if kind == _OP:
                 if _CUSTOM in full:
-                    return self._called(session, op, kind, record, full, inputs, attrs, outputs)
+                    return _function_calls.called(self, session, op, kind, record, full, inputs, attrs, outputs)
                 for tensor in inputs:
                     if tensor.backing_device != full:
                         copies = _eager.copies(op, inputs, full, record.device)
@@ -235,10 +217,10 @@ class Hook:
                     elif _datasets.reading():
                         _datasets.read(inputs[:1], 1)
             elif kind != _EXPLICIT:
-                return self._called(session, op, kind, record, full, inputs, attrs, outputs)
+                return _function_calls.called(self, session, op, kind, record, full, inputs, attrs, outputs)
             plain = record
             if self.sources or copies:
-                record, copies = self._sourced(session, record, copies, source)
+                record, copies = self.sourced(session, record, copies, source)
                 for call, sources in self.calls:  # a listener that did not ask for sources gets none
                     call(record if sources else plain, copies)
             else:
@@ -291,139 +273,17 @@ class Hook:
             entries.clear()
         entries.append(entry)
 
-    def _sourced(self, session: _session.Session, record: PlacementRecord, copies: Sequence[CopyRecord],
+    def sourced(self, session: _session.Session, record: PlacementRecord, copies: Sequence[CopyRecord],
                  source: str = "") -> tuple[PlacementRecord, Sequence[CopyRecord]]:
         """The record with the user's line (`source`, else read here; when a listener asks for sources) and the
         copies with it."""
         source = source or user_line()
         if copies:
-            copies = _with_line(copies, record.op, source)
+            copies = _eager.with_line(copies, record.op, source)
         if self.sources:
             sourced = (id(record), source)
             record = session.sourced.get(sourced) or session.sourced.setdefault(sourced, record._replace(source=source))
         return record, copies
-
-    def _called(self, session: _session.Session, op: str, kind: int, record: PlacementRecord, full: str,
-                inputs: Sequence[Any], attrs: Any, outputs: Any) -> None:
-        """The rest of `__call__` for a function call, an iterator's making and an op on DTensor's device:
-        what they placed, ran and moved, and the records of the datasets they read."""
-        placed = waiting = False
-        ran = found = _NOTHING_PLACED
-        copies: Sequence[CopyRecord] = ()
-        later: Optional[tuple[_events.EventKey, Sequence[PlacementRecord]]] = None
-        unseen = ""
-        uncertain: Sequence[PlacementRecord] = ()  # records of `unseen`'s functions, where it names some
-        executed: Sequence[PlacementRecord] = ()
-        if kind <= _eager.FUNCTION and _CUSTOM in full:  # DTensor's device: per-device functions (`_dtensor`)
-            host = _dtensor.on_host(op) if kind == _OP else ""
-            if host:  # one eager op on the host, its result broadcast: no function of DTensor's ran
-                executed = (record._replace(device=canonical_name(host), requested="", requested_by=""),)
-            else:
-                collected = _graphs.collect_dtensor(op, record.origin)
-                mesh = _dtensor.after(_dtensor.key(op, attrs, inputs), collected)
-                found, placed = collected.placed, collected.placed.functions > 0
-                ran, copies, executed = mesh.placed, mesh.placed.transfers, mesh.executed
-                kind = _eager.FUNCTION  # listeners hear of it as of a function call (its records, its runs)
-        elif kind == _eager.FUNCTION:
-            if _placed.is_xla(op):
-                later = _events.EventKey(_events.Event.COMPILED, op, record.device), _placed.compiled_records(op, full)
-                placed = True
-                ran = _graphs.Placed(1, later[1], runs=_placed.compiled_runs(op, full))
-            else:
-                found = _graphs.collect(op, _graphs.in_flight_elsewhere(session), (op, full, _calls.argument_devices(inputs)),
-                                        later=self.later)
-                placed = found.functions > 0 or bool(found.unseen)
-                unseen = found.unseen
-                ran = _calls.after(op, full, inputs, found)
-                # a call that can move tensors, whose records wait for its listeners' logs: its transfers too
-                waiting = self.later and isinstance(ran, _graphs.Later) and not ran.made and ran.moves
-                # the tf.data functions the call's iterators instantiate: again at every call
-                copies = (() if waiting else ran.transfers) + (found.dataset_transfers if placed else ran.dataset_transfers)
-                if _datasets.reading():
-                    _datasets.read_in_call(inputs, ran.records)
-                # its iterators instantiate the dataset's functions at every call: looked up at its first call, and
-                # at later ones where that found a dataset (another variant, a TensorList, needs no look-up per call)
-                iterates = _session.runtime().iterating
-                for tensor in inputs if placed or op in iterates else ():
-                    if dtype_enum(tensor) == _VARIANT:  # pylint: disable=protected-access
-                        pipeline = _datasets.pipeline_of(tensor)
-                        if pipeline is not None:
-                            if placed and len(iterates) < _ITERATING:
-                                iterates.add(op)
-                            records, moved = _pipelines.iterator_placement(pipeline, full)
-                            later, copies = (_events.EventKey(_events.Event.DATASET, op), records), copies + moved
-                            if pipeline.unseen and not unseen:
-                                unseen, uncertain = pipeline.unseen, _pipelines.uncertain_records(pipeline, full)
-        elif kind == _eager.ITERATOR and inputs:
-            own = tuple(_eager.function_name(attrs[i + 1]) for i in range(0, len(attrs), 2) if attrs[i] == "f")
-            pipeline = _datasets.pipeline_of(inputs[0], own, iterator=inputs[1] if len(inputs) > 1 else None)
-            if pipeline is not None:
-                records, copies = _pipelines.iterator_placement(pipeline, full)
-                later = _events.EventKey(_events.Event.DATASET, op), records
-                unseen = pipeline.unseen
-                uncertain = _pipelines.uncertain_records(pipeline, full) if unseen else ()
-        plain = record
-        if waiting:  # the call's transfers are made when its listeners' logs are read, with its line read now
-            source = user_line()
-            record = self._sourced(session, record, (), source)[0]
-            waited, moved = ran, tuple(copies)
-
-            def made() -> list[CopyRecord]:
-                return _with_line(waited.transfers + moved, plain.op, source)
-
-            for listener in tuple(self.listeners):
-                listener.on_op_later(record if listener.sources else plain, made)
-        else:
-            if self.sources or copies:
-                record, copies = self._sourced(session, record, copies)
-            for call, sources in self.calls:  # a listener that did not ask for sources gets none
-                call(record if sources else plain, copies)
-        for call, sources in self.outputs:
-            call(record if sources else plain, outputs)
-        if kind == _eager.FUNCTION:
-            if isinstance(found, _graphs.Later) and not found.made:  # its records, made when its listeners' logs are read
-                if found.functions:
-                    self.records(_events.EventKey(_events.Event.PLACED, op), found)
-            elif found.instantiated:
-                self.records(_events.EventKey(_events.Event.PLACED, op), found.instantiated)
-            elif not placed and ran.datasets:
-                self.records(_events.EventKey(_events.Event.DATASET, op), ran.datasets)
-            for listener in tuple(self.listeners):
-                listener.on_function(record, placed, ran)
-        if executed:
-            self.records(_events.EventKey(_events.Event.DTENSOR, op), executed)
-        if later is not None:
-            self.records(*later)
-        if unseen:
-            self.records(_events.EventKey(_events.Event.UNSEEN, unseen), uncertain)
-        return None
-
-
-def _describe(session: _session.Session, op_type: Any, full: str, requested: Optional[str], attrs: Any) -> tuple:
-    """(op type, what it is, its record without source) of an eager op, described once per session and kept
-    (`_eager.describe`); keyed on the type attributes alone where an attribute is a list (strides)."""
-    described = session.described
-    try:
-        key: tuple = (op_type, full, requested, attrs)
-        hash(key)
-    except TypeError:  # a list-valued attribute
-        key = (op_type, full, requested, _eager.type_values(op_type, attrs))
-    known = described.get(key)
-    if known is None:
-        known = _eager.describe(op_type, full, requested, _eager.type_values(op_type, attrs))
-        if len(described) > 100_000:  # caches, bounded: records are made again when needed
-            described.clear()
-            session.noted.clear()
-            session.sourced.clear()
-        described[key] = known
-    return known
-
-
-def _with_line(copies: Sequence[CopyRecord], op: str, source: str) -> list[CopyRecord]:
-    """Copies with the user's line of the op that made them (`source`): a function's transfer (a call's, or a
-    tf.data function's) has its node's line, and the call's as its `call` (`op`: the function called)."""
-    return [copy._replace(function=copy.function or op, call=source) if copy.kind == "function"
-            else copy._replace(source=source) for copy in copies]
 
 
 def _same_call(depth: int, code: Any, lasti: int) -> bool:

@@ -22,9 +22,10 @@ from tfplace.placement.ops import _kernels
 from tfplace.placement.records import _origins
 from tfplace.placement.functions import _pipelines, _transfers
 from tfplace.placement.records._records import CopyRecord, Kind, PlacementRecord, is_function_call
+from tfplace.placement.session import _session
 
 __all__ = ["OP", "FUNCTION", "ITERATOR", "EXPLICIT", "HOST", "kind_of", "describe", "type_values", "dtypes", "function_name",
-           "copies", "device_of"]
+           "copies", "device_of", "described", "with_line"]
 
 HOST = "/job:localhost/replica:0/task:0/device:CPU:0"
 _ON_HOST = frozenset({types_pb2.DT_STRING, types_pb2.DT_RESOURCE})
@@ -126,3 +127,30 @@ def device_of(inputs: Sequence[Any]) -> str:
         if dtype_enum(tensor) == _RESOURCE:  # pylint: disable=protected-access
             return tensor.device
     return _tensorflow.device_name() or HOST
+
+
+def described(session: _session.Session, op_type: Any, full: str, requested: Optional[str], attrs: Any) -> tuple:
+    """(op type, what it is, its record without source) of an eager op, described once per session and kept
+    (`describe`); keyed on the type attributes alone where an attribute is a list (strides)."""
+    described = session.described
+    try:
+        key: tuple = (op_type, full, requested, attrs)
+        hash(key)
+    except TypeError:  # a list-valued attribute
+        key = (op_type, full, requested, type_values(op_type, attrs))
+    known = described.get(key)
+    if known is None:
+        known = describe(op_type, full, requested, type_values(op_type, attrs))
+        if len(described) > 100_000:  # caches, bounded: records are made again when needed
+            described.clear()
+            session.noted.clear()
+            session.sourced.clear()
+        described[key] = known
+    return known
+
+
+def with_line(copies: Sequence[CopyRecord], op: str, source: str) -> list[CopyRecord]:
+    """Copies with the user's line of the op that made them (`source`): a function's transfer (a call's, or a
+    tf.data function's) has its node's line, and the call's as its `call` (`op`: the function called)."""
+    return [copy._replace(function=copy.function or op, call=source) if copy.kind == "function"
+            else copy._replace(source=source) for copy in copies]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Sequence
 from tfplace.placement.records._records import CopyRecord, PlacementRecord
 
 if TYPE_CHECKING:
-    from tfplace.placement.functions._graphs import Placed
+    from tfplace.placement.functions._collected import Placed
 
 __all__ = ["Listener", "Event", "EventKey"]
 
@@ -25,7 +25,7 @@ class Listener(Protocol):
     """What `listening()` calls. A listener whose class says `copies_only = True` (a transfer guard) is not
     called for an eager op that copies nothing, while every listener of the thread says so. While every
     listener of the thread says `later = True` (a capture that counts no memory), a placed function's records
-    and node runs come as a `tfplace.placement.functions._graphs.Later` (made when read), and a call that can move
+    and node runs come as a `tfplace.placement.functions._collected.Later` (made when read), and a call that can move
     tensors comes to `on_op_later(record, copies)`, `copies` a function that makes its transfers."""
 
     sources: bool

@@ -14,7 +14,7 @@ calls, for every eager op of the block:
   the tensors the op or function call returned;
 * `listener.on_function(record, placed, ran)` after a function call's `on_op`:
   whether TensorFlow placed the function just now (True) or earlier (False), and
-  what that call ran (`_graphs.Placed`: its nodes' records and transfers, as
+  what that call ran (`_collected.Placed`: its nodes' records and transfers, as
   collected when TensorFlow placed it, in this capture or an earlier one; a
   function call's `copies` in `on_op` are its transfers, `kind="function"`);
 * `listener.on_records(key, records)` for the functions an op runs, `key` an `EventKey` naming
