@@ -24,7 +24,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -33,12 +32,12 @@ import sys
 import tempfile
 import threading
 import time
-from typing import IO, Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
-from tfplace.cli._server import is_placement_line, write_trace  # pure Python at import, as is this module
+from tfplace.cli._server import write_trace  # pure Python at import, as is this module
+from tfplace.cli._task_output import forward, say, write
 
 __all__ = ["Options", "Task", "plan", "free_ports", "settings_text", "launch"]
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,45 +163,6 @@ def _task_start(launcher: int, libc: Any) -> None:
             os._exit(1)
 
 
-# The first line of the session options a server prints when it logs placement (a multi-line proto follows).
-_SESSION_OPTIONS = re.compile(rb"eager_service_impl\.cc:\d+\] SessionOptions:")
-_WRITING = threading.Lock()  # whole lines on the launcher's standard output and error, from any thread
-
-
-def _write(stream: IO[str], data: bytes) -> None:
-    with _WRITING:
-        try:
-            stream.flush()
-            stream.buffer.write(data) if hasattr(stream, "buffer") else stream.write(data.decode(errors="replace"))
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe: the tasks' lines are still read, and dropped
-            pass
-
-
-def _say(text: str) -> None:
-    """A message of the launcher's own, on standard error."""
-    _write(sys.stderr, f"tfplace launch: {text}\n".encode("utf-8", "backslashreplace"))
-
-
-def _forward(pipe: IO[bytes], prefix: bytes, stream: IO[str], keep: Optional[IO[bytes]], hide: bool) -> None:
-    """Passes each line of `pipe` on to `stream` after `prefix`; writes it to `keep` too, if given; with
-    `hide`, TensorFlow's placement lines are not passed on."""
-    options = False  # within the session options a server logs when it logs placement (up to a blank line)
-    for line in iter(pipe.readline, b""):
-        line = line if line.endswith(b"\n") else line + b"\n"
-        if keep is not None:
-            keep.write(line)  # unbuffered
-        if hide:
-            started = _SESSION_OPTIONS.search(line) is not None
-            if options or started or is_placement_line(line):
-                options = started or (options and line.strip() != b"")
-                continue
-        _write(stream, prefix + line)
-    pipe.close()
-    if keep is not None:
-        keep.close()
-
-
 class _Cluster:
     """The tasks' processes: start, watch, stop."""
 
@@ -228,11 +188,11 @@ class _Cluster:
             hide = self.options.trace and (not task.runs_script or _logs_for_servers(self.options))
             log = open(task.file(self.folder, ".log"), "wb", buffering=0) if hide and not task.runs_script else None
             for pipe, stream, keep in ((task.process.stdout, sys.stdout, None), (task.process.stderr, sys.stderr, log)):
-                thread = threading.Thread(target=_forward, daemon=True, name=f"tfplace launch {task.label}",
+                thread = threading.Thread(target=forward, daemon=True, name=f"tfplace launch {task.label}",
                                           args=(pipe, f"[{task.label}] ".encode(), stream, keep, hide))
                 thread.start()
                 self.threads.append(thread)
-        _say("started " + ", ".join(f"{t.label} (pid {t.process.pid}, {host})" for t, host in zip(self.tasks, hosts)
+        say("started " + ", ".join(f"{t.label} (pid {t.process.pid}, {host})" for t, host in zip(self.tasks, hosts)
                                     if t.process) + (f"; traces in {self.folder}" if self.options.trace else ""))
 
     def statuses(self) -> dict[str, Optional[int]]:
@@ -260,7 +220,7 @@ class _Cluster:
                 running = ", ".join(f"{t.label} (pid {t.process.pid})" for t in self.tasks
                                     if t.process is not None and t.status is None)
                 when = "at a further signal" if again else f"--kill_after={self.options.kill_after:g} s"
-                _say(f"SIGKILL for {running}: still running {when} after {_signal_name(signum)}")
+                say(f"SIGKILL for {running}: still running {when} after {_signal_name(signum)}")
                 self._signal(signal.SIGKILL)
                 break
             time.sleep(0.05)
@@ -298,7 +258,7 @@ def _run(cluster: _Cluster) -> int:
     while True:
         if received:
             signum = received[0] if received[0] == signal.SIGINT else int(signal.SIGTERM)
-            _say(f"received {_signal_name(received[0])}; stopping every task ({_signal_name(signum)}, then "
+            say(f"received {_signal_name(received[0])}; stopping every task ({_signal_name(signum)}, then "
                  f"SIGKILL after --kill_after={options.kill_after:g} s)")
             status = 128 + received[0]
             break
@@ -306,7 +266,7 @@ def _run(cluster: _Cluster) -> int:
         if failed:
             task, status = failed
             server = "" if task.runs_script else ", but a server runs until the script's tasks end"
-            _say(f"{task.label} {task.ended()}{server}; stopping the other tasks")
+            say(f"{task.label} {task.ended()}{server}; stopping the other tasks")
             break
         if all(task.status == 0 for task in cluster.tasks if task.runs_script):
             status = 0
@@ -315,14 +275,14 @@ def _run(cluster: _Cluster) -> int:
             try:
                 mismatch = watch(cluster.folder, cluster.statuses(), jobs=jobs)
             except Exception as error:  # the checks' own failure must not take the cluster down
-                _say(f"the checks across tasks failed ({type(error).__name__}: {error}); going on without them")
+                say(f"the checks across tasks failed ({type(error).__name__}: {error}); going on without them")
                 watch, mismatch = None, None
             if mismatch:
-                _say(mismatch.removeprefix("tfplace: "))
+                say(mismatch.removeprefix("tfplace: "))
                 status = 3
                 break
         if deadline is not None and time.monotonic() >= deadline:
-            _say(f"tasks still running after --timeout={options.timeout:g} s; stopping every task")
+            say(f"tasks still running after --timeout={options.timeout:g} s; stopping every task")
             status = 124
             break
         time.sleep(0.2)
@@ -331,7 +291,7 @@ def _run(cluster: _Cluster) -> int:
         status = 128 + received[0]
     cluster.finish()
     if status != 0:
-        _say("tasks ended: " + ", ".join(f"{t.label} {t.ended()}" for t in cluster.tasks))
+        say("tasks ended: " + ", ".join(f"{t.label} {t.ended()}" for t in cluster.tasks))
     return status
 
 
@@ -343,7 +303,7 @@ def _report(cluster: _Cluster) -> bool:
         try:
             write_trace(task.file(cluster.folder, ".log"), task.file(cluster.folder, ".json"), statuses[task.name] or 0)
         except Exception as error:  # one task's trace must not lose the others'
-            _say(f"no trace for {task.label}: {type(error).__name__}: {error}")
+            say(f"no trace for {task.label}: {type(error).__name__}: {error}")
     paths = {t.name: path for t in cluster.tasks if os.path.isfile(path := t.file(cluster.folder, ".json"))}
     listing = "\n".join(f"  {name}: {path}" for name, path in paths.items()) or "  (none)"
     try:
@@ -354,20 +314,20 @@ def _report(cluster: _Cluster) -> bool:
             entry.pop("file", None)  # the tasks' files are temporary: removed once merged
         text = render(merged, top=cluster.options.top)
     except Exception as error:  # not there yet, or a trace that cannot be merged: the files are there
-        _say(f"the traces were not merged ({type(error).__name__}: {error}); the tasks' traces are kept:\n{listing}")
+        say(f"the traces were not merged ({type(error).__name__}: {error}); the tasks' traces are kept:\n{listing}")
         return False
-    _write(sys.stdout, (text.rstrip("\n") + "\n").encode("utf-8", "backslashreplace"))
+    write(sys.stdout, (text.rstrip("\n") + "\n").encode("utf-8", "backslashreplace"))
     if cluster.options.json:
         from tfplace._files import write_json  # whole or not at all
 
         write_json(cluster.options.json, merged)
-        _say(f"wrote the merged traces of {len(paths)} task(s) to {cluster.options.json}")
+        say(f"wrote the merged traces of {len(paths)} task(s) to {cluster.options.json}")
     if cluster.options.perfetto:
         from tfplace.placement.shown._perfetto import merge_tasks, write
 
         timelines = {t.label: path for t in cluster.tasks if os.path.isfile(path := t.file(cluster.folder, ".timeline.json"))}
         write(cluster.options.perfetto, merge_tasks(timelines))
-        _say(f"wrote the timelines of {len(timelines)} task(s) to {cluster.options.perfetto} (open it in "
+        say(f"wrote the timelines of {len(timelines)} task(s) to {cluster.options.perfetto} (open it in "
              "ui.perfetto.dev or chrome://tracing)")
     return True
 
