@@ -341,15 +341,15 @@ def test_functions_whose_records_wait_are_few_the_oldest_made_first(python):
     functions: beyond it, the oldest are made (their records then as if read at once)."""
     out = python("""
         import tensorflow as tf, tfplace
-        from tfplace.placement.functions import _graphs
+        from tfplace.placement.functions import _collected
         from tfplace.placement.session import _session
         x = tf.ones(2)
         with tfplace.capture_placement() as log:
-            for i in range(_graphs._UNMADE_LIMIT + 6):
+            for i in range(_collected._UNMADE_LIMIT + 6):
                 tf.function(lambda v, i=i: v * (i + 2.0))(x)
             waiting = [ref() for ref in _session.runtime().unmade]
         report({"waiting": len(waiting), "unmade": sum(not later.made for later in waiting if later is not None),
-                "limit": _graphs._UNMADE_LIMIT,
+                "limit": _collected._UNMADE_LIMIT,
                 "functions": len({r.op for r in log.records if r.kind == "execute" and r.op.startswith("__inference")}),
                 "muls": len([r for r in log.records if r.op == "Mul" and r.kind == "place"])})
     """)

@@ -18,6 +18,8 @@ Example:
     '/device:CPU:0'
     >>> [a.name for a in _tensorflow.op_def("MatMul").input_arg]
     ['a', 'b']
+
+Imports: `tfplace._contained` (its failures inside a program are contained, never raised into it).
 """
 
 from __future__ import annotations

@@ -1,10 +1,14 @@
 """Clusters: TensorFlow's distributed engines (MultiWorkerMirroredStrategy, ParameterServerStrategy,
 DTensor) seen as truly as one process.
 
-* `_names`: which task of a cluster this process is, and the full device names it gives records.
-* `_collectives`: the collective groups and parameter-server variables of a task's trace.
+* `_names`: how a cluster's tasks and devices are named.
+* `_variables`: the variables a task makes on other tasks.
 * `_checks`: what each task publishes while it runs and the comparisons that stop a broken cluster;
   `_guard`: `tfplace.cluster_guard()`, the same checks in a task started any way.
-* `_launch`: `tfplace launch`, a cluster on 127.0.0.1 (`_server`: a ps or worker task's server).
-* `_merge`: `tfplace merge`, one report and one JSON for the traces of a cluster's tasks.
+* `_collectives`: the `"cluster"` entry of a task's trace (its collective groups, variables, remote reads).
+* `_merge`, `_report`: one JSON and one report for the traces of a cluster's tasks.
+
+Starting a cluster (`tfplace launch`) and its servers is the command line's (`tfplace.cli`).
+
+Imports: `tfplace._devices`, `tfplace._errors`, `tfplace._tensorflow`, `tfplace.placement`.
 """

@@ -16,8 +16,6 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from tfplace import _tensorflow
-
 __all__ = ["task_of", "device_task", "task_name", "prefix_of", "task_key", "full_device", "owner", "tensor_bytes"]
 
 _PREFIX = re.compile(r"^/job:([^/]+)/replica:(\d+)/task:(\d+)")
@@ -76,7 +74,9 @@ def tensor_bytes(dtype: str, shape: Optional[tuple]) -> Optional[int]:
     """Bytes of a tensor of `dtype` and `shape` (None when the shape is not fully known)."""
     if shape is None or any(d is None or d < 0 for d in shape):
         return None
-    per = _tensorflow.dtype_size(dtype)
+    from tfplace._tensorflow import dtype_size  # (reading and merging traces needs no TensorFlow)
+
+    per = dtype_size(dtype)
     count = 1
     for d in shape:
         count *= d

@@ -6,4 +6,6 @@
 * `_configure`: `configure()` and `Config`; it applies through `tfplace._tensorflow`.
 
 Nothing here is imported by `import tfplace`; the public names are re-exported there.
+
+Imports: `tfplace._errors`, `tfplace._tensorflow`, `tfplace.machine`.
 """

@@ -88,11 +88,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_USE] = SnapshotUse()
     count = _logical_cpus(config)
     if count is not None:
-        import tfplace
+        from tfplace._errors import Error
+        from tfplace.config._configure import configure
 
         try:
-            tfplace.configure(logical_cpus=count)
-        except tfplace.Error as err:
+            configure(logical_cpus=count)
+        except Error as err:
             raise pytest.UsageError(f"tfplace: {err}") from None
 
 
@@ -146,9 +147,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if marker is None:
         return
     wanted = _gpus_wanted(item, marker)
-    import tfplace
+    from tfplace._devices import num_gpus
 
-    have = tfplace.num_gpus()
+    have = num_gpus()
     if have < wanted:  # reported at the test, as a skip marker is
         from tfplace import _tensorflow
         from tfplace.machine import _doctor, _gpus

@@ -2,14 +2,13 @@
 (`_gpus`), the CUDA libraries a TensorFlow build loads and where the loader finds them (`_libraries`, with
 `_elf` and the loading child `_load_child`), those facts as a saved format (`_facts`), TensorFlow's own
 view read in a child process (`_view`), the rules that explain them (`_verdict`, `_diagnosis`), and the
-doctor with its warning where users already are (`_doctor`); `_environment` is `tfplace devices` and
-`tfplace env`.
-
-Imports only `tfplace._errors` (and `_environment`, lazily, the rest of tfplace); `config`, `_devices`,
-the command line, the pytest plugin and the notebook magic import it.
+doctor with its warning where users already are (`_doctor`). `config`, `_devices`, the command line and
+the integrations import it.
 
 Example:
     >>> from tfplace.machine._gpus import map_cuda_visible, GpuInfo
     >>> [g.name for g in map_cuda_visible([GpuInfo(0, "A", 1), GpuInfo(1, "B", 1)], "1")]
     ['B']
+
+Imports: `tfplace._errors`.
 """

@@ -1,19 +1,22 @@
-"""Seeing placement: records of where each op ran, why, and guards over them.
+"""Seeing placement: records of where each op ran, why, and guards over them, in seven layers, each
+importing only those below it (`python scripts/layers.py` draws them):
 
-* `_session`: the capture session, the one owner of the state open captures and guards share
-  (hooks, patches, graph collection, caches), and the record of what TensorFlow did that outlives it.
-* `_records`, `_log`, `_log_json`, `_assertions`, `_parsing`: the records, `PlacementLog` (the recorder),
-  its JSON, its assertions, and the reader of a saved TensorFlow log.
-* `_hooks`, `_callback`, `_eager`, `_events`, `_failures`: eager ops through an op callback (installed,
-  run, described, told to listeners, failed); `_graphs`, `_lowering`, `_instantiation`, `_placer_graph`, `_placed`,
-  `_pipelines`, `_datasets`:
-  the nodes of the functions TensorFlow places (graph collection, rebuilt as the placer saw them, on the
-  devices they ran on, tf.data functions and the datasets behind them).
-* `_sources`, `_function_sources`: the user's line behind each op and node.
-* `_kernels`, `_kernel_table`, `_explain`: op definitions and kernels; why an op ran where it did.
-* `_capture`, `_guards`: `capture_placement()`, the guards; `_report`, `_display`: the rows every report
-  shows (grouped once), the text and notebook views.
+* `api`: what a program holds and calls: `PlacementLog` (queries, assertions, views), `capture_placement()`,
+  the guards.
+* `taking`: how records are taken: the op callback and its hooks, eager ops, function calls, failed ops,
+  tf.compat.v1 Sessions, the memory census, the profiler.
+* `functions`: how TensorFlow's placement inside functions is reconstructed: graph collection, the
+  placer's graph (instantiation, lowering), devices after Grappler, partitions and transfers, tf.data
+  pipelines, DTensor, the user's line of each node.
+* `shown`: how records are shown: the rows every report shows, the text and notebook views, explanations,
+  timelines.
+* `records`: what a record is and what records alone say: records, the recorder a capture writes, origins,
+  groups, cost, JSON, TensorFlow's own log text, memory figures.
+* `ops`: TensorFlow's ops: definitions, kernels and host memory, the CUDA build's kernel table.
+* `session`: the capture session (the one owner of the state captures and guards share) and the user's
+  frame behind each op.
 
-Every read of TensorFlow's state goes through `tfplace._tensorflow`. Nothing here is imported by
-`import tfplace`; the public names are re-exported there.
+Nothing here is imported by `import tfplace`; the public names are re-exported there.
+
+Imports: `tfplace._contained`, `tfplace._devices`, `tfplace._errors`, `tfplace._files`, `tfplace._tensorflow`.
 """

@@ -1,1 +1,7 @@
-"""(to be written)"""
+"""What a record is and what records alone say: `_records` (`PlacementRecord`, `CopyRecord`, kinds),
+`_recorder` (what a capture writes a log through), `_origins` (who asked for an op and its device), `_groups`
+(compute, framework, input, plumbing), `_cost` (time and bytes per device and transfer), `_log_json` (JSON),
+`_parsing` (TensorFlow's own log text), `_memory_figures` (memory per device).
+
+Imports: `tfplace._devices`, `tfplace._tensorflow`, `tfplace.placement.ops`, `tfplace.placement.session`.
+"""

@@ -1,1 +1,9 @@
-"""(to be written)"""
+"""How records are taken: `_hooks` installs an op callback per thread and patches TensorFlow while anything
+listens; `_callback` turns each eager op into records, `_eager` describes it, `_function_calls` takes what a
+function call, an iterator or a DTensor op placed, ran and moved; `_events` says what listeners hear;
+`_failures` records ops that raised; `_sessions` records tf.compat.v1 Sessions' graphs and runs; `_memory` is
+the census of tensors per device; `_profile` and `_profiling` read TensorFlow's profiler.
+
+Imports: `tfplace._contained`, `tfplace._devices`, `tfplace._tensorflow`, `tfplace.placement.functions`,
+`tfplace.placement.ops`, `tfplace.placement.records`, `tfplace.placement.session`.
+"""
