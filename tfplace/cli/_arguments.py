@@ -19,10 +19,11 @@ import os
 import re
 from typing import Any, Optional, Sequence
 
-from tfplace.config._settings import BOOLEAN, BY_NAME, NAMES, SETTINGS, Setting
+from tfplace._errors import ConfigurationError
+from tfplace.config._settings import BOOLEAN, BY_NAME, NAMES, SETTINGS, Setting, Sourced, check_conflicts
 
-__all__ = ["BOOLEANS", "AbslBoolean", "add_settings", "given", "number", "check_script", "absl_booleans",
-           "output_problem", "plot_formats"]
+__all__ = ["BOOLEANS", "AbslBoolean", "add_settings", "given", "checked_settings", "number", "check_script",
+           "absl_booleans", "output_problem", "check_outputs", "plot_formats"]
 
 BOOLEANS = tuple(setting.name for setting in SETTINGS if setting.kind is BOOLEAN)
 
@@ -62,6 +63,16 @@ def add_settings(parser: argparse.ArgumentParser, settings: Sequence[Setting], w
 def given(args: argparse.Namespace) -> dict[str, Any]:
     """The settings given on the command line, by name."""
     return {name: getattr(args, name) for name in NAMES if getattr(args, name, None) is not None}
+
+
+def checked_settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    """The settings given on the command line (`given`), or the parser's error naming two that conflict."""
+    settings = given(args)
+    try:
+        check_conflicts({name: Sourced(value, f"option --{name}") for name, value in settings.items()})
+    except ConfigurationError as err:
+        parser.error(str(err))
+    return settings
 
 
 def number(option: str, kind: type, least: float, strict: bool = False) -> Any:
@@ -141,3 +152,12 @@ def output_problem(option: str, path: str, script: str) -> Optional[str]:
             return (f"matplotlib cannot write {'.' + extension if extension else 'a file without an extension'}: "
                     "allowed extensions are " + ", ".join(f".{e}" for e in sorted(formats)))
     return None
+
+
+def check_outputs(parser: argparse.ArgumentParser, args: argparse.Namespace, options: Sequence[str]) -> None:
+    """The parser's error for the first of `options` (`--json`, `--plot`, `--perfetto`) whose file cannot be
+    written (`output_problem`), before the script runs."""
+    for option in options:
+        path = getattr(args, option)
+        if path is not None and (problem := output_problem(option, path, args.script)) is not None:
+            parser.error(f"--{option}={path!r} (from option --{option}) cannot be written: {problem}")

@@ -34,10 +34,9 @@ import traceback
 from typing import Any, Optional, Sequence
 
 # pure Python: --help and usage errors never import TensorFlow
-from tfplace.cli._arguments import absl_booleans, add_settings, check_script, given, output_problem
-from tfplace._errors import ConfigurationError
+from tfplace.cli._arguments import absl_booleans, add_settings, check_outputs, check_script, checked_settings, given
 from tfplace.cli._cluster import LAUNCH_VALUED, add_launch, add_merge, launch as run_launch, merge as run_merge
-from tfplace.config._settings import SETTINGS, Sourced, check_conflicts
+from tfplace.config._settings import SETTINGS
 from tfplace.placement.shown._report import ROWS
 
 __all__ = ["main"]
@@ -95,11 +94,7 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         parser.error("--plot needs matplotlib, which is not installed: pip install 'tfplace[plot]' "
                      "(or pip install matplotlib)")
-    for option in ("json", "plot", "perfetto"):
-        path = getattr(args, option)
-        problem = None if path is None else output_problem(option, path, args.script)
-        if problem is not None:
-            parser.error(f"--{option}={path!r} (from option --{option}) cannot be written: {problem}")
+    check_outputs(parser, args, ("json", "plot", "perfetto"))
     outputs = {option: os.path.abspath(getattr(args, option)) for option in ("json", "plot", "perfetto")
                if getattr(args, option)}
     for (one, a), (other, b) in itertools.combinations(outputs.items(), 2):
@@ -107,11 +102,7 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
             parser.error(f"--{one}={getattr(args, one)!r} and --{other}={getattr(args, other)!r} (from options "
                          f"--{one} and --{other}) name the same file {os.path.realpath(a)}: allowed are two different "
                          "files, one per output")
-    settings = given(args)
-    try:
-        check_conflicts({name: Sourced(value, f"option --{name}") for name, value in settings.items()})
-    except ConfigurationError as err:
-        parser.error(str(err))
+    settings = checked_settings(parser, args)
     from tfplace.cli import _script
 
     script_args = [*args.args, *passed]

@@ -19,9 +19,8 @@ import os
 import sys
 from typing import Any
 
-from tfplace.cli._arguments import add_settings, check_script, given, number, output_problem
-from tfplace._errors import ConfigurationError
-from tfplace.config._settings import SETTINGS, Sourced, check_conflicts
+from tfplace.cli._arguments import add_settings, check_outputs, check_script, checked_settings, number
+from tfplace.config._settings import SETTINGS
 from tfplace.placement.shown._report import ROWS
 
 __all__ = ["LAUNCH_USAGE", "LAUNCH_VALUED", "add_launch", "add_merge", "launch", "merge"]
@@ -91,15 +90,8 @@ def launch(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
         if getattr(args, option) and not args.trace:
             parser.error(f"--{option} (from option --{option}) needs --trace: allowed is tfplace launch --trace "
                          f"--{option}{'=FILE' if option in ('json', 'perfetto') else ''} ...")
-    for option in ("json", "perfetto"):
-        path = getattr(args, option)
-        if path is not None and (problem := output_problem(option, path, args.script)) is not None:
-            parser.error(f"--{option}={path!r} (from option --{option}) cannot be written: {problem}")
-    settings = given(args)
-    try:
-        check_conflicts({name: Sourced(value, f"option --{name}") for name, value in settings.items()})
-    except ConfigurationError as err:
-        parser.error(str(err))
+    check_outputs(parser, args, ("json", "perfetto"))
+    settings = checked_settings(parser, args)
     options = Options(**{field.name: getattr(args, field.name) for field in dataclasses.fields(Options)
                          if field.name != "settings"}, settings=settings)
     return start(args.script, [*args.args, *passed], options)

@@ -35,7 +35,7 @@ import time
 from typing import Any, Mapping, Optional, Sequence
 
 from tfplace.cli._server import write_trace  # pure Python at import, as is this module
-from tfplace.cli._task_output import forward, say, write
+from tfplace.cli._task_output import emit, forward, say
 
 __all__ = ["Options", "Task", "plan", "free_ports", "settings_text", "launch"]
 
@@ -316,7 +316,7 @@ def _report(cluster: _Cluster) -> bool:
     except Exception as error:  # not there yet, or a trace that cannot be merged: the files are there
         say(f"the traces were not merged ({type(error).__name__}: {error}); the tasks' traces are kept:\n{listing}")
         return False
-    write(sys.stdout, (text.rstrip("\n") + "\n").encode("utf-8", "backslashreplace"))
+    emit(sys.stdout, (text.rstrip("\n") + "\n").encode("utf-8", "backslashreplace"))
     if cluster.options.json:
         from tfplace._files import write_json  # whole or not at all
 

@@ -20,14 +20,15 @@ from typing import IO, Optional
 
 from tfplace.cli._server import is_placement_line
 
-__all__ = ["write", "say", "forward"]
+__all__ = ["emit", "say", "forward"]
 
 # The first line of the session options a server prints when it logs placement (a multi-line proto follows).
 _SESSION_OPTIONS = re.compile(rb"eager_service_impl\.cc:\d+\] SessionOptions:")
 _WRITING = threading.Lock()  # whole lines on the launcher's standard output and error, from any thread
 
 
-def write(stream: IO[str], data: bytes) -> None:
+def emit(stream: IO[str], data: bytes) -> None:
+    """Writes `data` (whole lines) on `stream`, flushed, whole whatever other thread writes at the same time."""
     with _WRITING:
         try:
             stream.flush()
@@ -39,7 +40,7 @@ def write(stream: IO[str], data: bytes) -> None:
 
 def say(text: str) -> None:
     """A message of the launcher's own, on standard error."""
-    write(sys.stderr, f"tfplace launch: {text}\n".encode("utf-8", "backslashreplace"))
+    emit(sys.stderr, f"tfplace launch: {text}\n".encode("utf-8", "backslashreplace"))
 
 
 def forward(pipe: IO[bytes], prefix: bytes, stream: IO[str], keep: Optional[IO[bytes]], hide: bool) -> None:
@@ -55,7 +56,7 @@ def forward(pipe: IO[bytes], prefix: bytes, stream: IO[str], keep: Optional[IO[b
             if options or started or is_placement_line(line):
                 options = started or (options and line.strip() != b"")
                 continue
-        write(stream, prefix + line)
+        emit(stream, prefix + line)
     pipe.close()
     if keep is not None:
         keep.close()

@@ -82,11 +82,7 @@ def _place(function: function_pb2.FunctionDef, device: str, functions: Mapping[s
         placed.append(_placed.noted(PlacementRecord(each.op, each.name, requested or device, Kind.PLACE,
                                                     requested=requested, dtypes=each.dtypes), note))
     records: list[PlacementRecord] = list(placed)
-    transfers: list[CopyRecord] = []
-    if len({record.device for record in placed}) > 1:  # only a function on two devices moves anything
-        lines = {each.name: note.line for each, note in zip(inner, notes) if note.line}
-        transfers += [copy._replace(function=name) for copy in _transfers.placed_transfers(
-            graph, inner, [record.device for record in placed], lines)]
+    transfers = _transfers.placed_transfers(name, graph, inner, [record.device for record in placed], notes)
     if depth < _DEPTH:
         for each, record in zip(inner, placed):
             if each.calls in functions:

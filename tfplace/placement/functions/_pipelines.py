@@ -244,10 +244,7 @@ def dataset_placement(pipeline: Pipeline, device: str, library: Optional[functio
                                           requested=requested, dtypes=node.dtypes,
                                           requested_by=note.requested_by if requested else "", origin=Origin.INPUT))
         records += placed
-        if len({record.device for record in placed}) > 1:  # only a function on two devices moves anything
-            lines = {node.name: note.line for node, note in zip(nodes, notes) if note.line}
-            transfers += [copy._replace(function=name) for copy in _transfers.placed_transfers(
-                graph, nodes, [record.device for record in placed], lines)]
+        transfers += _transfers.placed_transfers(name, graph, nodes, [record.device for record in placed], notes)
     for inner, where in pipeline.elsewhere:
         found, moved = dataset_placement(inner, where, library, only)
         records += found

@@ -214,17 +214,23 @@ def function_transfers(partitions: Sequence[Any], placer: Mapping[str, PlacerNod
     return [copy._replace(bytes=_bytes(sizes.get(tensor), copy.dtype)) for copy, tensor in found] + controls
 
 
-def placed_transfers(graph: Any, nodes: Sequence[PlacerNode], devices: Sequence[str],
-                     sources: Mapping[str, str]) -> list[CopyRecord]:
-    """The implicit transfers of a function whose partitions tfplace cannot read, from its placed nodes,
-    as `CopyRecord(kind="function", in_loop=True)` templates (see the module's docstring).
+def placed_transfers(function: str, graph: Any, nodes: Sequence[PlacerNode], devices: Sequence[str],
+                     notes: Sequence[Any]) -> list[CopyRecord]:
+    """The implicit transfers of `function`, whose partitions tfplace cannot read, from its placed nodes,
+    as `CopyRecord(kind="function", in_loop=True)` templates (see the module's docstring); none for a
+    function on one device.
 
     Args:
+      function: its name, each transfer's `function`.
       graph: the function's GraphDef (`_instantiation.function_graph_def`), for dtypes and static shapes.
       nodes: its placer nodes (`_lowering.placer_nodes`), in order.
       devices: the canonical device of each node.
-      sources: node name -> the user's "file.py:LINE" that made it, where known.
+      notes: each node's note (`_function_sources.node_notes`): its `line`, the user's "file.py:LINE" that
+        made it, where known.
     """
+    if len(set(devices)) < 2:  # only a function on two devices moves anything
+        return []
+    sources = {node.name: note.line for node, note in zip(nodes, notes) if note.line}
     where = {node.name: device for node, device in zip(nodes, devices)}
     by_name = {node.name: node for node in nodes}
 
@@ -254,7 +260,8 @@ def placed_transfers(graph: Any, nodes: Sequence[PlacerNode], devices: Sequence[
         producer = _node_name(tensor)
         if tensor.startswith("^"):
             found.append(CopyRecord(node.op, CONTROL, where[producer], to_device, source=sources.get(node.name, ""),
-                                    kind="function", node=node.name, tensor=tensor, bytes=0, in_loop=True))
+                                    kind="function", function=function, node=node.name, tensor=tensor, bytes=0,
+                                    in_loop=True))
             continue
         dtype, elements = types.get(tensor, ("", None))
         if dtype in ("string", "resource"):
@@ -265,7 +272,7 @@ def placed_transfers(graph: Any, nodes: Sequence[PlacerNode], devices: Sequence[
         if node.op in EXPLICIT_COPIES and node.requested and sources.get(node.name):
             continue  # the user's tf.identity under a device
         found.append(CopyRecord(node.op, index, where[producer], to_device, source=sources.get(node.name, ""),
-                                kind="function", node=node.name, tensor=tensor, dtype=dtype,
+                                kind="function", function=function, node=node.name, tensor=tensor, dtype=dtype,
                                 bytes=_bytes(elements, dtype), in_loop=True))
     return found
 
