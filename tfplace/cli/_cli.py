@@ -35,7 +35,9 @@ from typing import Any, Optional, Sequence
 
 # pure Python: --help and usage errors never import TensorFlow
 from tfplace.cli._arguments import absl_booleans, add_settings, check_outputs, check_script, checked_settings, given
-from tfplace.cli._cluster import LAUNCH_VALUED, add_launch, add_merge, launch as run_launch, merge as run_merge
+from tfplace.cli._cluster import LAUNCH_VALUED, add_launch, add_merge
+from tfplace.cli._cluster import launch as run_launch
+from tfplace.cli._cluster import merge as run_merge
 from tfplace.config._settings import SETTINGS
 from tfplace.placement.shown._report import ROWS
 

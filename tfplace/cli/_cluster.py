@@ -82,7 +82,8 @@ def add_merge(commands: Any) -> argparse.ArgumentParser:
 
 def launch(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: list[str]) -> int:
     """Runs `tfplace launch` (`tfplace.cli._launch.launch`); `passed`: the arguments after `--`."""
-    from tfplace.cli._launch import Options, launch as start
+    from tfplace.cli._launch import Options
+    from tfplace.cli._launch import launch as start
 
     check_script(parser, args, "launch", ("--workers", "--ps", "--chief", "--trace", "--timing", "--memory", "--json", "--perfetto",
                                           "--timeout", "--kill_after", "--top"))

@@ -51,8 +51,8 @@ def environment(environ: dict[str, str]) -> dict[str, Any]:
     """`tfplace env`: versions, build, oneDNN, GPUs and every environment variable that changes placement."""
     import tfplace
     from tfplace import _tensorflow
-    from tfplace.machine import _doctor, _gpus
     from tfplace.config._settings import resolve
+    from tfplace.machine import _doctor, _gpus
 
     try:
         import keras

@@ -31,14 +31,14 @@ from collections import Counter
 from typing import Any, Callable, Iterator, NamedTuple, Optional, Sequence
 
 from tfplace import _files
-from tfplace.placement.shown import _display, _explain, _report
-from tfplace.placement.records import _groups
-from tfplace.placement.functions import _placed
 from tfplace.placement.api._capture import capture_placement
-from tfplace.placement.records._memory_figures import NOT_COUNTED
-from tfplace.placement.shown._explain import Explanation, Readiness
 from tfplace.placement.api._log import PlacementLog
+from tfplace.placement.functions import _placed
+from tfplace.placement.records import _groups
+from tfplace.placement.records._memory_figures import NOT_COUNTED
 from tfplace.placement.records._records import ARGUMENT_OPS, Kind, is_function_call
+from tfplace.placement.shown import _display, _explain, _report
+from tfplace.placement.shown._explain import Explanation, Readiness
 
 # what the header counts, said beside the count (the devices' "op executions" count function nodes once per call)
 PLACEMENTS = "op placement(s) (eager ops run, function nodes placed: each once)"

@@ -26,9 +26,9 @@ from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 from tfplace.cluster._names import device_task, full_device, owner, task_key, task_name
 from tfplace.placement.records import _groups, _log_json
-from tfplace.placement.shown import _report
 from tfplace.placement.records._cost import OpCost
 from tfplace.placement.records._records import ARGUMENT_OPS, PlacementRecord, input_label, is_function_call
+from tfplace.placement.shown import _report
 from tfplace.placement.shown._report import ROWS
 
 __all__ = ["render", "device_figures"]

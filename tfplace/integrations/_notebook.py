@@ -216,9 +216,8 @@ def run(shell: Any, line: str, cell: str) -> None:
     __tracebackhide__ = True
     options = parse_options(line)
     codes = _compile(shell, line, cell)
-    from tfplace.placement.api import _capture
     from tfplace import _errors
-    from tfplace.placement.api import _guards
+    from tfplace.placement.api import _capture, _guards
 
     error: Optional[BaseException] = None
     with contextlib.ExitStack() as stack:
@@ -260,9 +259,9 @@ def load_ipython_extension(ipython: Any) -> None:
 
     def tfplace_doctor(line: str) -> Any:
         """`%tfplace_doctor [--run]`: why TensorFlow does (not) use this machine's GPUs, as a table."""
-        from tfplace.machine import _doctor
-
         from IPython.core.error import UsageError
+
+        from tfplace.machine import _doctor
 
         options = line.split()
         if any(option != "--run" for option in options):

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any, Generator, NoReturn, Optional, Sequence
 
 import pytest
 
-from tfplace.integrations._snapshots import SnapshotUse  # pure Python: no TensorFlow
 from tfplace.config._settings import BY_NAME  # pure Python: no TensorFlow
+from tfplace.integrations._snapshots import SnapshotUse  # pure Python: no TensorFlow
 
 if TYPE_CHECKING:  # these import TensorFlow: only when a test needs them
     from tfplace.placement.api._log import PlacementLog
@@ -359,9 +359,9 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
     level = item.stash.get(_LEVEL, None)
     if log is None and level is None:
         return (yield)
-    from tfplace.placement.taking import _hooks
     from tfplace.placement.api._capture import capture_into
     from tfplace.placement.api._guards import transfer_guard
+    from tfplace.placement.taking import _hooks
 
     asked = _AskedDevices()
     with contextlib.ExitStack() as stack:

@@ -29,13 +29,13 @@ from typing import Any, Iterator, Optional, Sequence, Union
 from tfplace import _contained, _tensorflow
 from tfplace._devices import local_task
 from tfplace._errors import add_note
-from tfplace.placement.taking import _events, _hooks
-from tfplace.placement.functions import _collected, _function_sources, _graphs, _placed
-from tfplace.placement.shown import _report
-from tfplace.placement.session import _session
 from tfplace.placement.api._log import PlacementLog
+from tfplace.placement.functions import _collected, _function_sources, _graphs, _placed
 from tfplace.placement.records._records import Kind, PlacementRecord, is_function_call
+from tfplace.placement.session import _session
 from tfplace.placement.session._sources import user_line, user_stacklevel
+from tfplace.placement.shown import _report
+from tfplace.placement.taking import _events, _hooks
 
 __all__ = ["capture_placement", "capture_into"]
 

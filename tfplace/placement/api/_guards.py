@@ -31,14 +31,14 @@ from absl import logging
 from tfplace import _tensorflow
 from tfplace._devices import Device, canonical_name, resolve
 from tfplace._errors import ConfigurationError, ImplicitCopyError, PlacementError
-from tfplace.placement.taking import _events, _hooks, _sessions
-from tfplace.placement.shown import _explain
 from tfplace.placement.functions import _collected, _function_sources, _graphs
 from tfplace.placement.ops import _kernel_table
-from tfplace.placement.session import _session
 from tfplace.placement.records._origins import ORIGINS, is_plumbing
 from tfplace.placement.records._records import CONTROL, CopyRecord, Kind, PlacementRecord, input_label
+from tfplace.placement.session import _session
 from tfplace.placement.session._sources import user_line
+from tfplace.placement.shown import _explain
+from tfplace.placement.taking import _events, _hooks, _sessions
 
 __all__ = ["transfer_guard", "device_guard", "LEVELS"]
 

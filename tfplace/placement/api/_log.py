@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
 from tfplace._devices import canonical_name, parse_device
 from tfplace.placement.api import _assertions
 from tfplace.placement.records import _log_json, _memory_figures
-from tfplace.placement.shown import _report
 from tfplace.placement.records._parsing import as_captured, parse_placement
 from tfplace.placement.records._recorder import Recorder
 from tfplace.placement.records._records import CopyRecord, Kind, PlacementRecord
+from tfplace.placement.shown import _report
 
 if TYPE_CHECKING:
     from tfplace.placement.records._cost import Cost, Transfer
@@ -288,9 +288,9 @@ class PlacementLog(Recorder):
         >>> [e.reason for e in log.explain() if e.record.op == "Mul"]
         ['no-device']
         """
-        from tfplace.placement.shown import _explain
-        from tfplace.placement.ops import _kernel_table
         from tfplace import _tensorflow
+        from tfplace.placement.ops import _kernel_table
+        from tfplace.placement.shown import _explain
 
         self._settle()
         return _explain.explain(self._records, devices=_tensorflow.logical_device_names(), table=_kernel_table.live())
@@ -308,8 +308,8 @@ class PlacementLog(Recorder):
         >>> [r.op for r in log.gpu_readiness()]
         ['StringJoin']
         """
-        from tfplace.placement.shown import _explain
         from tfplace.placement.ops import _kernel_table
+        from tfplace.placement.shown import _explain
 
         self._settle()
         return _explain.gpu_readiness(self._records, _kernel_table.gpu_table())

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from tfplace.placement.session import _session
 from tfplace.placement.functions._collected import Placed
+from tfplace.placement.session import _session
 
 __all__ = ["after", "argument_devices"]
 

@@ -23,7 +23,6 @@ from tfplace.placement.records import _groups
 from tfplace.placement.records._records import ARGUMENT_OPS, CopyRecord, Kind, PlacementRecord
 from tfplace.placement.session import _session
 
-
 __all__ = ["Placed", "Later", "placed_by", "is_eager_op_wrapper"]
 
 _UNMADE_LIMIT = 64  # `Later`s whose graphs wait to be read, at most (the oldest are made first)

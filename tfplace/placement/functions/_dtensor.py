@@ -23,8 +23,8 @@ from typing import Any, NamedTuple, Sequence
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name
 from tfplace.placement.functions import _instances
-from tfplace.placement.session import _session
 from tfplace.placement.records._records import CUSTOM_DEVICE, Kind, Origin, PlacementRecord
+from tfplace.placement.session import _session
 
 __all__ = ["is_dtensor_device", "function_name", "count_host_runs", "on_host", "key", "Ran", "execute_record", "after"]
 

@@ -31,10 +31,10 @@ from types import FrameType
 from typing import Any, Iterator, Mapping, NamedTuple, Optional, Sequence
 
 from tfplace import _tensorflow
-from tfplace.placement.records import _origins
-from tfplace.placement.session import _session
 from tfplace.placement.functions._lowering import PlacerNode
+from tfplace.placement.records import _origins
 from tfplace.placement.records._records import Origin
+from tfplace.placement.session import _session
 from tfplace.placement.session._sources import live_line, stack_user_line, user_frame
 
 __all__ = ["Note", "watching", "watched", "lines", "notes", "notes_of_graph", "functions_with_nodes", "node_notes",

@@ -43,9 +43,9 @@ from typing import Any, Optional, Union
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name
 from tfplace.placement.functions import _collected, _dtensor, _function_sources, _instances, _placed
-from tfplace.placement.session import _session
 from tfplace.placement.records._recorder import Recorder
 from tfplace.placement.records._records import ARGUMENT_OPS, Kind, Origin, PlacementRecord
+from tfplace.placement.session import _session
 from tfplace.placement.session._sources import user_stacklevel
 
 __all__ = ["attach", "detach", "collect", "collect_dtensor", "start"]

@@ -56,9 +56,9 @@ from typing import Mapping, NamedTuple, Optional
 
 from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, types_pb2
 
-from tfplace.placement.ops import _kernels
 from tfplace.placement.functions._instantiation import arg_types, flag, instantiate
 from tfplace.placement.functions._placer_graph import CONTROL, Graph, Node, body_node_device
+from tfplace.placement.ops import _kernels
 
 __all__ = ["PlacerNode", "placer_nodes"]
 

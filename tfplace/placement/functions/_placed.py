@@ -29,9 +29,9 @@ from tensorflow.core.framework import function_pb2
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name, requested_name
 from tfplace.placement.functions import _function_sources, _instantiation
-from tfplace.placement.records import _groups, _origins
-from tfplace.placement.ops import _kernels
 from tfplace.placement.functions._lowering import PlacerNode
+from tfplace.placement.ops import _kernels
+from tfplace.placement.records import _groups, _origins
 from tfplace.placement.records._records import ARGUMENT_OPS, Kind, PlacementRecord
 
 __all__ = ["placed_records", "noted", "without_sources", "function_def", "places_nothing", "is_xla",

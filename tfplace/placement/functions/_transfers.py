@@ -47,8 +47,8 @@ from tensorflow.core.framework import types_pb2
 
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name
-from tfplace.placement.ops import _kernels
 from tfplace.placement.functions._lowering import PlacerNode
+from tfplace.placement.ops import _kernels
 from tfplace.placement.records._records import CONTROL, CopyRecord
 
 __all__ = ["function_transfers", "placed_transfers", "EXPLICIT_COPIES"]

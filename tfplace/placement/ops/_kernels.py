@@ -23,8 +23,8 @@ import functools
 import re
 from typing import Any, Mapping, Optional, Sequence
 
-from tensorflow.core.framework import types_pb2
 import tensorflow as tf
+from tensorflow.core.framework import types_pb2
 
 from tfplace import _tensorflow
 

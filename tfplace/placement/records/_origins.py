@@ -39,8 +39,8 @@ import sys
 from types import FrameType
 from typing import Any, Iterable, Iterator, Optional
 
-from tfplace.placement.session import _session
 from tfplace.placement.records._records import Kind, Origin
+from tfplace.placement.session import _session
 from tfplace.placement.session._sources import shown_path
 
 __all__ = ["ORIGINS", "PLUMBING_OPS", "is_plumbing", "is_input_op", "of_op", "of_frames", "frames_of", "live",

@@ -29,17 +29,17 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from tfplace._devices import parse_device
-from tfplace.placement.shown import _explain, _report
 from tfplace.placement.records import _groups
-from tfplace.placement.shown._report import ROWS, size
 from tfplace.placement.records._memory_figures import NOT_COUNTED
 from tfplace.placement.records._origins import is_plumbing
 from tfplace.placement.records._records import CopyRecord, PlacementRecord, input_label
+from tfplace.placement.shown import _explain, _report
+from tfplace.placement.shown._report import ROWS, size
 
 if TYPE_CHECKING:
     from tfplace.placement.records._cost import Cost, Transfer
-    from tfplace.placement.shown._explain import Explanation
     from tfplace.placement.records._memory_figures import Memory
+    from tfplace.placement.shown._explain import Explanation
 
 __all__ = ["Log", "html", "text", "table", "dataframe", "cost_lines", "size", "short_device"]
 

@@ -20,12 +20,12 @@ from typing import Any, Callable, Optional, Sequence
 
 from tfplace import _contained, _tensorflow
 from tfplace.placement.functions import _datasets, _graphs
-from tfplace.placement.taking import _eager, _events, _function_calls
-from tfplace.placement.records import _origins
-from tfplace.placement.session import _session
 from tfplace.placement.functions._function_sources import made_in_graph
+from tfplace.placement.records import _origins
 from tfplace.placement.records._records import CUSTOM_DEVICE, CopyRecord, Origin, PlacementRecord
+from tfplace.placement.session import _session
 from tfplace.placement.session._sources import user_frame, user_line
+from tfplace.placement.taking import _eager, _events, _function_calls
 
 __all__ = ["Hook", "thread_hooks"]
 

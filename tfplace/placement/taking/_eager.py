@@ -18,9 +18,9 @@ from tensorflow.core.framework import types_pb2
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name, parse_device, requested_name
 from tfplace._tensorflow import dtype_enum
+from tfplace.placement.functions import _pipelines, _transfers
 from tfplace.placement.ops import _kernels
 from tfplace.placement.records import _origins
-from tfplace.placement.functions import _pipelines, _transfers
 from tfplace.placement.records._records import CopyRecord, Kind, PlacementRecord, is_function_call
 from tfplace.placement.session import _session
 

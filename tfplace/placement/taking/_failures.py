@@ -18,13 +18,13 @@ import tensorflow as tf
 from tfplace import _contained, _tensorflow
 from tfplace._devices import canonical_name, requested_name
 from tfplace.placement.functions import _datasets
-from tfplace.placement.taking import _eager, _events
 from tfplace.placement.ops import _kernels
 from tfplace.placement.records import _origins
-from tfplace.placement.session import _session
-from tfplace.placement.taking._callback import thread_hooks
 from tfplace.placement.records._records import Kind, PlacementRecord, is_function_call
+from tfplace.placement.session import _session
 from tfplace.placement.session._sources import user_line
+from tfplace.placement.taking import _eager, _events
+from tfplace.placement.taking._callback import thread_hooks
 
 __all__ = ["record_failure", "status_to_exception", "execute"]
 

@@ -67,11 +67,11 @@ import tensorflow as tf
 
 from tfplace import _tensorflow
 from tfplace.placement.functions import _dtensor
-from tfplace.placement.taking import _events, _failures, _sessions
 from tfplace.placement.records import _origins
 from tfplace.placement.session import _session
-from tfplace.placement.taking._callback import Hook, thread_hooks
 from tfplace.placement.session._sources import end_at_user, started_by_framework
+from tfplace.placement.taking import _events, _failures, _sessions
+from tfplace.placement.taking._callback import Hook, thread_hooks
 
 __all__ = ["listening"]
 def _set_device(ctx: Any, device_name: Any, device_spec: Any) -> None:

@@ -38,14 +38,14 @@ from tensorflow.core.protobuf import config_pb2
 
 from tfplace import _tensorflow
 from tfplace._devices import requested_name
-from tfplace.placement.taking import _events
-from tfplace.placement.records import _groups
-from tfplace.placement.ops import _kernel_table, _kernels
 from tfplace.placement.functions import _lowering, _placed, _transfers
-from tfplace.placement.session import _session
-from tfplace.placement.taking._callback import thread_hooks
+from tfplace.placement.ops import _kernel_table, _kernels
+from tfplace.placement.records import _groups
 from tfplace.placement.records._records import ARGUMENT_OPS, CopyRecord, Kind, Origin, PlacementRecord
+from tfplace.placement.session import _session
 from tfplace.placement.session._sources import stack_user_line, user_line, user_stacklevel
+from tfplace.placement.taking import _events
+from tfplace.placement.taking._callback import thread_hooks
 
 __all__ = ["Ran", "made", "disagreements", "Run", "needed", "SESSION_GRAPH", "run", "init", "unasked_run",
            "unasked_partial_run", "unasked_callable"]
