@@ -19,10 +19,7 @@ __all__ = ["assert_placed", "assert_not_placed"]
 
 
 def assert_placed(log: Any, op: str, device: str) -> None:
-    """Raises AssertionError, with a table of actual placements, unless `op` ran on `device`.
-
-    When `device` exists neither in this process nor in the log, the message says so and lists the devices.
-    """
+    """`log.assert_placed(op, device)` (`PlacementLog.assert_placed`)."""
     __tracebackhide__ = True
     if not any(True for _ in _select(log, op, device)):
         where = ", ".join(log.devices_for(op)) or "no device"
@@ -32,11 +29,7 @@ def assert_placed(log: Any, op: str, device: str) -> None:
 
 
 def assert_not_placed(log: Any, op: str, device: str) -> None:
-    """Raises AssertionError, with a table of actual placements, if `op` ran on `device`.
-
-    When `device` exists neither in this process nor in the log, the assertion holds trivially:
-    it warns, saying so and listing the devices.
-    """
+    """`log.assert_not_placed(op, device)` (`PlacementLog.assert_not_placed`)."""
     __tracebackhide__ = True
     hits = sum(1 for _ in _select(log, op, device))
     if hits:
