@@ -49,7 +49,6 @@ def render(trace: dict, start: float | None = None, end: float | None = None) ->
         parts.append(f'<rect x="0" y="{y}" width="{LEFT + WIDTH + 20}" height="{ROW}" fill="{"#f4f4f4" if i % 2 else "#ffffff"}"/>'
                      f'<text x="6" y="{y + 17}" font-size="12">{html.escape(label[-52:])}</text>')
     ends: dict = defaultdict(list)
-    centre = {}
     for e in sorted((e for e in events if e["ph"] == "X"), key=lambda e: (e["ts"], -e["dur"])):
         if e["ts"] + e["dur"] < first or e["ts"] > last:
             continue

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from conftest import ROOT, line_of
+from conftest import line_of
 
 # A Keras model with two Dense layers trained with fit under MirroredStrategy on a tf.data pipeline.
 MIRRORED_FIT = """
