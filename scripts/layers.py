@@ -135,7 +135,7 @@ def layers(graph: dict[str, set[str]]) -> list[list[str]]:
     return rows
 
 
-def summary(part: str, known: dict[str, Path], width: int = 78) -> str:
+def summary(part: str, known: dict[str, Path], width: int = 92) -> str:
     """The first sentence of a part's docstring, cut at a word to `width`, as its line in the drawing."""
     path = known.get(part)
     text = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) if path else None

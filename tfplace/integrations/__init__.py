@@ -1,4 +1,6 @@
-"""Where users already are: `pytest_plugin` (fixtures, markers and placement snapshots for pytest, registered
+"""Where users already are: pytest, placement snapshots, notebooks.
+
+`pytest_plugin` (fixtures, markers and placement snapshots for pytest, registered
 as the `tfplace` plugin), `_snapshots` (the snapshot files), `_notebook` (`%load_ext tfplace`, the
 `%%placement` cell magic).
 

@@ -1,5 +1,6 @@
-"""Seeing placement: records of where each op ran, why, and guards over them, in seven layers, each
-importing only those below it (`python scripts/layers.py` draws them):
+"""Seeing placement: records of where each op ran, why, and guards over them.
+
+Seven layers, each importing only those below it (`python scripts/layers.py` draws them):
 
 * `api`: what a program holds and calls: `PlacementLog` (queries, assertions, views), `capture_placement()`,
   the guards.

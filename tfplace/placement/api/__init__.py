@@ -1,4 +1,6 @@
-"""What a program holds and calls: `_log` (`PlacementLog`: the records with queries, assertions and views),
+"""What a program holds and calls: `PlacementLog`, `capture_placement()`, the guards.
+
+`_log` (`PlacementLog`: the records with queries, assertions and views),
 `_assertions` (the device comparisons they make), `_capture` (`capture_placement()`), `_guards`
 (`transfer_guard()`, `device_guard()`).
 

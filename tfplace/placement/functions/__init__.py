@@ -1,4 +1,5 @@
-"""How TensorFlow's placement inside functions is reconstructed, node for node as its placer logged it:
+"""How TensorFlow's placement inside functions is reconstructed, node for node as its placer logged it.
+
 `_graphs` (graph collection, per call), `_collected` (what collected graphs say: `Placed`, `Later`),
 `_instantiation`, `_lowering` and `_placer_graph` (the graph the placer saw), `_placed` (each node on the device
 it ran on), `_transfers` (partitions' `_Send`s), `_calls` (what each later call runs), `_kept_calls` (functions

@@ -1,4 +1,6 @@
-"""What a record is and what records alone say: `_records` (`PlacementRecord`, `CopyRecord`, kinds),
+"""What a record is, and what records alone say.
+
+`_records` (`PlacementRecord`, `CopyRecord`, kinds),
 `_recorder` (what a capture writes a log through), `_origins` (who asked for an op and its device), `_groups`
 (compute, framework, input, plumbing), `_cost` (time and bytes per device and transfer), `_log_json` (JSON),
 `_parsing` (TensorFlow's own log text), `_memory_figures` (memory per device).

@@ -1,4 +1,6 @@
-"""How records are shown: `_report` (the rows every report shows first, grouped once), `_display` (text
+"""How records are shown: reports, views, explanations, timelines.
+
+`_report` (the rows every report shows first, grouped once), `_display` (text
 and notebook HTML views), `_explain` (why an op ran where it did; what would still run on the CPU on a GPU
 machine), `_perfetto` (timelines for Perfetto and chrome://tracing).
 

@@ -1,4 +1,6 @@
-"""How records are taken: `_hooks` installs an op callback per thread and patches TensorFlow while anything
+"""How records are taken: the op callback, its hooks and patches, and what they see.
+
+`_hooks` installs an op callback per thread and patches TensorFlow while anything
 listens; `_callback` turns each eager op into records, `_eager` describes it, `_function_calls` takes what a
 function call, an iterator or a DTensor op placed, ran and moved; `_events` says what listeners hear;
 `_failures` records ops that raised; `_sessions` records tf.compat.v1 Sessions' graphs and runs; `_memory` is
