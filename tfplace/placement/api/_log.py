@@ -32,13 +32,9 @@ __all__ = ["PlacementLog"]
 
 
 class PlacementLog(Recorder):
-    """The placement events of a block.
-
-    A capture (`tfplace.capture_placement`) writes a log through `add()`,
-    `add_event()`, `add_later()` and `mark_incomplete()`, its only writers; everything else only
-    reads. While the capture is open the log grows (a test can assert inside the block);
-    reading it never changes what it says (the records `add_later()` left to be made are made
-    then, in their places).
+    """The placement events of a block: what a capture (`tfplace.capture_placement`) wrote through its
+    `Recorder` methods, with queries, assertions and views. While the capture is open the log grows (a test
+    can assert inside the block); reading it never changes what it says.
 
     Attributes:
       records: `PlacementRecord`s in order (see `tfplace.placement.records._records`).

@@ -132,20 +132,20 @@ def device_of(inputs: Sequence[Any]) -> str:
 def described(session: _session.Session, op_type: Any, full: str, requested: Optional[str], attrs: Any) -> tuple:
     """(op type, what it is, its record without source) of an eager op, described once per session and kept
     (`describe`); keyed on the type attributes alone where an attribute is a list (strides)."""
-    described = session.described
+    cache = session.described
     try:
         key: tuple = (op_type, full, requested, attrs)
         hash(key)
     except TypeError:  # a list-valued attribute
         key = (op_type, full, requested, type_values(op_type, attrs))
-    known = described.get(key)
+    known = cache.get(key)
     if known is None:
         known = describe(op_type, full, requested, type_values(op_type, attrs))
-        if len(described) > 100_000:  # caches, bounded: records are made again when needed
-            described.clear()
+        if len(cache) > 100_000:  # caches, bounded: records are made again when needed
+            cache.clear()
             session.noted.clear()
             session.sourced.clear()
-        described[key] = known
+        cache[key] = known
     return known
 
 
