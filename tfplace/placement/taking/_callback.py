@@ -112,7 +112,8 @@ class Hook:
                  op_name: Optional[str] = None, graph: Any = None) -> None:
         # It runs per eager op: every statement counts (`benchmarks/bench_callback.py`). An op this thread ran
         # before from the same line, with the same device, scope and attributes, is one look-up (`seen`); any
-        # other op that is no function call, iterator or DTensor op is done here; the others go on in `_called()`.
+        # other op that is no function call, iterator or DTensor op is done here; the others go on in
+        # `_function_calls.called()`.
         try:
             session = self.session
             if session.waiting:  # a function's tracing (graph) may come before the first eager op
