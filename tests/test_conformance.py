@@ -98,6 +98,38 @@ def test_referee_reads_real_lines():
     assert not log.suspicious
 
 
+# Real lines of TensorFlow 2.16's stderr (o_mirrored_fit), which name no thread: a tf.data thread's warning
+# landed between an eager op's wrapper lines and its `Executing op`, as it does when the machine is busy.
+_DATED_LOG = "\n".join(f"2026-11-27 09:10:37.5{i:05d}: {level} tensorflow/core/{text}" for i, (level, text) in enumerate([
+    ("I", f"common_runtime/placer.cc:125] input__dataset: (_Arg): {_D0}"),
+    ("I", f"common_runtime/placer.cc:125] OptionsDataset: (OptionsDataset): {_D0}"),
+    ("W", "framework/local_rendezvous.cc:404] Local rendezvous is aborting with status: OUT_OF_RANGE: End of sequence"),
+    ("I", f"common_runtime/placer.cc:125] handle_RetVal: (_Retval): {_D0}"),
+    ("W", "framework/local_rendezvous.cc:404] Local rendezvous is aborting with status: OUT_OF_RANGE: End of sequence"),
+    ("I", f"common_runtime/eager/execute.cc:1756] Executing op OptionsDataset in device {_D0}"),
+    ("I", f"common_runtime/placer.cc:125] x: (_Arg): {_D0}"),
+    ("I", "util/dump_graph.cc:209] Dumped Graph to /tmp/graphs/__inference_f_12.0000.main.initial.pbtxt"),
+    ("I", f"common_runtime/placer.cc:125] Identity: (Identity): {_D0}"),
+    ("I", f"common_runtime/placer.cc:125] identity_RetVal: (_Retval): {_D0}"),
+    ("I", f"common_runtime/eager/execute.cc:1756] Executing op __inference_f_12 in device {_D0}"),
+]))
+
+
+def test_referee_reads_lines_that_name_no_thread():
+    """TensorFlow 2.16-2.20 name no thread: a line of another source may be any thread's and ends no run."""
+    from conformance import tflog
+
+    text = "CONFORMANCE-BEGIN 100\n" + _DATED_LOG.replace("\n2026-11-27 09:10:37.500004: W", "\n\t [[{{node X}}]]\n"
+                                                          "2026-11-27 09:10:37.500004: W") + "\nCONFORMANCE-END 100\n"
+    log = tflog.parse(text)
+    assert not log.threads_known and log.main_thread == 100
+    assert [(e.op, e.device, e.wrapper_placed) for e in log.eager] == [
+        ("OptionsDataset", "/device:CPU:0", True), ("__inference_f_12", "/device:CPU:0", False)]
+    assert [[n.name for n in nodes] for _, nodes in log.wrappers] == [["input__dataset", "OptionsDataset", "handle_RetVal"]]
+    assert [(n.name, n.op) for n in log.nodes] == [("x", "_Arg"), ("Identity", "Identity"), ("identity_RetVal", "_Retval")]
+    assert not log.suspicious
+
+
 def test_referee_compares_multisets():
     from conformance import tflog
 

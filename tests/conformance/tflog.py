@@ -33,6 +33,9 @@ Groups that look like a wrapper by the loose rule (one non-plumbing node named l
 op) but fail the strict one, or that another line of their thread separates from the
 `Executing op`, are listed in `suspicious`, so a wrong guess shows up.
 
+In a log whose lines name no thread (TensorFlow 2.16-2.20), only placer and `execute.cc` lines end a run:
+any other line may be another thread's.
+
 Only the lines between the harness's `CONFORMANCE-BEGIN` and `CONFORMANCE-END` markers count
 (the whole text when there is no marker).
 """
@@ -303,6 +306,12 @@ def parse(text: str, task: str = "") -> TfLog:
                 continue   # Python output, continuation lines of multi-line messages
             thread, source, message = log.main_thread or 0, m.group(2), m.group(4)
             log.threads_known = False
+            if source not in ("placer.cc", "execute.cc"):
+                # A line naming no thread may be any thread's (a tf.data thread's end-of-sequence warning
+                # lands between an eager op's wrapper lines and its `Executing op` when the machine is busy):
+                # it ends no run.
+                log.threads[thread] += 1
+                continue
         log.threads[thread] += 1
         lineno = index + 1
         if source == "placer.cc":
