@@ -2,6 +2,7 @@
 tf.data functions, copies from where memory is, TensorFlow's threads, a live `complete`."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -233,6 +234,34 @@ def test_from_text_equals_the_capture_of_the_same_run_for_the_guides_first_cell(
     """)
     assert captured == [["MatMul", "", "/device:CPU:0", "execute"]]
     assert result_of(out) == captured
+
+
+def test_from_text_reads_both_streams_of_a_run_as_its_stderr_alone(tmp_path):
+    """TensorFlow prints each placer line twice, bare on stdout and with its log prefix on stderr (a prefix that
+    changed in 2.21): a log of both streams (`python script.py > log 2>&1`) names each node once."""
+    program = tmp_path / "function.py"
+    program.write_text(textwrap.dedent("""
+        import tensorflow as tf
+        tf.debugging.set_log_device_placement(True)
+        @tf.function
+        def f(x):
+            return tf.matmul(x, x) + 1.0
+        print(f(tf.constant([[1.0, 2.0], [3.0, 4.0]])))
+    """), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TFPLACE_", "TF_CPP"))}
+    merged = subprocess.run([sys.executable, str(program)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, cwd=ROOT, env=env, timeout=120)
+    alone = subprocess.run([sys.executable, str(program)], capture_output=True, text=True, cwd=ROOT, env=env,
+                           timeout=120)
+    assert merged.returncode == alone.returncode == 0, alone.stderr[-2000:]
+    out = run_python(f"""
+        import tfplace
+        report([[[r.op, r.name, r.device, r.kind] for r in tfplace.PlacementLog.from_text(text).records]
+                for text in ({merged.stdout!r}, {alone.stderr!r})])
+    """)
+    both, stderr = result_of(out)
+    assert both == stderr
+    assert ["AddV2", "add", "/device:CPU:0", "place"] in stderr and stderr[-1][3] == "execute"
 
 
 def test_trace_reports_the_ops_of_a_thread_the_script_starts(tmp_path):

@@ -10,6 +10,9 @@ from tfplace.placement.records._parsing import parse_placement
 FULL = "/job:localhost/replica:0/task:0/device:{}:{}"
 PREFIX = "I0000 00:00:1795316459.951921    1852 execute.cc:1775] "
 PLACER_PREFIX = "I0000 00:00:1795316459.951596    1852 placer.cc:162] "
+# TensorFlow 2.16-2.20's prefixes: a date, no thread, the source's path.
+DATED_PREFIX = "2026-11-27 09:10:37.565408: I tensorflow/core/common_runtime/eager/execute.cc:1756] "
+DATED_PLACER_PREFIX = "2026-11-27 09:10:37.564717: I tensorflow/core/common_runtime/placer.cc:125] "
 
 ops = st.sampled_from(["MatMul", "AddV2", "_EagerConst", "AddN", "VarHandleOp", "__inference_f_12"])
 devices = st.tuples(st.sampled_from(["CPU", "GPU"]), st.integers(0, 7))
@@ -61,17 +64,19 @@ def test_spliced_lines_are_split():
     st.tuples(st.just("execute"), ops, devices, st.just("")),
     st.tuples(st.just("place"), ops.filter(lambda o: not o.startswith("__")), devices, names),
     st.tuples(st.just("noise"), noise, devices, st.just("")),
-), max_size=30))
-def test_generated_logs_round_trip(events):
-    """Both streams of a run: fd 2 (prefixed, eager + placer) and fd 1 (bare placer) parse to the events."""
+), max_size=30), st.sampled_from([(PREFIX, PLACER_PREFIX), (DATED_PREFIX, DATED_PLACER_PREFIX)]))
+def test_generated_logs_round_trip(events, prefixes):
+    """Both streams of a run: fd 2 (prefixed as 2.21 or 2.16-2.20 prefix them, eager + placer) and fd 1 (bare
+    placer) parse to the events."""
+    execute_prefix, placer_prefix = prefixes
     fd2, fd1, expected = [], [], []
     for kind, what, (dtype, index), name in events:
         device = FULL.format(dtype, index)
         if kind == "execute":
-            fd2.append(f"{PREFIX}Executing op {what} in device {device}\n")
+            fd2.append(f"{execute_prefix}Executing op {what} in device {device}\n")
             expected.append((what, "", f"/device:{dtype}:{index}", "execute"))
         elif kind == "place":
-            fd2.append(f"{PLACER_PREFIX}{name}: ({what}): {device}\n")
+            fd2.append(f"{placer_prefix}{name}: ({what}): {device}\n")
             fd1.append(f"{name}: ({what}): {device}\n")
             expected.append((what, name, f"/device:{dtype}:{index}", "place"))
         else:

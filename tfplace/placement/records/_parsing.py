@@ -4,7 +4,10 @@ TensorFlow reports placement as text: eager lines `Executing op MatMul in device
 D` (C++ `LOG(INFO)`, fd 2), graph placer lines `name: (Op): D` (printed twice:
 `printf` to fd 1 and `LOG(INFO)` to fd 2) and, under the "warn" device
 policy, `before computing Op input #i was expected to be on D1 but is actually
-on D0 ...` copy warnings. `parse_placement()` finds them anywhere in a text,
+on D0 ...` copy warnings; each log line starts with a prefix, TensorFlow 2.21's
+(`I1127 09:10:37.5647   1852 placer.cc:162] `) or 2.16-2.20's (`2026-11-27
+09:10:37.5647: I tensorflow/core/common_runtime/placer.cc:125] `).
+`parse_placement()` finds them anywhere in a text,
 also where two streams spliced lines together, and keeps each placer event
 once. Kernel variants (oneDNN's `_MklMatMul`) are read as their op type; each
 record keeps the printed line. `PlacementLog.from_text` is built on it.
@@ -43,9 +46,12 @@ _COPY = (
 )
 _PLACE = r"(?<![\w.\-/>])([\w.\-/>]+): \((\w+)\): (" + _DEVICE + ")"
 _NO_GROUPS = re.compile(r"(?<!\\)\((?!\?)")
+# A log prefix: TensorFlow 2.21's `I1127 09:10:37.564717   1852 placer.cc:162] `, 2.16-2.20's
+# `2026-11-27 09:10:37.564717: I tensorflow/core/common_runtime/placer.cc:125] `.
+_PREFIX = r"[IWEF]\d{4} [\d:.]+ +\d+ [\w.]+:\d+\] |\d{4}-\d\d-\d\d [\d:.]+: [IWEF] [\w./\-]+:\d+\] "
 # One placement statement, with its log prefix (group 1) and its newline.
 _LINE = re.compile(
-    r"([IWEF]\d{4} [\d:.]+ +\d+ [\w.]+:\d+\] )?("
+    r"(" + _PREFIX + r")?("
     + "|".join(_NO_GROUPS.sub("(?:", part) for part in (_EXECUTE, _COPY, _PLACE))
     + r")\n?"
 )
@@ -102,7 +108,7 @@ def parse_placement(text: str) -> Parsed:
     bodies: dict[str, Any] = {}  # a statement read once per text: logs repeat the same lines
     for line in text.split("\n"):
         body, prefix = line, ""
-        if line[:1] in _LEVELS and line[1:5].isdigit():
+        if (line[:1] in _LEVELS and line[1:5].isdigit()) or (line[:4].isdigit() and line[4:5] == "-"):
             cut = line.find("] ")
             if cut > 0:
                 body, prefix = line[cut + 2 :], line[: cut + 2]
