@@ -93,6 +93,35 @@ def test_cpu_machine_with_the_cuda_wheel_explains_tensorflows_own_line():
     assert "cpu_feature_guard" not in text  # TensorFlow's other start-up lines are not evidence
 
 
+def test_tensorflows_log_lines_are_read_in_the_prefix_of_each_version():
+    """Lines of TensorFlow 2.16.2's CUDA wheel on this CPU machine (a date, the source's path) and of 2.21's (a
+    thread, the file alone) read alike; start-up notices and the cloud file system's lines are left out."""
+    from tfplace.machine._view import diagnostic
+
+    lines = [
+        "2026-11-27 09:22:42.580602: I tensorflow/core/util/port.cc:113] oneDNN custom operations are on.",
+        "2026-11-27 09:22:42.581502: I external/local_tsl/tsl/cuda/cudart_stub.cc:32] Could not find cuda drivers "
+        "on your machine, GPU will not be used.",
+        "2026-11-27 09:22:42.581553: I external/local_tsl/tsl/platform/cloud/gcs_file_system.cc:855] GCS cache max "
+        "size = 0 ; block size = 67108864 ; max staleness = 0",
+        "2026-11-27 09:22:42.593628: E external/local_xla/xla/stream_executor/cuda/cuda_fft.cc:479] Unable to "
+        "register cuFFT factory: Attempting to register factory for plugin cuFFT when one has already been registered",
+        "2026-11-27 09:22:43.512000: I external/local_xla/xla/stream_executor/cuda/cuda_driver.cc:280] failed call "
+        "to cuInit: UNKNOWN ERROR (303)",
+        "I0000 00:00:1795710172.767201   24423 cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU "
+        "will not be used.",
+    ]
+    assert [diagnostic(line) for line in lines] == [
+        None,
+        "I cudart_stub.cc:32] Could not find cuda drivers on your machine, GPU will not be used.",
+        None,
+        "E cuda_fft.cc:479] Unable to register cuFFT factory: Attempting to register factory for plugin cuFFT when "
+        "one has already been registered",
+        "I cuda_driver.cc:280] failed call to cuInit: UNKNOWN ERROR (303)",
+        "I cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used.",
+    ]
+
+
 def test_the_view_that_differs_from_the_facts_is_an_error_with_tensorflows_line():
     facts = machines.with_and_cuda(machines.h200(machines.tensorflow()))
     facts["tensorflow_view"] = {"gpus": [], "log": ["I gpu_device.cc:2431] Ignoring visible gpu device",

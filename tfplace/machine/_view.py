@@ -7,6 +7,9 @@ Example:
     >>> from tfplace.machine._view import diagnostic
     >>> diagnostic("I0000 00:00:1.2   24423 cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used.")
     'I cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used.'
+    >>> diagnostic("2026-11-27 09:10:37.5: W tensorflow/core/common_runtime/gpu/gpu_device.cc:2251] Cannot dlopen "
+    ...            "some GPU libraries.")
+    'W gpu_device.cc:2251] Cannot dlopen some GPU libraries.'
 """
 
 from __future__ import annotations
@@ -28,7 +31,10 @@ _SOURCES = ("dso_loader", "cudart_stub", "cuda_diagnostics", "cuda_platform", "c
             "cuda_solvers", "ptx_compiler", "nvptx_compiler", "asm_compiler", "cuda_asm_compiler", "gpu_util",
             "cuda_status", "gpu_cudamallocasync_allocator", "gpu_bfc_allocator")
 _NOISE = ("cpu_feature_guard", "port.cc", "parse_flags_from_env", "dump_graph")
+# TensorFlow 2.21's log prefix (`I1127 09:10:37.5647   24423 cudart_stub.cc:31] `), then 2.16-2.20's
+# (`2026-11-27 09:10:37.5647: I external/local_xla/xla/stream_executor/cuda/cudart_stub.cc:28] `).
 _LINE = re.compile(r"^([IWEF])\d{4} [\d:.]+\s+\d+ ((\w+)\.cc:\d+)\] (.*)$")
+_DATED_LINE = re.compile(r"^\d{4}-\d\d-\d\d [\d:.]+: ([IWEF]) (?:\S*/)?((\w+)\.cc:\d+)\] (.*)$")
 _CHILD = r"""
 import json, sys, time
 import tensorflow as tf
@@ -58,7 +64,7 @@ print("TFPLACE_VIEW " + json.dumps(view), flush=True)
 
 def diagnostic(line: str) -> Optional[str]:
     """A log line worth showing, shortened to `severity source:line] message`, else None."""
-    match = _LINE.match(line.strip())
+    match = _LINE.match(line.strip()) or _DATED_LINE.match(line.strip())
     if not match or match.group(3) in _NOISE or match.group(2) in _NOISE:
         return None
     if match.group(1) == "I" and match.group(3) not in _SOURCES:
