@@ -306,13 +306,11 @@ def parse(text: str, task: str = "") -> TfLog:
                 continue   # Python output, continuation lines of multi-line messages
             thread, source, message = log.main_thread or 0, m.group(2), m.group(4)
             log.threads_known = False
-            if source not in ("placer.cc", "execute.cc"):
-                # A line naming no thread may be any thread's (a tf.data thread's end-of-sequence warning
-                # lands between an eager op's wrapper lines and its `Executing op` when the machine is busy):
-                # it ends no run.
-                log.threads[thread] += 1
-                continue
         log.threads[thread] += 1
+        if not log.threads_known and source not in ("placer.cc", "execute.cc"):
+            # A line naming no thread may be any thread's (a tf.data thread's end-of-sequence warning lands
+            # between an eager op's wrapper lines and its `Executing op` when the machine is busy): it ends no run.
+            continue
         lineno = index + 1
         if source == "placer.cc":
             p = _PLACER.match(message)
