@@ -6,5 +6,5 @@
 
 Imports: `tfplace._contained`, `tfplace._devices`, `tfplace._errors`, `tfplace._tensorflow`,
 `tfplace.placement.functions`, `tfplace.placement.ops`, `tfplace.placement.records`, `tfplace.placement.session`,
-`tfplace.placement.shown`, `tfplace.placement.taking`.
+`tfplace.placement.shown`, `tfplace.placement.steps`, `tfplace.placement.taking`.
 """

@@ -27,6 +27,7 @@ from tfplace.placement.shown import _report
 if TYPE_CHECKING:
     from tfplace.placement.records._cost import Cost, Transfer
     from tfplace.placement.shown._explain import Explanation, Readiness
+    from tfplace.placement.steps._model import Advice, Steps
 
 __all__ = ["PlacementLog"]
 
@@ -310,9 +311,32 @@ class PlacementLog(Recorder):
         self._settle()
         return _explain.gpu_readiness(self._records, _kernel_table.gpu_table())
 
+    def steps(self) -> "Steps":
+        """The block's steps, found without annotation, and with `timing=True` where their time went (each
+        step's phases, devices' busy time, the slowest input stage); `tfplace.placement.steps`.
+
+        >>> import tensorflow as tf, tfplace
+        >>> step = tf.function(lambda x: x * 2.0)
+        >>> with tfplace.capture_placement() as log:
+        ...     for _ in range(3):
+        ...         y = step(tf.ones(2))
+        >>> log.steps().count, log.steps().warmup, log.steps().kind   # the first call traced
+        (2, 1, 'function')
+        """
+        from tfplace.placement.steps import _analysis
+
+        self._settle()
+        return _analysis.steps(self._records, self._timing, self._timing_missing)
+
+    def advice(self) -> list["Advice"]:
+        """What to change, most costly first: one `Advice` per rule the run shows, with the user's line and a
+        fix (`tfplace.placement.steps._rules`); none on a healthy program, none about code the user did not write."""
+        from tfplace.placement.steps import _rules
+
+        return _rules.advice(self.steps(), self.transfers(), self._timing.ops if self._timing is not None else {})
+
     def _repr_html_(self) -> str:
-        """The log as compact HTML, for notebooks: ops per device, copies, failed ops, why ops
-        ran elsewhere than they asked, completeness (`tfplace.placement.shown._display`); `str(log)` stays the text table."""
+        """The log as compact HTML for notebooks (`tfplace.placement.shown._display`); `str(log)` stays text."""
         from tfplace.placement.shown import _display
 
         return _display.html(self, self.explain())
@@ -366,7 +390,7 @@ class PlacementLog(Recorder):
         from tfplace.placement.shown import _display
 
         self._settle()
-        lines = [f"PlacementLog: {len(self._records)} records, {len(self._copies)} implicit copies, "
-                 + ("complete" if self.complete else "INCOMPLETE"),
+        lines = [f"PlacementLog: {len(self._records)} records, {len(self._copies)} implicit copies, " +
+                 ("complete" if self.complete else "INCOMPLETE"),
                  *("  " + line for line in _display.cost_lines(self, top=_report.ROWS)), self.table()]
         return "\n".join(lines)

@@ -7,5 +7,5 @@ function call, an iterator or a DTensor op placed, ran and moved; `_events` says
 the census of tensors per device; `_profile` and `_profiling` read TensorFlow's profiler.
 
 Imports: `tfplace._contained`, `tfplace._devices`, `tfplace._tensorflow`, `tfplace.placement.functions`,
-`tfplace.placement.ops`, `tfplace.placement.records`, `tfplace.placement.session`.
+`tfplace.placement.ops`, `tfplace.placement.records`, `tfplace.placement.session`, `tfplace.placement.steps`.
 """

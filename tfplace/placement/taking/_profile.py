@@ -66,6 +66,8 @@ from tfplace import _tensorflow
 from tfplace._devices import canonical_name
 from tfplace.placement.ops import _kernels
 from tfplace.placement.records._records import is_function_call
+from tfplace.placement.steps._events import StepEvents
+from tfplace.placement.taking import _gpu_planes
 
 __all__ = ["Timing", "read_xspace"]
 
@@ -77,11 +79,9 @@ _TRANSFERS = frozenset({"_Send", "_HostSend"})
 _NOT_WORK = frozenset({"_Recv", "_HostRecv", "PartitionedCall", "StatefulPartitionedCall", "If", "StatelessIf",
                        "While", "StatelessWhile", "Case", "StatelessCase", "RemoteCall"})
 _GPU_PLANE = re.compile(r"^/device:GPU:(\d+)$")
-# Copies: where each side is, by the event's name (CUPTI's copy kind), else by memcpy_details' kinds.
-_MEMCPY_SIDES = {"MemcpyH2D": (True, False), "MemcpyD2H": (False, True), "MemcpyD2D": (False, False),
-                 "MemcpyP2P": (False, False)}
-_HOST_MEMORY = frozenset({"pageable", "pinned"})
-_HOST = "/device:CPU:0"
+# Ops whose time is waiting, never busy: for input (a get-next) or for peers (a collective).
+_WAITS = frozenset({"IteratorGetNext", "IteratorGetNextSync", "IteratorGetNextAsOptional", "MultiDeviceIteratorGetNextFromShard"})
+_NAMED = re.compile(r"^[A-Za-z_][\w.]*$")  # a TraceMe a program names: a tf.function's call, a step marker
 
 
 class Timing(NamedTuple):
@@ -104,6 +104,9 @@ class Timing(NamedTuple):
       events: each counted event, for a timeline (`tfplace.placement.shown._perfetto`).
       moves: each transfer with its start and time, for a timeline.
       calls: each eager function call with its start and time, for a timeline (not busy time).
+      pipeline: (device, op type) -> (executions, µs) of tf.data's functions on its own threads: the
+        input pipeline's work, not a device's busy time (nor are waits: a get-next, a collective).
+      steps: what the profile says about steps (`tfplace.placement.steps._events.StepEvents`).
     """
 
     devices: dict[str, tuple[int, float]]
@@ -118,6 +121,8 @@ class Timing(NamedTuple):
     events: tuple = ()  # (device, op, start µs, µs, line, index of the eager op in `read_xspace`'s list or -1)
     moves: tuple = ()  # (from device, to device, start µs, µs) of each transfer the profile saw
     calls: tuple = ()  # (start µs, µs, function) of each eager function call, in order
+    pipeline: dict[tuple[str, str], tuple[int, float]] = {}
+    steps: Any = None
 
 
 def _stat(plane: Any, stat: Any) -> Any:
@@ -128,11 +133,6 @@ def _stat(plane: Any, stat: Any) -> Any:
 
 def _stats(plane: Any, event: Any) -> dict[str, Any]:
     return {plane.stat_metadata[s.metadata_id].name: _stat(plane, s) for s in event.stats}
-
-
-def _details(text: str) -> dict[str, str]:
-    """`kind_src:pageable kind_dst:device size:4194304 dest:0 async:1` as a dict."""
-    return dict(part.split(":", 1) for part in text.split() if ":" in part)
 
 
 class _Tally:
@@ -149,12 +149,24 @@ class _Tally:
         self.unattributed = 0
         self.moves: list[tuple[str, str, float, float]] = []
         self.calls: list[tuple[float, float, str]] = []  # (start µs, µs, function) of each eager function call
+        self.pipeline: dict[tuple[str, str], list] = {}
+        self.waited: Counter = Counter()  # (device, op) -> executions of ops that wait
+        self.steps = StepEvents()
 
     def ran(self, line: Any, device: str, op: str, start_us: float, duration_us: float, host: bool,
-            eager: int = -1) -> None:
-        """Work on `device` seen on `line` (a host line when `host`); `eager`: its eager op's index."""
+            eager: int = -1, pipeline: bool = False) -> None:
+        """Work on `device` seen on `line` (a host line when `host`, tf.data's when `pipeline`); `eager`: its
+        eager op's index."""
         if not device:
             self.unattributed += 1
+        elif op in _WAITS or op.startswith(("Collective", "Nccl")):
+            self.waited[(device, op)] += 1
+            if op not in _WAITS:
+                self.steps.sync.append((start_us, duration_us))
+        elif pipeline:
+            entry = self.pipeline.setdefault((device, op), [0, 0.0])
+            entry[0] += 1
+            entry[1] += duration_us
         elif not (host and device in self.planes):
             self.work.setdefault(line, []).append((start_us, duration_us, device, op, eager))
 
@@ -181,6 +193,8 @@ class _Tally:
                 entry[1] += max(0.0, start + duration - max(start, covered))
                 covered = max(covered, start + duration)
                 self.span(start, duration)
+        for key, count in self.waited.items():
+            self.ops.setdefault(key, [0, 0.0])[0] += count
         devices: dict[str, list] = {}
         for (device, _), (count, time) in self.ops.items():
             entry = devices.setdefault(device, [0, 0.0])
@@ -191,10 +205,13 @@ class _Tally:
                       {k: (n, t) for k, (n, t) in sorted(self.ops.items())},
                       {k: (n, b, t) for k, (n, b, t) in self.transfers.items()},
                       dict(self.nodes), {k: (n, t) for k, (n, t) in self.sends.items()}, wall, len(self.work),
-                      dict(self.eager), self.unattributed, tuple(every), tuple(self.moves), tuple(sorted(self.calls)))
+                      dict(self.eager), self.unattributed, tuple(every), tuple(self.moves), tuple(sorted(self.calls)),
+                      {k: (n, t) for k, (n, t) in sorted(self.pipeline.items())}, self.steps)
 
 
-_SKIP, _EAGER_OP, _KERNEL, _COPY, _WORK, _SEND, _OTHER_NODE, _ASYNC, _CALL = range(9)
+_SKIP, _EAGER_OP, _KERNEL, _COPY, _WORK, _SEND, _OTHER_NODE, _ASYNC, _CALL, _NAME, _STEP = range(11)
+_STEP_EVENTS = {"IteratorGetNextOp::DoCompute": "input", "tf.function-graph_building": "compile",
+                "SessionRun": "session", "InstantiatedCapturedFunction::Run": "function"}
 
 
 def _kind(name: str) -> tuple:
@@ -210,6 +227,10 @@ def _kind(name: str) -> tuple:
         return (_KERNEL,)
     if name == _ASYNC_START:
         return (_ASYNC,)
+    if name in _STEP_EVENTS or name.startswith("Iterator::"):
+        return _STEP, _STEP_EVENTS.get(name, "stage")
+    if _NAMED.match(name):
+        return (_NAME,)  # a tf.function's call or a step marker, known by its stats
     copied = _EAGER_COPY.match(name)
     if copied:
         return _COPY, copied[1], copied[2]
@@ -242,13 +263,17 @@ def _host_plane(plane: Any, tally: _Tally, node_devices: Mapping[str, str], pend
     for line in plane.lines:
         base_us = line.timestamp_ns / 1e3
         eager, kernels = [], []
+        pipeline = line.name.startswith("tf_data")
         for event in line.events:
             kind = kinds.get(event.metadata_id, (_SKIP,))
             what = kind[0]
             if what == _SKIP:
                 continue
             start, duration = base_us + event.offset_ps / 1e6, event.duration_ps / 1e6
-            if what == _EAGER_OP:
+            if what == _NAME or what == _STEP:
+                kinds[event.metadata_id] = _step_event(plane, event, kind, start, duration, (plane.name, line.id),
+                                                       tally.steps)
+            elif what == _EAGER_OP:
                 eager.append([start, duration, kind[1]])
             elif what == _CALL:
                 tally.calls.append((start, duration, kind[1]))
@@ -260,7 +285,7 @@ def _host_plane(plane: Any, tally: _Tally, node_devices: Mapping[str, str], pend
                 tally.nodes[kind[2]] += 1
                 device = node_devices.get(kind[2], "")
                 tally.ran((plane.name, line.id), canonical_name(device) if device else "", kind[1], start, duration,
-                          True)
+                          True, pipeline=pipeline)
             elif what == _ASYNC:
                 node = str(_stats(plane, event).get("name", ""))
                 if node:
@@ -280,6 +305,34 @@ def _host_plane(plane: Any, tally: _Tally, node_devices: Mapping[str, str], pend
         pending.extend((start, duration, op, (plane.name, line.id)) for start, duration, op in eager)
 
 
+def _step_event(plane: Any, event: Any, kind: tuple, start: float, duration: float, line: tuple,
+                steps: StepEvents) -> tuple:
+    """Gives `steps` an event of a step's kind; returns the kind of its name from now on (a name that is
+    neither a tf.function's call nor a step marker is skipped after its first event)."""
+    name = plane.event_metadata[event.metadata_id].name
+    if kind[0] == _STEP:
+        what = kind[1]
+        if what == "input":
+            steps.input.append((start, duration))
+        elif what == "compile":
+            steps.compile.append((start, duration))
+        elif what == "session":
+            steps.sessions.append((start, duration))
+        elif what == "function":
+            steps.function_run(line, start)
+        else:
+            steps.stage(line, name, start, duration, _stats(plane, event))
+        return kind
+    stats = _stats(plane, event)
+    if "tf_function_call" in stats:
+        steps.call(start, duration, name, str(stats["tf_function_call"]), line)
+    elif "step_num" in stats:
+        steps.mark(start, duration, name, stats["step_num"])
+    else:
+        return (_SKIP,)
+    return kind
+
+
 def _kernel_times(eager: list, kernels: list) -> None:
     """Gives each eager op ([start, µs, op]) the start and time of its kernel runs (the
     `EagerKernelExecute` events inside it on its line), where it has any."""
@@ -296,36 +349,6 @@ def _kernel_times(eager: list, kernels: list) -> None:
             k += 1
         if inside:
             op[0], op[1] = inside[0][0], sum(duration for _, duration in inside)
-
-
-def _gpu_plane(plane: Any, tally: _Tally, device: str) -> None:
-    kinds = {key: metadata.name for key, metadata in plane.event_metadata.items()}
-    for line in plane.lines:
-        base_us = line.timestamp_ns / 1e3
-        for event in line.events:
-            name = kinds.get(event.metadata_id, "")
-            stats = _stats(plane, event)
-            start, duration = base_us + event.offset_ps / 1e6, event.duration_ps / 1e6
-            if "memcpy_details" in stats:
-                details = _details(str(stats["memcpy_details"]))
-                sides = _MEMCPY_SIDES.get(name) or (details.get("kind_src") in _HOST_MEMORY,
-                                                    details.get("kind_dst") in _HOST_MEMORY)
-                if sides == (True, True):
-                    continue  # host to host: no device's transfer
-                dest = details.get("dest", "")
-                target = _HOST if sides[1] else f"/device:GPU:{dest}" if dest.isdigit() else device
-                size = details.get("size", "")
-                tally.moved(_HOST if sides[0] else device, target, int(size) if size.isdigit() else 0, start, duration)
-            elif "kernel_details" in stats:
-                tally.ran((plane.name, line.id), device, _gpu_op(name, str(stats.get("tf_op", ""))), start, duration,
-                          False)
-
-
-def _gpu_op(kernel: str, tf_op: str) -> str:
-    """The op type of a GPU kernel: from its `tf_op` stat (`<node>:<type>`) when that names an op
-    TensorFlow defines, else the kernel's name."""
-    op = _kernels.op_type(tf_op.rpartition(":")[2]) if ":" in tf_op else ""
-    return op if op and _tensorflow.op_def(op) is not None else kernel
 
 
 def read_xspace(space: Any, node_devices: Mapping[str, str] = {},
@@ -348,7 +371,7 @@ def read_xspace(space: Any, node_devices: Mapping[str, str] = {},
     pending: list = []
     for plane in space.planes:
         if plane.name in gpus:
-            _gpu_plane(plane, tally, gpus[plane.name])
+            _gpu_planes.gpu_plane(plane, tally, gpus[plane.name], _stats)
         elif plane.name == "/host:CPU":
             _host_plane(plane, tally, node_devices, pending)
     pending.sort(key=lambda item: item[0])

@@ -1,0 +1,69 @@
+"""A block's steps and their figures: `steps()` behind `PlacementLog.steps()`.
+
+Example:
+    >>> steps([], None, "").reason[:13]
+    'no step found'
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import median
+from typing import Any, Sequence
+
+from tfplace.placement.records._records import Kind, PlacementRecord, is_function_call
+from tfplace.placement.steps import _find, _input, _phases
+from tfplace.placement.steps._model import PHASES, Step, Steps
+
+__all__ = ["steps"]
+
+
+def _percentile(values: Sequence[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))]
+
+
+def _eager_spans(records: Sequence[PlacementRecord], timing: Any) -> list[tuple[float, float]]:
+    count = sum(1 for r in records if r.kind == Kind.EXECUTE and not is_function_call(r.op))
+    spans = [(math.nan, 0.0)] * count
+    for _, _, start, duration, _, index in timing.events:
+        if 0 <= index < count:
+            spans[index] = (start, duration)
+    return spans
+
+
+def steps(records: Sequence[PlacementRecord], timing: Any, missing: str) -> Steps:
+    """The steps of a block from its records and its profile (`tfplace.placement.taking._profile.Timing`,
+    None without timing; `missing`: why a profile asked for is missing)."""
+    events = getattr(timing, "steps", None)
+    found = _find.find(records, events, _eager_spans(records, timing) if events is not None else ())
+    if not found.total:
+        return Steps(0, 0, "", "", reason=found.reason)
+    count = found.total - found.warmup
+    if events is None or not found.spans:
+        why = found.reason or missing or ("times: the block ran without timing (capture_placement(timing=True), "
+                                          "tfplace trace --timing)")
+        return Steps(count, found.warmup, found.kind, found.source, reason=why, name=found.name,
+                     steps=tuple(Step(i, None, None, None) for i in range(found.total)))
+    layers = {"compute": [(start, duration) for _, _, start, duration, _, _ in timing.events],
+              "input": events.input, "sync": events.sync,
+              "transfer": [(start, duration) for _, _, start, duration in timing.moves],
+              "compile": list(events.compile) + [(c.start, c.duration) for c in events.calls if c.traced]}
+    inside = [(start, duration) for start, duration, _ in timing.calls] + list(events.sessions)
+    phases = _phases.split(found.spans, layers, inside)
+    every = tuple(Step(i, low, high - low, split) for i, ((low, high), split) in enumerate(zip(found.spans, phases)))
+    steady = every[found.warmup:]
+    walls = [step.wall_us for step in steady]
+    total = sum(walls)
+    shares = {phase: (sum(step.phases[phase] for step in steady) / total if total else 0.0) for phase in PHASES}
+    work: dict[str, list] = {}
+    for device, _, start, duration, _, _ in timing.events:
+        work.setdefault(device, []).append((start, duration))
+    spans = found.spans[found.warmup:]
+    per_device = {device: (busy, busy / total if total else 0.0)
+                  for device, busy in sorted(_phases.busy(spans, work).items())}
+    waited = sum(step.phases["input"] for step in steady)
+    stage = _input.slowest(events.stages(), records, waited) if waited > 0 else None
+    return Steps(count, found.warmup, found.kind, found.source, median(walls), _percentile(walls, 0.9), max(walls),
+                 shares, per_device, every, stage, "", found.name)
+

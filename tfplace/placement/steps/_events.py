@@ -1,0 +1,128 @@
+"""What a profile says about steps: the events `tfplace.placement.taking._profile` reads for them.
+
+What TensorFlow 2.16-2.21's profiler writes on the host plane, checked on Keras 3 and tf_keras `fit`,
+custom loops, eager loops and `Session.run` loops on CPUs:
+
+* A Python call of a `tf.function` is an event named after the Python function (`multi_step_on_iterator`,
+  tf_keras' `train_function`, a user's `step`) with stat `tf_function_call` (`traced-nonXla`,
+  `notTraced-nonXla`, `traced-Xla`, `notTraced-Xla`: whether this call traced) on the calling thread's line;
+  tracing inside it is `tf.function-graph_building`.
+* A step marker, tf_keras' or a user's `tf.profiler.experimental.Trace("train", step_num=i, _r=1)`, is an
+  event with stat `step_num`; a `Session.run` is `SessionRun`.
+* An iterator's get-next is `IteratorGetNextOp::DoCompute` (inside a function on a
+  `tf_data_iterator_get_next` line, eager on the Python line): it lasts as long as the step waits for input.
+* tf.data's stages are `Iterator::Root::...::<Stage>` events with stats `name` (`MapDataset:1`, or
+  `fused(MapDataset:2,BatchDatasetV2:3)` where tf.data fused two), and on parallel stages `parallelism`;
+  a stage's function runs inside it as `InstantiatedCapturedFunction::Run` where it runs synchronously.
+  An asynchronous stage (`Prefetch`, `ParallelMapV2`, `MapAndBatch`, ...) spends its own events waiting
+  for its producers, which run its input's events on other lines.
+
+Example:
+    >>> events = StepEvents()
+    >>> events.call(0.0, 10.0, "step", "traced-nonXla", ("python", 1))
+    >>> events.calls[0].traced, events.calls[0].xla
+    (True, False)
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["Call", "Mark", "Stage", "StepEvents", "ASYNC_STAGES"]
+
+# Stages whose own events wait on producers running elsewhere (their time is their input's).
+ASYNC_STAGES = frozenset({"Prefetch", "ParallelMap", "ParallelMapV2", "MapAndBatch", "ParallelBatch",
+                          "ParallelInterleave", "ParallelInterleaveV2", "ParallelInterleaveV3",
+                          "ParallelInterleaveV4", "LegacyParallelInterleave", "DataService", "Shard"})
+
+
+class Call(NamedTuple):
+    """A Python call of a `tf.function`: start and length (µs), its Python name, whether it traced or
+    runs XLA, and its thread's line."""
+
+    start: float
+    duration: float
+    name: str
+    traced: bool
+    xla: bool
+    line: tuple
+
+
+class Mark(NamedTuple):
+    """A step marker: start and length (µs), its name and step number."""
+
+    start: float
+    duration: float
+    name: str
+    number: int
+
+
+class Stage(NamedTuple):
+    """One tf.data stage over the profile: its iterator path (`Iterator::Root::MapAndBatch::Map`),
+    the dataset it names (`MapDataset:1`), its time of its own (µs, its input's events and waits
+    on producers left out), its elements, its parallelism where the profile says it."""
+
+    path: str
+    dataset: str
+    own_us: float
+    elements: int
+    parallelism: object
+
+
+class StepEvents:
+    """The step events of one profile, in µs on the profile's clock."""
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        self.marks: list[Mark] = []
+        self.sessions: list[tuple[float, float]] = []
+        self.input: list[tuple[float, float]] = []  # get-next waits
+        self.sync: list[tuple[float, float]] = []  # collectives, waiting for peers
+        self.compile: list[tuple[float, float]] = []  # tracing
+        self._stages: dict[str, list] = {}  # path -> [dataset, own µs, elements, events, parallelism]
+        self._open: dict[tuple, list] = {}  # line -> stack of [path, end, children µs, functions]
+
+    def call(self, start: float, duration: float, name: str, kind: str, line: tuple) -> None:
+        self.calls.append(Call(start, duration, name, kind.startswith("traced"), kind.endswith("-Xla"), line))
+
+    def mark(self, start: float, duration: float, name: str, number: object) -> None:
+        try:
+            self.marks.append(Mark(start, duration, name, int(number)))  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            pass
+
+    def stage(self, line: tuple, path: str, start: float, duration: float, stats: dict) -> None:
+        """An `Iterator::...` event (a line's events come in order of start)."""
+        stack = self._open.setdefault(line, [])
+        self._close(stack, start)
+        if stack and path.startswith(stack[-1][0] + "::"):
+            stack[-1][2] += duration
+        entry = self._stages.setdefault(path, [str(stats.get("name", "")), 0.0, 0, 0, None])
+        if stats.get("parallelism") is not None:
+            entry[4] = stats["parallelism"]
+        stack.append([path, start + duration, 0.0, 0, duration, entry])
+
+    def function_run(self, line: tuple, start: float) -> None:
+        """A tf.data function's synchronous run, inside the stage open on its line."""
+        stack = self._open.get(line)
+        if stack:
+            self._close(stack, start)
+            if stack:
+                stack[-1][3] += 1
+
+    def _close(self, stack: list, now: float) -> None:
+        while stack and stack[-1][1] <= now:
+            path, _, children, functions, duration, entry = stack.pop()
+            entry[3] += 1
+            if path.rpartition("::")[2] in ASYNC_STAGES:
+                continue
+            entry[1] += max(0.0, duration - children)
+            entry[2] += functions
+
+    def stages(self) -> list[Stage]:
+        """Every stage seen, with its own time, most first."""
+        for stack in self._open.values():
+            self._close(stack, float("inf"))
+        return sorted((Stage(path, dataset, own, functions or events, parallelism)
+                       for path, (dataset, own, functions, events, parallelism) in self._stages.items()),
+                      key=lambda stage: -stage.own_us)

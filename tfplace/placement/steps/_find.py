@@ -1,0 +1,175 @@
+"""Finding a block's steps without annotation, from its records and, with timing, its profile.
+
+In this order, the first that holds: a step marker's events (tf_keras' own, or a user's
+`tf.profiler.experimental.Trace("train", step_num=i)`), the Python calls of the `tf.function` called most
+(Keras 3's `multi_step_on_iterator`, tf_keras' `train_function`, a custom loop's step; at least twice),
+`Session.run` calls, an eager loop (the user's line that ran most eager ops, at least three times, needing
+`sources=True`). A step spans from its call or marker to the next one (the last: to its end). The first
+steps whose call traced are warm-up.
+
+Example:
+    >>> found = find([], None)
+    >>> found.spans, found.reason[:13]
+    ([], 'no step found')
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+from collections import Counter
+from typing import Any, NamedTuple, Optional, Sequence
+
+from tfplace.placement.records._records import Kind, PlacementRecord, is_function_call
+
+__all__ = ["Found", "find", "base_name"]
+
+_CONCRETE = re.compile(r"^__(?:inference|forward|backward)_(.+?)_\d+$")
+_KERAS = {"train_function": "keras-fit", "test_function": "keras-evaluate", "predict_function": "keras-predict"}
+_KERAS3 = frozenset({"multi_step_on_iterator", "one_step_on_iterator", "one_step_on_data", "multi_step_on_data"})
+_CALLED_AS = (("fit", "keras-fit"), ("evaluate", "keras-evaluate"), ("predict", "keras-predict"))
+_MARKS = {"train": "keras-fit", "test": "keras-evaluate", "predict": "keras-predict"}
+
+
+class Found(NamedTuple):
+    """What `find` found: the kind, the Python name called or marked, the user's line, each step's
+    (start, end) in µs (empty without timing), how many steps ran and how many were warm-up, and why
+    nothing was found ("" when something was)."""
+
+    kind: str
+    name: str
+    source: str
+    spans: list[tuple[float, float]]
+    total: int
+    warmup: int
+    reason: str = ""
+    traced: tuple = ()  # starts (µs) of calls that traced after warm-up
+
+
+def base_name(function: str) -> str:
+    """The Python name of a concrete function (`__inference_train_step_42` -> `train_step`)."""
+    found = _CONCRETE.match(function)
+    return found[1] if found else function
+
+
+def _keras_kind(name: str, source: str) -> str:
+    if name in _KERAS:
+        return _KERAS[name]
+    if name in _KERAS3 and source:
+        path, _, number = source.rpartition(":")
+        text = linecache.getline(path, int(number)) if number.isdigit() else ""
+        for method, kind in _CALLED_AS:
+            if re.search(rf"\.{method}\s*\(", text):
+                return kind
+    return "function"
+
+
+def _calls(records: Sequence[PlacementRecord]) -> dict[str, list[PlacementRecord]]:
+    out: dict[str, list[PlacementRecord]] = {}
+    for record in records:
+        if record.kind == Kind.EXECUTE and is_function_call(record.op):
+            out.setdefault(base_name(record.op), []).append(record)
+    return out
+
+
+def _source(records: Sequence[PlacementRecord]) -> str:
+    sources = Counter(r.source for r in records if r.source)
+    return sources.most_common(1)[0][0] if sources else ""
+
+
+def _top_level(calls: Sequence[Any]) -> list[Any]:
+    """Calls not inside another call on their line (a function called while another traces)."""
+    out, ends = [], {}
+    for call in sorted(calls):
+        if call.start < ends.get(call.line, float("-inf")):
+            continue
+        ends[call.line] = call.start + call.duration
+        out.append(call)
+    return out
+
+
+def _spans(starts: Sequence[float], last_end: float) -> list[tuple[float, float]]:
+    return [(start, starts[i + 1] if i + 1 < len(starts) else max(last_end, start)) for i, start in enumerate(starts)]
+
+
+def _warm(traced: Sequence[bool]) -> int:
+    warm = 0
+    while warm < len(traced) - 1 and traced[warm]:
+        warm += 1
+    return warm
+
+
+def find(records: Sequence[PlacementRecord], events: Optional[Any],
+         eager_spans: Sequence[tuple[float, float]] = ()) -> Found:
+    """The steps of a block.
+
+    Args:
+      records: the log's records, in order.
+      events: the profile's `StepEvents`, or None without timing.
+      eager_spans: with timing, the (start, length) in µs of each eager op's event, by its index among the
+        records' eager executions (`nan` where the profile has none).
+    """
+    calls = _calls(records)
+    if events is not None and events.marks:
+        return _marked(events, calls)
+    top = _top_level(events.calls) if events is not None else []
+    named = Counter(call.name for call in top)
+    counted = named if events is not None else Counter({name: len(rs) for name, rs in calls.items()})
+    if counted and counted.most_common(1)[0][1] >= 2:
+        name = counted.most_common(1)[0][0]
+        source = _source(calls.get(name, ()))
+        kind = _keras_kind(name, source)
+        if events is None:
+            ran = calls[name]
+            warm = _warm([i == 0 or r.op != ran[i - 1].op and r.op not in {x.op for x in ran[:i]}
+                          for i, r in enumerate(ran)])
+            return Found(kind, name, source, [], len(ran), warm)
+        mine = [call for call in top if call.name == name]
+        warm = _warm([call.traced for call in mine])
+        spans = _spans([c.start for c in mine], mine[-1].start + mine[-1].duration)
+        return Found(kind, name, source, spans, len(mine), warm, traced=tuple(c.start for c in mine[warm:] if c.traced))
+    if events is not None and len(events.sessions) >= 2:
+        runs = sorted(events.sessions)
+        return Found("session", "Session.run", "", _spans([s for s, _ in runs], runs[-1][0] + runs[-1][1]),
+                     len(runs), 1)
+    return _eager_loop(records, events, eager_spans)
+
+
+def _marked(events: Any, calls: dict[str, list[PlacementRecord]]) -> Found:
+    name = Counter(mark.name for mark in events.marks).most_common(1)[0][0]
+    marks = sorted(m for m in events.marks if m.name == name)
+    traced = []
+    inner: Counter = Counter()
+    for mark in marks:
+        inside = [c for c in events.calls if mark.start <= c.start < mark.start + mark.duration]
+        inner.update(c.name for c in inside)
+        traced.append(any(c.traced for c in inside))
+    called = inner.most_common(1)[0][0] if inner else ""
+    kind = _MARKS.get(name, "marked") if _KERAS.get(called) == _MARKS.get(name) else "marked"
+    warm = _warm(traced)
+    spans = [(m.start, m.start + m.duration) for m in marks]
+    return Found(kind, name, _source(calls.get(called, ())), spans, len(marks), warm,
+                 traced=tuple(m.start for m, t in zip(marks[warm:], traced[warm:]) if t))
+
+
+def _eager_loop(records: Sequence[PlacementRecord], events: Optional[Any],
+                spans: Sequence[tuple[float, float]]) -> Found:
+    eager = [r for r in records if r.kind == Kind.EXECUTE and not is_function_call(r.op)]
+    lines = Counter(r.source for r in eager if r.source and r.origin.users)
+    if not lines or lines.most_common(1)[0][1] < 3:
+        why = "no step found: no tf.function ran twice, no step was marked, no Session.run ran twice, and " + \
+              ("no line of yours ran eager ops three times" if any(r.source for r in eager) else
+               "eager loops are found by their lines (capture with sources=True)")
+        return Found("", "", "", [], 0, 0, why)
+    most = lines.most_common(1)[0][1]
+    first = next(r.source for r in eager if lines.get(r.source) == most)
+    at = [i for i, r in enumerate(eager) if r.source == first]
+    if events is None or not spans:
+        return Found("eager-loop", "", first, [], len(at), 1)
+    body = {line for line, n in lines.items() if n >= most}
+    last = max((i for i, r in enumerate(eager[at[-1]:], at[-1]) if r.source in body), default=at[-1])
+    begins = [spans[i][0] for i in at if spans[i][0] == spans[i][0]]  # nan: no event
+    if len(begins) < 2:
+        return Found("eager-loop", "", first, [], len(at), 1, "the profile has no event of the loop's ops")
+    end = sum(spans[last]) if spans[last][0] == spans[last][0] else begins[-1]
+    return Found("eager-loop", "", first, _spans(begins, end), len(begins), 1)

@@ -1,0 +1,120 @@
+"""What `PlacementLog.steps()` and `PlacementLog.advice()` return: `Steps`, `Step`, `InputStage`, `Advice`.
+
+Example:
+    >>> steps = Steps(0, 0, "", "", reason="no step found: nothing ran twice")
+    >>> steps.count, steps.to_json()["reason"]
+    (0, 'no step found: nothing ran twice')
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+__all__ = ["PHASES", "Step", "InputStage", "Steps", "Advice"]
+
+# Every phase a step's wall time is split into, in the order a report shows them.
+PHASES = ("input", "compute", "transfer", "sync", "host", "compile", "idle")
+
+
+class Step(NamedTuple):
+    """One step: its index among every step run (warm-up first), start (µs on the profile's clock), wall
+    time (µs) and `phases` (phase -> µs, summing to `wall_us`; None without timing)."""
+
+    index: int
+    start_us: Optional[float]
+    wall_us: Optional[float]
+    phases: Optional[dict[str, float]]
+
+
+class InputStage(NamedTuple):
+    """The input pipeline's stage that made the steps wait most.
+
+    Attributes:
+      dataset_op: the stage as the profile names it (`Map`, or `MapAndBatch` where tf.data fused them).
+      source: the user's line that built it ("" when unknown).
+      share: its share of the input pipeline's time.
+      per_element_us: its time per element it produced.
+      parallelism: its `num_parallel_calls` as the profile reports it (None: not parallel).
+      prefetch: True when a `prefetch` follows it.
+    """
+
+    dataset_op: str
+    source: str
+    share: float
+    per_element_us: float
+    parallelism: Optional[int]
+    prefetch: bool
+
+
+class Steps(NamedTuple):
+    """The steps of a captured block and where their time went (`PlacementLog.steps()`).
+
+    Attributes:
+      count: the steady steps (every figure is theirs).
+      warmup: the first steps left out because they traced or compiled (`count + warmup` ran).
+      kind: "keras-fit", "keras-evaluate", "keras-predict", "function", "session", "eager-loop" or "marked"
+        ("" when none was found).
+      source: the user's line that runs them.
+      median_us, p90_us, max_us: the steady steps' wall times (None without timing).
+      shares: phase -> fraction of the steady steps' wall time (None without timing).
+      per_device: canonical device -> (busy µs, share of the steady steps' wall time).
+      steps: every `Step`, warm-up first.
+      input: the slowest input stage, or None.
+      reason: why there is no step or no time ("" when there are both).
+      name: what was called or marked each step (a function's Python name, a marker's name).
+    """
+
+    count: int
+    warmup: int
+    kind: str
+    source: str
+    median_us: Optional[float] = None
+    p90_us: Optional[float] = None
+    max_us: Optional[float] = None
+    shares: Optional[dict[str, float]] = None
+    per_device: dict[str, tuple[float, float]] = {}
+    steps: tuple[Step, ...] = ()
+    input: Optional[InputStage] = None
+    reason: str = ""
+    name: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """A dict keyed by the attribute names (steps and the input stage as dicts)."""
+        data = self._asdict()
+        data["per_device"] = {d: {"busy_us": b, "share": s} for d, (b, s) in self.per_device.items()}
+        data["steps"] = [step._asdict() for step in self.steps]
+        data["input"] = self.input._asdict() if self.input else None
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Steps":
+        """Reads back `to_json()`."""
+        values = dict(data)
+        values["per_device"] = {d: (v["busy_us"], v["share"]) for d, v in (data.get("per_device") or {}).items()}
+        values["steps"] = tuple(Step(**step) for step in data.get("steps") or ())
+        values["input"] = InputStage(**data["input"]) if data.get("input") else None
+        return cls(**{k: v for k, v in values.items() if k in cls._fields})
+
+
+class Advice(NamedTuple):
+    """One rule that holds for the recorded run (`PlacementLog.advice()`).
+
+    Attributes:
+      rule: "input-bound", "host-sync", "host-bound", "eager-loop", "retracing", "copies-per-step",
+        "replica-skew", "ps-hotspot" or "compile-every-step".
+      severity: "high" (it costs >= 50 % of the step), "medium" (>= 20 %) or "low".
+      message: what the figures show.
+      source: the user's line to change.
+      fix: what to write there.
+      evidence: the figures behind it (fraction of the steady step time it accounts for under `share`).
+    """
+
+    rule: str
+    severity: str
+    message: str
+    source: str
+    fix: str
+    evidence: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return self._asdict()

@@ -1,0 +1,156 @@
+"""`advice()`: the rules that hold for a recorded run, most costly first, each with the user's line and a fix.
+
+A rule fires only where the figures show it: measured shares of the steady steps' time, or, for
+`copies-per-step`, a transfer seen in every step; and only on a line the user wrote (a transfer TensorFlow's
+or Keras' own code makes names no line of the user's and gives no advice).
+
+Example:
+    >>> from tfplace.placement.steps._model import Steps
+    >>> calm = Steps(10, 1, "function", "train.py:9", 1000.0, 1100.0, 1200.0,
+    ...              {"input": 0.05, "compute": 0.9, "transfer": 0.0, "sync": 0.0, "host": 0.05, "compile": 0.0,
+    ...               "idle": 0.0})
+    >>> advice(calm, [], {})
+    []
+"""
+
+from __future__ import annotations
+
+from statistics import median
+from typing import Any, Mapping, Sequence
+
+from tfplace.placement.steps._model import Advice, Steps
+
+__all__ = ["advice", "INPUT_BOUND", "HOST_BOUND", "SKEW"]
+
+INPUT_BOUND = 0.2  # input's share of the steady steps' time from which "input-bound" holds
+HOST_BOUND = 0.2
+SKEW = 1.2  # a replica's busy time over the others' median from which "replica-skew" holds
+
+
+def _severity(share: float) -> str:
+    return "high" if share >= 0.5 else "medium" if share >= 0.2 else "low"
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:.1f} ms" if us >= 1000 else f"{us:.0f} us"
+
+
+def _input_bound(steps: Steps) -> list[Advice]:
+    share = steps.shares["input"] if steps.shares else 0.0
+    if share < INPUT_BOUND:
+        return []
+    stage = steps.input
+    where = stage.source if stage and stage.source else steps.source
+    if stage is None:
+        said, fix = "", "ds = ds.prefetch(tf.data.AUTOTUNE)  # the last step of the pipeline"
+    else:
+        said = (f": its slowest stage is {stage.dataset_op} ({_ms(stage.per_element_us)} per element, "
+                f"{'parallelism ' + str(stage.parallelism) if stage.parallelism else 'no num_parallel_calls'}, "
+                f"{'a prefetch after it' if stage.prefetch else 'no prefetch after it'})")
+        if stage.dataset_op.endswith("Map") and not stage.parallelism:
+            fix = ("ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)  "
+                   "# or do the work once, offline, and read its results")
+        elif not stage.prefetch:
+            fix = "ds = ds.prefetch(tf.data.AUTOTUNE)  # after the slow stage, at the end of the pipeline"
+        else:
+            fix = ("do the slow work once, offline, and read its results (or ds = ds.cache() after it, "
+                   "which still waits through the first epoch)")
+    return [Advice("input-bound", _severity(share),
+                   f"the steps wait for input {share:.0%} of their time{said}", where, fix,
+                   {"share": share, "stage": stage._asdict() if stage else None})]
+
+
+def _host(steps: Steps) -> list[Advice]:
+    if not steps.shares:
+        return []
+    host = steps.shares["host"]
+    if steps.kind == "eager-loop":
+        launch = host + steps.shares["idle"]
+        if launch <= steps.shares["compute"]:
+            return []
+        return [Advice("eager-loop", _severity(launch),
+                       f"the loop's eager ops spend {launch:.0%} of each iteration in Python and op launches, "
+                       f"{steps.shares['compute']:.0%} in kernels", steps.source,
+                       "@tf.function  # on a function holding the loop's body, called once per iteration",
+                       {"share": launch, "compute": steps.shares["compute"]})]
+    if host < HOST_BOUND:
+        return []
+    keras = steps.kind.startswith("keras")
+    fix = ("model.compile(..., steps_per_execution=32)  # several batches per call of the step function" if keras
+           else "run several steps per call: loop over the iterator inside the tf.function, and keep per-step "
+                "Python (logging, metrics) out of the loop")
+    return [Advice("host-bound", _severity(host), f"{host:.0%} of each step is Python between and around the "
+                   "step's calls", steps.source, fix, {"share": host})]
+
+
+def _compile(steps: Steps) -> list[Advice]:
+    steady = steps.steps[steps.warmup:]
+    if not steady or steady[0].phases is None:
+        return []
+    compiling = [s for s in steady if s.phases["compile"] > 0]
+    if not compiling:
+        return []
+    share = sum(s.phases["compile"] for s in compiling) / sum(s.wall_us for s in steady)
+    every = len(compiling) >= max(2, 0.9 * len(steady))
+    what = steps.name or "the step function"
+    return [Advice("compile-every-step" if every else "retracing", _severity(share),
+                   f"{what} was traced again in {len(compiling)} of {len(steady)} steady steps ({share:.0%} of "
+                   "their time): an argument's Python value, type or shape changed between calls", steps.source,
+                   "pass tensors, not Python numbers (tf.constant(value)), or declare "
+                   "@tf.function(reduce_retracing=True) / an input_signature",
+                   {"share": share, "steps": len(compiling)})]
+
+
+def _copies(steps: Steps, transfers: Sequence[Any]) -> list[Advice]:
+    ran = steps.count + steps.warmup
+    if ran < 2:
+        return []
+    out = []
+    for row in transfers:
+        where = row.source or row.call
+        if row.count < ran or not where:
+            continue
+        per_step = (row.bytes or 0) * row.count / ran
+        share = (row.time_us or 0.0) / (steps.median_us * ran) if steps.median_us else 0.0
+        out.append(Advice("copies-per-step", _severity(share),
+                          f"{row.tensor or row.op} moves {row.from_device} -> {row.to_device} in every step "
+                          f"({row.count} times in {ran} steps, {per_step:.0f} bytes per step) for {row.op}", where,
+                          f"with tf.device('{row.to_device}'): ...  # make it where {row.op} reads it, or run "
+                          f"{row.op} on {row.from_device}",
+                          {"share": share, "bytes_per_step": per_step, "count": row.count}))
+    return out[:3]
+
+
+def _skew(steps: Steps, ops: Mapping[tuple[str, str], Any]) -> list[Advice]:
+    busy = {d: b for d, (b, _) in steps.per_device.items() if b > 0}
+    if len(busy) < 2 or not steps.median_us:
+        return []
+    slow = max(busy, key=busy.__getitem__)
+    others = median(b for d, b in busy.items() if d != slow)
+    wall = steps.median_us * steps.count
+    if busy[slow] < SKEW * others or (busy[slow] - others) < 0.02 * wall:
+        return []
+    mine = {op: time for (device, op), (_, time) in ops.items() if device == slow and time}
+    extra = {op: time - median([t for (d, o), (_, t) in ops.items() if o == op and d != slow and d in busy] or [0.0])
+             for op, time in mine.items()}
+    op = max(extra, key=extra.__getitem__) if extra else ""
+    share = (busy[slow] - others) / wall
+    return [Advice("replica-skew", _severity(share),
+                   f"{slow} computes {busy[slow] / others:.1f} x the other replicas' median"
+                   + (f"; {op} makes most of the difference" if op else ""), steps.source,
+                   "give every replica the same work (the same batch size, no branch on the replica id)",
+                   {"share": share, "device": slow, "op": op})]
+
+
+def advice(steps: Steps, transfers: Sequence[Any], ops: Mapping[tuple[str, str], Any]) -> list[Advice]:
+    """Every rule that holds, most costly first.
+
+    Args:
+      steps: the block's `Steps`.
+      transfers: its transfers (`PlacementLog.transfers()` rows).
+      ops: its (device, op) -> (executions, µs) with timing.
+    """
+    if not steps.count:
+        return []
+    found = [*_input_bound(steps), *_host(steps), *_compile(steps), *_copies(steps, transfers), *_skew(steps, ops)]
+    return sorted(found, key=lambda a: -a.evidence.get("share", 0.0))
