@@ -37,7 +37,7 @@ from tfplace.placement.functions import _placed
 from tfplace.placement.records import _groups
 from tfplace.placement.records._memory_figures import NOT_COUNTED
 from tfplace.placement.records._records import ARGUMENT_OPS, Kind, is_function_call
-from tfplace.placement.shown import _display, _explain, _report
+from tfplace.placement.shown import _display, _explain, _report, _steps_view
 from tfplace.placement.shown._explain import Explanation, Readiness
 
 # what the header counts, said beside the count (the devices' "op executions" count function nodes once per call)
@@ -155,8 +155,15 @@ def _explained_lines(explanations: Sequence[Explanation], top: int) -> list[str]
     return lines + ([f"  ... and {more} more"] if more else []) if lines else ["  (none of yours)"]
 
 
+def _timed(log: PlacementLog) -> bool:
+    """Timing was asked for (the times may be missing: another profiler session held the profiler)."""
+    cost = log.cost()
+    return cost.timed or bool(cost.missing)
+
+
 def report(log: PlacementLog, found: Findings, *, top: int = _report.ROWS) -> str:
-    """The trace report of `log`: where the time and bytes went (with the top transfers and their
+    """The trace report of `log`: with timing, its steps and the advice that holds first (`log.steps()`,
+    `log.advice()`); where the time and bytes went (with the top transfers and their
     lines); per device, the user's compute ops by executions (plumbing, input pipeline and
     framework one line each); the user's ops not where asked, and why, by source line, then what
     TensorFlow's own code placed, one line per cause; ops on the CPU while a GPU was visible;
@@ -169,6 +176,7 @@ def report(log: PlacementLog, found: Findings, *, top: int = _report.ROWS) -> st
         per_device = ["  (none recorded: the log is incomplete, see why above)"]
     lines = [f"== tfplace trace: {len(records)} {PLACEMENTS}, {len(log.copies)} implicit transfer(s)",
              "" if log.complete else f"incomplete log: {log.incomplete_reason}",
+             *(_steps_view.text(log.steps(), log.advice()) if _timed(log) else ()),
              *_display.cost_lines(log, top=top),
              "ops per device (your compute first, by " + ("time" if log.cost().timed else "executions")
              + "; the rest one line each):",
@@ -224,7 +232,8 @@ def to_json(log: PlacementLog, found: Findings, *, script: str, args: Sequence[s
     return {"script": script, "args": list(args), "exit_status": exit_status, "summary": log.summary(),
             **log.to_json(), "explanations": [e.to_json() for e in found.explanations],
             "gpu_readiness": None if found.readiness is None else [r.to_json() for r in found.readiness],
-            "gpu_readiness_source": found.readiness_source, **({"cluster": cluster} if cluster else {})}
+            "gpu_readiness_source": found.readiness_source, **({"cluster": cluster} if cluster else {}),
+            "steps": log.steps().to_json(), "advice": [a.to_json() for a in log.advice()]}
 
 
 # What the plot draws as one band each, after the user's compute ops: label and colour.

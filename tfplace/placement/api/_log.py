@@ -333,7 +333,9 @@ class PlacementLog(Recorder):
         fix (`tfplace.placement.steps._rules`); none on a healthy program, none about code the user did not write."""
         from tfplace.placement.steps import _rules
 
-        return _rules.advice(self.steps(), self.transfers(), self._timing.ops if self._timing is not None else {})
+        users, lines = _rules.users(self.records)
+        return _rules.advice(self.steps(), self.transfers(), self._timing.ops if self._timing is not None else {}, users,
+                             lines)
 
     def _repr_html_(self) -> str:
         """The log as compact HTML for notebooks (`tfplace.placement.shown._display`); `str(log)` stays text."""

@@ -155,15 +155,21 @@ def _marked(events: Any, calls: dict[str, list[PlacementRecord]]) -> Found:
 def _eager_loop(records: Sequence[PlacementRecord], events: Optional[Any],
                 spans: Sequence[tuple[float, float]]) -> Found:
     eager = [r for r in records if r.kind == Kind.EXECUTE and not is_function_call(r.op)]
-    lines = Counter(r.source for r in eager if r.source and r.origin.users)
-    if not lines or lines.most_common(1)[0][1] < 3:
+    runs: Counter = Counter()  # per line, how often it started a run of eager ops (an iteration's ops come in one run)
+    starts: dict[str, list[int]] = {}
+    for i, record in enumerate(eager):
+        if record.source and record.origin.users and (i == 0 or eager[i - 1].source != record.source):
+            runs[record.source] += 1
+            starts.setdefault(record.source, []).append(i)
+    if not runs or runs.most_common(1)[0][1] < 3:
         why = "no step found: no tf.function ran twice, no step was marked, no Session.run ran twice, and " + \
               ("no line of yours ran eager ops three times" if any(r.source for r in eager) else
                "eager loops are found by their lines (capture with sources=True)")
         return Found("", "", "", [], 0, 0, why)
-    most = lines.most_common(1)[0][1]
-    first = next(r.source for r in eager if lines.get(r.source) == most)
-    at = [i for i, r in enumerate(eager) if r.source == first]
+    most = runs.most_common(1)[0][1]
+    first = min((line for line, n in runs.items() if n == most), key=lambda line: starts[line][0])
+    at = starts[first]
+    lines = runs
     if events is None or not spans:
         return Found("eager-loop", "", first, [], len(at), 1)
     body = {line for line, n in lines.items() if n >= most}

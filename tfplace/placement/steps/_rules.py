@@ -15,16 +15,20 @@ Example:
 
 from __future__ import annotations
 
+from collections import Counter
 from statistics import median
-from typing import Any, Mapping, Sequence
+from typing import AbstractSet, Any, Mapping, Sequence
 
 from tfplace.placement.steps._model import Advice, Steps
 
-__all__ = ["advice", "INPUT_BOUND", "HOST_BOUND", "SKEW"]
+__all__ = ["advice", "users", "INPUT_BOUND", "HOST_BOUND", "HOST_US", "SKEW", "REPLICAS", "COPY_BYTES"]
 
 INPUT_BOUND = 0.2  # input's share of the steady steps' time from which "input-bound" holds
 HOST_BOUND = 0.2
+HOST_US = 1000.0  # and at least this much host time in a median step: below it, launching the step is the floor
 SKEW = 1.2  # a replica's busy time over the others' median from which "replica-skew" holds
+COPY_BYTES = 1024  # bytes per step from which a copy is worth moving (a replica's scalar loss is not)
+REPLICAS = 0.5  # devices are replicas when their op types overlap this much (Jaccard): the same step on each
 
 
 def _severity(share: float) -> str:
@@ -73,7 +77,7 @@ def _host(steps: Steps) -> list[Advice]:
                        f"{steps.shares['compute']:.0%} in kernels", steps.source,
                        "@tf.function  # on a function holding the loop's body, called once per iteration",
                        {"share": launch, "compute": steps.shares["compute"]})]
-    if host < HOST_BOUND:
+    if host < HOST_BOUND or host * (steps.median_us or 0.0) < HOST_US:
         return []
     keras = steps.kind.startswith("keras")
     fix = ("model.compile(..., steps_per_execution=32)  # several batches per call of the step function" if keras
@@ -101,16 +105,18 @@ def _compile(steps: Steps) -> list[Advice]:
                    {"share": share, "steps": len(compiling)})]
 
 
-def _copies(steps: Steps, transfers: Sequence[Any]) -> list[Advice]:
+def _copies(steps: Steps, transfers: Sequence[Any], users: AbstractSet[str]) -> list[Advice]:
     ran = steps.count + steps.warmup
     if ran < 2:
         return []
     out = []
     for row in transfers:
-        where = row.source or row.call
-        if row.count < ran or not where:
+        where = row.source  # the consumer's line of the user's: TensorFlow's own transfers name none
+        if row.count < ran or not where or row.tensor.startswith("^") or row.node and row.node not in users:
             continue
         per_step = (row.bytes or 0) * row.count / ran
+        if per_step < COPY_BYTES:
+            continue
         share = (row.time_us or 0.0) / (steps.median_us * ran) if steps.median_us else 0.0
         out.append(Advice("copies-per-step", _severity(share),
                           f"{row.tensor or row.op} moves {row.from_device} -> {row.to_device} in every step "
@@ -121,11 +127,16 @@ def _copies(steps: Steps, transfers: Sequence[Any]) -> list[Advice]:
     return out[:3]
 
 
-def _skew(steps: Steps, ops: Mapping[tuple[str, str], Any]) -> list[Advice]:
+def _skew(steps: Steps, ops: Mapping[tuple[str, str], Any], lines: Mapping[tuple[str, str], Counter]) -> list[Advice]:
     busy = {d: b for d, (b, _) in steps.per_device.items() if b > 0}
     if len(busy) < 2 or not steps.median_us:
         return []
     slow = max(busy, key=busy.__getitem__)
+    kinds = {d: {op for (device, op) in ops if device == d} for d in busy}
+    busy = {d: b for d, b in busy.items()
+            if len(kinds[d] & kinds[slow]) >= REPLICAS * len(kinds[d] | kinds[slow])}  # replicas of the slowest
+    if len(busy) < 2:
+        return []
     others = median(b for d, b in busy.items() if d != slow)
     wall = steps.median_us * steps.count
     if busy[slow] < SKEW * others or (busy[slow] - others) < 0.02 * wall:
@@ -134,23 +145,46 @@ def _skew(steps: Steps, ops: Mapping[tuple[str, str], Any]) -> list[Advice]:
     extra = {op: time - median([t for (d, o), (_, t) in ops.items() if o == op and d != slow and d in busy] or [0.0])
              for op, time in mine.items()}
     op = max(extra, key=extra.__getitem__) if extra else ""
+    mine_lines = lines.get((slow, op), Counter())
+    theirs = Counter()
+    for device in busy:
+        if device != slow:
+            theirs.update(lines.get((device, op), Counter()))
+    more = {line: n - theirs[line] / max(1, len(busy) - 1) for line, n in mine_lines.items()
+            if "__autograph_generated_file" not in line}  # autograph's copy of the code is no line to change
+    where = max(more, key=more.__getitem__) if more else steps.source
     share = (busy[slow] - others) / wall
     return [Advice("replica-skew", _severity(share),
                    f"{slow} computes {busy[slow] / others:.1f} x the other replicas' median"
-                   + (f"; {op} makes most of the difference" if op else ""), steps.source,
+                   + (f"; {op} makes most of the difference" if op else ""), where,
                    "give every replica the same work (the same batch size, no branch on the replica id)",
                    {"share": share, "device": slow, "op": op})]
 
 
-def advice(steps: Steps, transfers: Sequence[Any], ops: Mapping[tuple[str, str], Any]) -> list[Advice]:
+def users(records: Sequence[Any]) -> tuple[set[str], dict[tuple[str, str], Counter]]:
+    """The function nodes the user's code made, and per (device, op) the user's lines that placed it there."""
+    names, lines = set(), {}
+    for record in records:
+        if record.origin.users and record.kind.ran:
+            if record.name:
+                names.add(record.name)
+            if record.source:
+                lines.setdefault((record.device, record.op), Counter())[record.source] += 1
+    return names, lines
+
+
+def advice(steps: Steps, transfers: Sequence[Any], ops: Mapping[tuple[str, str], Any],
+           users: AbstractSet[str] = frozenset(), lines: Mapping[tuple[str, str], Counter] = {}) -> list[Advice]:
     """Every rule that holds, most costly first.
 
     Args:
       steps: the block's `Steps`.
       transfers: its transfers (`PlacementLog.transfers()` rows).
       ops: its (device, op) -> (executions, µs) with timing.
+      users: the names of function nodes the user's code made (a transfer into another node is TensorFlow's).
+      lines: (device, op) -> how many of the user's ops of that type each line placed there.
     """
     if not steps.count:
         return []
-    found = [*_input_bound(steps), *_host(steps), *_compile(steps), *_copies(steps, transfers), *_skew(steps, ops)]
+    found = [*_input_bound(steps), *_host(steps), *_compile(steps), *_copies(steps, transfers, users), *_skew(steps, ops, lines)]
     return sorted(found, key=lambda a: -a.evidence.get("share", 0.0))
