@@ -10,6 +10,7 @@ import textwrap
 import pytest
 
 from conftest import PRELUDE, ROOT, result_of
+from xspace import Plane as _Plane
 
 SETUP = """
 import warnings
@@ -147,35 +148,6 @@ def test_trace_with_timing_leads_with_time_shares_and_writes_them(tmp_path):
     assert data["cost"]["timed"] and {d["device"] for d in data["cost"]["devices"]} == {"/device:CPU:0",
                                                                                        "/device:CPU:1"}
     assert data["transfers"][0]["op"] == "AddV2" and data["transfers"][0]["count"] == 50
-
-
-class _Plane:
-    """An XPlane written as TensorFlow's profiler writes one: metadata by id, string stats as
-    references to stat metadata (as `cupti_collector.cc` adds `kernel_details`, `memcpy_details`, `tf_op`)."""
-
-    def __init__(self, space, name):
-        self.plane = space.planes.add(id=len(space.planes) + 1, name=name)
-
-    def _id(self, table, name):
-        for key, metadata in table.items():
-            if metadata.name == name:
-                return key
-        key = len(table) + 1
-        table[key].id, table[key].name = key, name
-        return key
-
-    def line(self, name, timestamp_ns=1_000):
-        return self.plane.lines.add(id=len(self.plane.lines) + 1, name=name, timestamp_ns=timestamp_ns)
-
-    def event(self, line, name, offset_us, duration_us, /, **stats):
-        event = line.events.add(metadata_id=self._id(self.plane.event_metadata, name),
-                                offset_ps=int(offset_us * 1e6), duration_ps=int(duration_us * 1e6))
-        for stat, value in stats.items():
-            added = event.stats.add(metadata_id=self._id(self.plane.stat_metadata, stat))
-            if isinstance(value, str):
-                added.ref_value = self._id(self.plane.stat_metadata, value)
-            else:
-                added.uint64_value = value
 
 
 KERNEL = "regs:64 static_shared:0 dynamic_shared:0 grid:4,1,1 block:256,1,1 occ_pct:50"

@@ -1,0 +1,155 @@
+"""Steps: found in a profile without annotation, each step's time split into phases that sum to its wall time,
+the input pipeline's slowest stage with the user's line, and advice only where the figures show it. On
+profiles written as TensorFlow's profiler writes them (`tests/xspace.py`); the real programs are in
+`tests/test_steps_programs.py`."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tfplace.placement.records._records import PlacementRecord
+from tfplace.placement.steps import _analysis, _phases, _rules
+from tfplace.placement.steps._model import PHASES, Steps
+from xspace import Plane
+
+STEP_US, CALL_US = 1000.0, 900.0
+
+
+def _profile(n=6, traced=(0,), marks=False, stages=True, graph_building=()):
+    """`n` calls of a tf.function `step` 1 ms apart, each waiting 500 µs for input inside its call, then
+    computing 200 µs; the pipeline's Map (after a tensor slice, under a fused MapAndBatch) works 390 µs per
+    element."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    from tfplace.placement.taking import _profile
+
+    space = xplane_pb2.XSpace()
+    host = Plane(space, "/host:CPU")
+    python, pool = host.line("python"), host.line("tf_Compute/1")
+    getnext, producer = host.line("tf_data_iterator_get_next/2"), host.line("tf_data_iterator_resource/3")
+    for i in range(n):
+        at = i * STEP_US
+        if marks:
+            host.event(python, "train", at, CALL_US, step_num=i, _r=1)
+        host.event(python, "step", at, CALL_US, tf_function_call="traced-nonXla" if i in traced else "notTraced-nonXla",
+                   tracing_count=1)
+        if i in graph_building:
+            host.event(python, "tf.function-graph_building", at + 10, 30)
+        host.event(python, "EagerLocalExecute: __inference_step_5", at + 50, 840)
+        host.event(getnext, "IteratorGetNextOp::DoCompute", at + 100, 500, id=i, iter_num=0, element_size=64)
+        if stages:
+            host.event(getnext, "Iterator::Root", at + 100, 500, name="fused(MapDataset:1,BatchDatasetV2:2)")
+            host.event(getnext, "Iterator::Root::MapAndBatch", at + 101, 498, name="fused(MapDataset:1,BatchDatasetV2:2)",
+                       parallelism=2)
+            host.event(producer, "Iterator::Root::MapAndBatch::Map", at + 150, 400, name="MapDataset:1")
+            host.event(producer, "Iterator::Root::MapAndBatch::Map::TensorSlice", at + 151, 10,
+                       name="TensorSliceDataset:0")
+            host.event(producer, "InstantiatedCapturedFunction::Run", at + 165, 380)
+        host.event(pool, "MatMul:MatMul", at + 650, 200)
+    return _profile.read_xspace(space, {"MatMul": "/device:CPU:0"})
+
+
+RECORDS = [PlacementRecord("TensorSliceDataset", "", "/device:CPU:0", "execute", "train.py:3"),
+           PlacementRecord("MapDataset", "", "/device:CPU:0", "execute", "train.py:4"),
+           PlacementRecord("BatchDatasetV2", "", "/device:CPU:0", "execute", "train.py:5")] + \
+          [PlacementRecord("__inference_step_5", "", "/device:CPU:0", "execute", "train.py:9")] * 6
+
+
+def test_a_function_called_each_step_gives_the_steps_and_their_phases():
+    steps = _analysis.steps(RECORDS, _profile(), "")
+    assert (steps.kind, steps.name, steps.source, steps.count, steps.warmup) == ("function", "step", "train.py:9", 5, 1)
+    middle = steps.steps[2].phases  # inside the call (840 µs): 500 waiting, 200 computing, the rest idle
+    assert middle == {"input": 500.0, "compute": 200.0, "transfer": 0.0, "sync": 0.0, "host": 160.0,
+                      "compile": 0.0, "idle": 140.0}
+    assert steps.steps[-1].wall_us == CALL_US  # the last step ends with its call
+    for step in steps.steps:
+        assert sum(step.phases.values()) == pytest.approx(step.wall_us)
+    assert sum(steps.shares.values()) == pytest.approx(1.0)
+    assert steps.median_us == STEP_US and steps.max_us == STEP_US
+    assert steps.per_device == {"/device:CPU:0": (1000.0, pytest.approx(1000.0 / 4900.0))}
+
+
+def test_the_slowest_input_stage_is_the_map_that_ran_the_function_at_the_users_line():
+    stage = _analysis.steps(RECORDS, _profile(), "").input
+    assert stage.dataset_op == "Map" and stage.source == "train.py:4"  # MapDataset:1, the chain's second op
+    assert stage.per_element_us == pytest.approx(390.0)  # its 400 µs less its input's 10
+    assert stage.parallelism is None and stage.prefetch is False
+    assert stage.share == pytest.approx(1.0 - 10.0 / 400.0)  # the tensor slice holds the rest
+
+
+def test_a_waiting_get_next_and_tf_datas_threads_are_no_devices_busy_time():
+    timing = _profile()
+    assert timing.devices == {"/device:CPU:0": (6, 1200.0)}  # the MatMuls only
+
+
+def test_input_bound_advice_names_the_stage_line_and_a_fix_that_parses():
+    log_steps = _analysis.steps(RECORDS, _profile(), "")
+    advice = _rules.advice(log_steps, [], {})
+    assert [a.rule for a in advice] == ["input-bound"]
+    assert advice[0].source == "train.py:4" and advice[0].severity == "high"
+    compile(advice[0].fix.split("#")[0], "<fix>", "exec")
+
+
+def test_marked_steps_win_over_function_calls():
+    steps = _analysis.steps(RECORDS, _profile(marks=True), "")
+    assert (steps.kind, steps.name, steps.count, steps.warmup) == ("marked", "train", 5, 1)
+    assert steps.steps[1].wall_us == CALL_US  # a marked step is its marker's span
+
+
+def test_a_function_traced_again_in_steady_steps_is_compile_time_and_retracing():
+    steps = _analysis.steps(RECORDS, _profile(traced=(0, 3), graph_building=(0, 3)), "")
+    assert steps.warmup == 1 and steps.steps[3].phases["compile"] > 0
+    assert [a.rule for a in _rules.advice(steps, [], {}) if a.rule != "input-bound"] == ["retracing"]
+    every = _analysis.steps(RECORDS, _profile(traced=range(6)), "")
+    assert every.warmup == 5 and every.count == 1  # a call that traced is warm-up until one does not
+    again = _analysis.steps(RECORDS, _profile(n=12, traced=(0, *range(2, 12))), "")  # 10 of 11 steady steps
+    assert "compile-every-step" in [a.rule for a in _rules.advice(again, [], {})]
+
+
+def test_no_advice_on_a_step_that_computes():
+    healthy = Steps(10, 1, "function", "train.py:9", 5000.0, 5100.0, 5200.0,
+                    {"input": 0.02, "compute": 0.9, "transfer": 0.01, "sync": 0.0, "host": 0.05, "compile": 0.0,
+                     "idle": 0.02}, {"/device:CPU:0": (45000.0, 0.9)})
+    assert _rules.advice(healthy, [], {}) == []
+
+
+def test_without_timing_steps_are_counted_from_the_records_and_carry_no_times():
+    steps = _analysis.steps(RECORDS, None, "")
+    assert (steps.count, steps.warmup, steps.kind, steps.median_us, steps.shares) == (5, 1, "function", None, None)
+    assert "without timing" in steps.reason and len(steps.steps) == 6
+    busy = _analysis.steps(RECORDS, None, "another TensorFlow profiler session was active")
+    assert busy.reason == "another TensorFlow profiler session was active" and busy.median_us is None
+
+
+def test_nothing_run_twice_is_no_step_and_says_why():
+    steps = _analysis.steps(RECORDS[:4], None, "")
+    assert steps.count == 0 and steps.reason.startswith("no step found: no tf.function ran twice")
+    assert _rules.advice(steps, [], {}) == []
+
+
+def test_steps_read_back_from_json():
+    steps = _analysis.steps(RECORDS, _profile(), "")
+    assert Steps.from_json(steps.to_json()) == steps
+
+
+spans = st.lists(st.tuples(st.floats(0, 1000), st.floats(0, 200)), max_size=30)
+
+
+@settings(max_examples=200, deadline=None)
+@given(spans, spans, spans, spans, st.lists(st.floats(0, 1200), min_size=2, max_size=12, unique=True))
+def test_phases_always_sum_to_each_steps_wall_time(compute, waits, copies, inside, cuts):
+    cuts = sorted(cuts)
+    windows = list(zip(cuts, cuts[1:]))
+    for window, phases in zip(windows, _phases.split(windows, {"compute": compute, "input": waits,
+                                                               "transfer": copies}, inside)):
+        assert set(phases) == set(PHASES)
+        assert all(value >= 0 for value in phases.values())
+        assert sum(phases.values()) == pytest.approx(window[1] - window[0], abs=1e-6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(spans, st.floats(0, 1200), st.floats(0, 300))
+def test_a_measure_of_intervals_in_a_window_is_their_overlap(intervals, low, width):
+    merged = _phases.union(intervals)
+    expected = sum(max(0.0, min(end, low + width) - max(start, low)) for start, end in merged)
+    assert _phases.Measure(merged).within(low, low + width) == pytest.approx(expected, abs=1e-6)
