@@ -47,6 +47,10 @@ def test_an_input_bound_fit_leads_with_its_steps_and_the_map_to_change_and_its_t
     _, twin = _trace(tmp_path, "input_fixed")
     assert twin["steps"]["shares"]["input"] <= 0.2 and twin["steps"]["count"] + twin["steps"]["warmup"] == 16
     assert "input-bound" not in [a["rule"] for a in twin["advice"]]
+    done = subprocess.run([sys.executable, "-m", "tfplace", "diff", str(tmp_path / "input_slow.json"),
+                           str(tmp_path / "input_fixed.json")], capture_output=True, text=True, timeout=120)
+    compared = next(line for line in done.stdout.splitlines() if line.startswith("steps (A -> B): "))
+    assert " per second (by the median step); input " in compared, done.stdout
 
 
 def _xprof(directory):

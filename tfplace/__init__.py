@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from tfplace.machine._gpus import GpuInfo
     from tfplace.placement.api._capture import capture_placement
     from tfplace.placement.shown._explain import Explanation, Readiness
+    from tfplace.placement.steps._model import Advice, InputStage, Step, Steps
     from tfplace.placement.api._guards import device_guard, transfer_guard
     from tfplace.placement.api._log import PlacementLog
     from tfplace.placement.records._memory_figures import DeviceMemory, Memory
@@ -59,6 +60,7 @@ _LAZY = {
                      "to_device", "devices_of"), "tfplace._devices"),
     **dict.fromkeys(("transfer_guard", "device_guard"), "tfplace.placement.api._guards"),
     **dict.fromkeys(("Explanation", "Readiness"), "tfplace.placement.shown._explain"),
+    **dict.fromkeys(("Steps", "Step", "InputStage", "Advice"), "tfplace.placement.steps._model"),
     **dict.fromkeys(("PlacementLog",), "tfplace.placement.api._log"),
     **dict.fromkeys(("Memory", "DeviceMemory"), "tfplace.placement.records._memory_figures"),
     **dict.fromkeys(("LiveTensor", "live_tensors"), "tfplace.placement.taking._memory"),
@@ -88,6 +90,10 @@ __all__ = [
     "PlacementRecord",
     "CopyRecord",
     "Explanation",
+    "Steps",
+    "Step",
+    "InputStage",
+    "Advice",
     "Readiness",
     "Memory",
     "DeviceMemory",

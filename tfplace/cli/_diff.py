@@ -36,6 +36,7 @@ from typing import Any, Mapping, NamedTuple, Optional
 from tfplace.placement.records._groups import category
 from tfplace.placement.records._records import Kind, Origin, PlacementRecord, input_label, is_function_call
 from tfplace.placement.shown._report import ROWS
+from tfplace.placement.steps._model import PHASES
 
 __all__ = ["Moved", "Diff", "ClusterDiff", "DiffError", "read", "diff", "render", "to_json"]
 
@@ -68,6 +69,8 @@ class Diff(NamedTuple):
       shares: device -> (A's share, B's share) of busy time, when both runs were timed.
       only_in: compute ops matched in one run only: ("A" | "B", source, op, node).
       status: 1 when a compute op moved or a transfer appeared, else 0.
+      steps: when both runs were timed and have steps, "per_second" -> (A's, B's) steps per second (by
+        the median step) and each phase -> (A's share, B's share) of the steady steps' time.
     """
 
     moved: tuple[Moved, ...]
@@ -79,6 +82,7 @@ class Diff(NamedTuple):
     shares: dict[str, tuple[Optional[float], Optional[float]]]
     only_in: tuple[tuple[str, str, str, str], ...]
     status: int
+    steps: dict[str, tuple[float, float]] = {}
 
 
 class ClusterDiff(NamedTuple):
@@ -267,7 +271,16 @@ def diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> Any:
     if any(v is not None for v in shares_a.values()) and any(v is not None for v in shares_b.values()):
         shares = {device: (shares_a.get(device), shares_b.get(device)) for device in sorted({*shares_a, *shares_b})}
     return Diff(moved, appeared, disappeared, changed, readiness, explanations, shares, only_in,
-                1 if moved or appeared else 0)
+                1 if moved or appeared else 0, _steps(a, b))
+
+
+def _steps(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
+    """Steps per second and phase shares side by side, when both traces have timed steps."""
+    steps_a, steps_b = a.get("steps") or {}, b.get("steps") or {}
+    if not (steps_a.get("median_us") and steps_b.get("median_us") and steps_a.get("shares") and steps_b.get("shares")):
+        return {}
+    return {"per_second": (1e6 / steps_a["median_us"], 1e6 / steps_b["median_us"]),
+            **{phase: (steps_a["shares"].get(phase, 0.0), steps_b["shares"].get(phase, 0.0)) for phase in PHASES}}
 
 
 def _short(device: str) -> str:
@@ -344,6 +357,11 @@ def render(found: Any, name_a: str, name_b: str, *, top: int = ROWS) -> str:
     section("GPU readiness", [f"{change}: {op}{' ' + dtypes if dtypes else ''}" for change, op, dtypes in found.readiness])
     section("explanations", [f"{change}: {where or 'an unknown line'}  {op} ({reason})"
                              for change, where, op, reason in found.explanations])
+    if found.steps:
+        rate_a, rate_b = found.steps["per_second"]
+        lines.append(f"steps (A -> B): {rate_a:.1f} -> {rate_b:.1f} per second (by the median step); " + ", ".join(
+            f"{phase} {100 * share_a:.1f}% -> {100 * share_b:.1f}%" for phase, (share_a, share_b)
+            in found.steps.items() if phase != "per_second" and max(share_a, share_b) >= 0.0005))
     if found.shares:
         lines.append("share of busy time per device (A -> B):")
         for device, (share_a, share_b) in found.shares.items():
@@ -368,4 +386,5 @@ def to_json(found: Any, name_a: str, name_b: str) -> dict[str, Any]:
             "readiness": [list(entry) for entry in found.readiness],
             "explanations": [list(entry) for entry in found.explanations],
             "shares": {device: list(pair) for device, pair in found.shares.items()},
-            "only_in": [list(entry) for entry in found.only_in]}
+            "only_in": [list(entry) for entry in found.only_in],
+            "steps": {key: list(pair) for key, pair in found.steps.items()}}

@@ -1,6 +1,6 @@
 """Seeing placement: records of where each op ran, why, and guards over them.
 
-Seven layers, each importing only those below it (`python scripts/layers.py` draws them):
+Eight parts in layers, each importing only those below it (`python scripts/layers.py` draws them):
 
 * `api`: what a program holds and calls: `PlacementLog` (queries, assertions, views), `capture_placement()`,
   the guards.
@@ -11,6 +11,8 @@ Seven layers, each importing only those below it (`python scripts/layers.py` dra
   pipelines, DTensor, the user's line of each node.
 * `shown`: how records are shown: the rows every report shows, the text and notebook views, explanations,
   timelines.
+* `steps`: where a training step's time goes: steps found without annotation, their phases, the input
+  pipeline's slowest stage, the advice.
 * `records`: what a record is and what records alone say: records, the recorder a capture writes, origins,
   groups, cost, JSON, TensorFlow's own log text, memory figures.
 * `ops`: TensorFlow's ops: definitions, kernels and host memory, the CUDA build's kernel table.

@@ -33,11 +33,12 @@ from tfplace.placement.records import _groups
 from tfplace.placement.records._memory_figures import NOT_COUNTED
 from tfplace.placement.records._origins import is_plumbing
 from tfplace.placement.records._records import CopyRecord, PlacementRecord, input_label
-from tfplace.placement.shown import _explain, _report
+from tfplace.placement.shown import _explain, _report, _steps_view
 from tfplace.placement.shown._report import ROWS, size
 
 if TYPE_CHECKING:
     from tfplace.placement.records._cost import Cost, Transfer
+    from tfplace.placement.steps._model import Advice, Steps
     from tfplace.placement.records._memory_figures import Memory
     from tfplace.placement.shown._explain import Explanation
 
@@ -64,6 +65,10 @@ class Log(Protocol):
     def transfers(self) -> list["Transfer"]: ...
 
     def memory(self) -> "Memory": ...
+
+    def steps(self) -> "Steps": ...
+
+    def advice(self) -> list["Advice"]: ...
 
 
 _FONT = "font-family:var(--jp-code-font-family,ui-monospace,SFMono-Regular,Menlo,Consolas,monospace)"
@@ -254,6 +259,9 @@ def html(log: Log, explanations: Sequence["Explanation"]) -> str:
     parts = [f'<div class="tfplace-placement" style="{_BOX}">', f'<div style="margin:2px 0 4px 0">{summary}</div>']
     if not log.complete:
         parts.append(f'<div style="{_WARN}"><b>Incomplete log</b>: {_e(log.incomplete_reason)}</div>')
+    cost = log.cost()
+    if cost.timed or cost.missing:  # timing was asked for: the steps and the advice lead
+        parts.append(_steps_view.html(log.steps(), log.advice()))
     parts += _cost_html(log)
     parts += _memory_html(log)
     if records:
