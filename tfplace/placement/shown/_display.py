@@ -38,9 +38,9 @@ from tfplace.placement.shown._report import ROWS, size
 
 if TYPE_CHECKING:
     from tfplace.placement.records._cost import Cost, Transfer
-    from tfplace.placement.steps._model import Advice, Steps
     from tfplace.placement.records._memory_figures import Memory
     from tfplace.placement.shown._explain import Explanation
+    from tfplace.placement.steps._model import Advice, Steps
 
 __all__ = ["Log", "html", "text", "table", "dataframe", "cost_lines", "size", "short_device"]
 
