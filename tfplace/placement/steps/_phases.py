@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_left
 from itertools import accumulate
 from typing import Iterable, Mapping, Sequence
@@ -26,15 +27,21 @@ __all__ = ["union", "Measure", "split", "busy"]
 _LAYERED = ("compute", "input", "sync", "transfer", "compile")
 
 
+def _merged(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Sorted (start, end) intervals, overlapping ones joined."""
+    out: list[tuple[float, float]] = []
+    for start, end in intervals:
+        if out and start <= out[-1][1]:
+            if end > out[-1][1]:
+                out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+    return out
+
+
 def union(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
     """(start, length) spans as sorted, disjoint (start, end) intervals."""
-    merged: list[list[float]] = []
-    for start, end in sorted((s, s + d) for s, d in spans if d > 0):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return [(s, e) for s, e in merged]
+    return _merged(sorted((s, s + d) for s, d in spans if d > 0))
 
 
 def _minus(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -55,7 +62,7 @@ def _minus(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -
 
 
 def _plus(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
-    return union([(s, e - s) for s, e in list(a) + list(b)])
+    return _merged(heapq.merge(a, b))
 
 
 class Measure:
