@@ -49,6 +49,7 @@ class PlacementLog(Recorder):
         super().__init__(records, copies)
         self._timing: Any = None  # the profile of the block (`timing=True`)
         self._timing_missing = ""
+        self._steps: Any = (None, None)  # ((records, timing) they were read from, Steps) of the last steps()
         self._census: Any = None  # the tensors the block made (`memory=True`)
         self._rename: Optional[Callable[[str], str]] = None  # how memory figures name their lines
 
@@ -326,16 +327,17 @@ class PlacementLog(Recorder):
         from tfplace.placement.steps import _analysis
 
         self._settle()
-        return _analysis.steps(self._records, self._timing, self._timing_missing)
+        read = (len(self._records), id(self._timing))
+        if self._steps[0] != read:  # read once per state: the report, its JSON and the advice all ask
+            self._steps = (read, _analysis.steps(self._records, self._timing, self._timing_missing))
+        return self._steps[1]
 
     def advice(self) -> list["Advice"]:
         """What to change, most costly first: one `Advice` per rule the run shows, with the user's line and a
         fix (`tfplace.placement.steps._rules`); none on a healthy program, none about code the user did not write."""
         from tfplace.placement.steps import _rules
 
-        users, lines = _rules.users(self.records)
-        return _rules.advice(self.steps(), self.transfers(), self._timing.ops if self._timing is not None else {}, users,
-                             lines)
+        return _rules.advice(self.steps(), self.transfers(), self._timing.ops if self._timing is not None else {}, self.records)
 
     def _repr_html_(self) -> str:
         """The log as compact HTML for notebooks (`tfplace.placement.shown._display`); `str(log)` stays text."""

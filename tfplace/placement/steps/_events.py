@@ -33,7 +33,7 @@ __all__ = ["Call", "Mark", "Stage", "StepEvents", "ASYNC_STAGES"]
 # Stages whose own events wait on producers running elsewhere (their time is their input's).
 ASYNC_STAGES = frozenset({"Prefetch", "ParallelMap", "ParallelMapV2", "MapAndBatch", "ParallelBatch",
                           "ParallelInterleave", "ParallelInterleaveV2", "ParallelInterleaveV3",
-                          "ParallelInterleaveV4", "LegacyParallelInterleave", "DataService", "Shard"})
+                          "ParallelInterleaveV4", "LegacyParallelInterleave", "DataService"})
 
 
 class Call(NamedTuple):

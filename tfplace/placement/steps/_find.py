@@ -43,7 +43,6 @@ class Found(NamedTuple):
     total: int
     warmup: int
     reason: str = ""
-    traced: tuple = ()  # starts (µs) of calls that traced after warm-up
 
 
 def base_name(function: str) -> str:
@@ -127,7 +126,7 @@ def find(records: Sequence[PlacementRecord], events: Optional[Any],
         mine = [call for call in top if call.name == name]
         warm = _warm([call.traced for call in mine])
         spans = _spans([c.start for c in mine], mine[-1].start + mine[-1].duration)
-        return Found(kind, name, source, spans, len(mine), warm, traced=tuple(c.start for c in mine[warm:] if c.traced))
+        return Found(kind, name, source, spans, len(mine), warm)
     if events is not None and len(events.sessions) >= 2:
         runs = sorted(events.sessions)
         return Found("session", "Session.run", "", _spans([s for s, _ in runs], runs[-1][0] + runs[-1][1]),
@@ -148,8 +147,7 @@ def _marked(events: Any, calls: dict[str, list[PlacementRecord]]) -> Found:
     kind = _MARKS.get(name, "marked") if _KERAS.get(called) == _MARKS.get(name) else "marked"
     warm = _warm(traced)
     spans = [(m.start, m.start + m.duration) for m in marks]
-    return Found(kind, name, _source(calls.get(called, ())), spans, len(marks), warm,
-                 traced=tuple(m.start for m, t in zip(marks[warm:], traced[warm:]) if t))
+    return Found(kind, name, _source(calls.get(called, ())), spans, len(marks), warm)
 
 
 def _eager_loop(records: Sequence[PlacementRecord], events: Optional[Any],
@@ -169,10 +167,9 @@ def _eager_loop(records: Sequence[PlacementRecord], events: Optional[Any],
     most = runs.most_common(1)[0][1]
     first = min((line for line, n in runs.items() if n == most), key=lambda line: starts[line][0])
     at = starts[first]
-    lines = runs
     if events is None or not spans:
         return Found("eager-loop", "", first, [], len(at), 1)
-    body = {line for line, n in lines.items() if n >= most}
+    body = {line for line, n in runs.items() if n == most}  # the lines of every iteration
     last = max((i for i, r in enumerate(eager[at[-1]:], at[-1]) if r.source in body), default=at[-1])
     begins = [spans[i][0] for i in at if spans[i][0] == spans[i][0]]  # nan: no event
     if len(begins) < 2:

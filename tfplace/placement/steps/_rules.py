@@ -21,7 +21,7 @@ from typing import AbstractSet, Any, Mapping, Sequence
 
 from tfplace.placement.steps._model import Advice, Steps
 
-__all__ = ["advice", "users", "INPUT_BOUND", "HOST_BOUND", "HOST_US", "SKEW", "REPLICAS", "COPY_BYTES"]
+__all__ = ["advice", "INPUT_BOUND", "HOST_BOUND", "HOST_US", "SKEW", "REPLICAS", "COPY_BYTES"]
 
 INPUT_BOUND = 0.2  # input's share of the steady steps' time from which "input-bound" holds
 HOST_BOUND = 0.2
@@ -161,7 +161,7 @@ def _skew(steps: Steps, ops: Mapping[tuple[str, str], Any], lines: Mapping[tuple
                    {"share": share, "device": slow, "op": op})]
 
 
-def users(records: Sequence[Any]) -> tuple[set[str], dict[tuple[str, str], Counter]]:
+def _users(records: Sequence[Any]) -> tuple[set[str], dict[tuple[str, str], Counter]]:
     """The function nodes the user's code made, and per (device, op) the user's lines that placed it there."""
     names, lines = set(), {}
     for record in records:
@@ -174,17 +174,19 @@ def users(records: Sequence[Any]) -> tuple[set[str], dict[tuple[str, str], Count
 
 
 def advice(steps: Steps, transfers: Sequence[Any], ops: Mapping[tuple[str, str], Any],
-           users: AbstractSet[str] = frozenset(), lines: Mapping[tuple[str, str], Counter] = {}) -> list[Advice]:
+           records: Sequence[Any] = ()) -> list[Advice]:
     """Every rule that holds, most costly first.
 
     Args:
       steps: the block's `Steps`.
       transfers: its transfers (`PlacementLog.transfers()` rows).
       ops: its (device, op) -> (executions, µs) with timing.
-      users: the names of function nodes the user's code made (a transfer into another node is TensorFlow's).
-      lines: (device, op) -> how many of the user's ops of that type each line placed there.
+      records: its records (a transfer into a node the user's code did not make is TensorFlow's; the lines
+        that placed a replica's extra work name where it differs).
     """
     if not steps.count:
         return []
-    found = [*_input_bound(steps), *_host(steps), *_compile(steps), *_copies(steps, transfers, users), *_skew(steps, ops, lines)]
+    users, lines = _users(records)
+    found = [*_input_bound(steps), *_host(steps), *_compile(steps), *_copies(steps, transfers, users),
+             *_skew(steps, ops, lines)]
     return sorted(found, key=lambda a: -a.evidence.get("share", 0.0))

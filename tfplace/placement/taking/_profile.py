@@ -80,7 +80,8 @@ _NOT_WORK = frozenset({"_Recv", "_HostRecv", "PartitionedCall", "StatefulPartiti
                        "While", "StatelessWhile", "Case", "StatelessCase", "RemoteCall"})
 _GPU_PLANE = re.compile(r"^/device:GPU:(\d+)$")
 # Ops whose time is waiting, never busy: for input (a get-next) or for peers (a collective).
-_WAITS = frozenset({"IteratorGetNext", "IteratorGetNextSync", "IteratorGetNextAsOptional", "MultiDeviceIteratorGetNextFromShard"})
+_WAITS = frozenset({"IteratorGetNext", "IteratorGetNextSync", "IteratorGetNextAsOptional",
+                    "MultiDeviceIteratorGetNextFromShard"})
 _NAMED = re.compile(r"^[A-Za-z_][\w.]*$")  # a TraceMe a program names: a tf.function's call, a step marker
 
 
@@ -104,8 +105,6 @@ class Timing(NamedTuple):
       events: each counted event, for a timeline (`tfplace.placement.shown._perfetto`).
       moves: each transfer with its start and time, for a timeline.
       calls: each eager function call with its start and time, for a timeline (not busy time).
-      pipeline: (device, op type) -> (executions, µs) of tf.data's functions on its own threads: the
-        input pipeline's work, not a device's busy time (nor are waits: a get-next, a collective).
       steps: what the profile says about steps (`tfplace.placement.steps._events.StepEvents`).
     """
 
@@ -121,7 +120,6 @@ class Timing(NamedTuple):
     events: tuple = ()  # (device, op, start µs, µs, line, index of the eager op in `read_xspace`'s list or -1)
     moves: tuple = ()  # (from device, to device, start µs, µs) of each transfer the profile saw
     calls: tuple = ()  # (start µs, µs, function) of each eager function call, in order
-    pipeline: dict[tuple[str, str], tuple[int, float]] = {}
     steps: Any = None
 
 
@@ -149,7 +147,6 @@ class _Tally:
         self.unattributed = 0
         self.moves: list[tuple[str, str, float, float]] = []
         self.calls: list[tuple[float, float, str]] = []  # (start µs, µs, function) of each eager function call
-        self.pipeline: dict[tuple[str, str], list] = {}
         self.waited: Counter = Counter()  # (device, op) -> executions of ops that wait
         self.steps = StepEvents()
 
@@ -164,9 +161,7 @@ class _Tally:
             if op not in _WAITS:
                 self.steps.sync.append((start_us, duration_us))
         elif pipeline:
-            entry = self.pipeline.setdefault((device, op), [0, 0.0])
-            entry[0] += 1
-            entry[1] += duration_us
+            return  # tf.data's functions on its own threads: the input pipeline's work, no device's busy time
         elif not (host and device in self.planes):
             self.work.setdefault(line, []).append((start_us, duration_us, device, op, eager))
 
@@ -206,7 +201,7 @@ class _Tally:
                       {k: (n, b, t) for k, (n, b, t) in self.transfers.items()},
                       dict(self.nodes), {k: (n, t) for k, (n, t) in self.sends.items()}, wall, len(self.work),
                       dict(self.eager), self.unattributed, tuple(every), tuple(self.moves), tuple(sorted(self.calls)),
-                      {k: (n, t) for k, (n, t) in sorted(self.pipeline.items())}, self.steps)
+                      self.steps)
 
 
 _SKIP, _EAGER_OP, _KERNEL, _COPY, _WORK, _SEND, _OTHER_NODE, _ASYNC, _CALL, _NAME, _STEP = range(11)
