@@ -72,6 +72,8 @@ INTERNALS = [
     ("tensorflow.python.framework.ops", "EagerTensor._datatype_enum", "copies: an input's dtype, in the op callback"),
     ("tensorflow.python.framework.ops", "EagerTensor._num_elements", "memory: the size of each tensor a block makes"),
     ("tensorflow.python.framework.ops", "EagerTensor.backing_device", "copies: where a tensor's memory is"),
+    ("tensorflow.python.framework.ops", "_EagerTensorBase._numpy",
+     "steps: every read of an eager tensor's value in Python, replaced while a timed capture listens"),
     ("tensorflow.python.ops.resource_variable_ops", "BaseResourceVariable",
      "eager ops: the variables whose _dtype and _handle the eager fast path reads in C++ (watched while a capture listens)"),
     ("tensorflow.python.eager.execute", "execute_with_cancellation",

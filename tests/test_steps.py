@@ -15,10 +15,10 @@ from xspace import Plane
 STEP_US, CALL_US = 1000.0, 900.0
 
 
-def _profile(n=6, traced=(0,), marks=False, stages=True, graph_building=()):
+def _profile(n=6, traced=(0,), marks=False, stages=True, graph_building=(), reads=()):
     """`n` calls of a tf.function `step` 1 ms apart, each waiting 500 µs for input inside its call, then
     computing 200 µs; the pipeline's Map (after a tensor slice, under a fused MapAndBatch) works 390 µs per
-    element."""
+    element. The steps in `reads` read a tensor's value for 40 µs after their call, at train.py:10."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     from tfplace.placement.taking import _profile
@@ -46,6 +46,8 @@ def _profile(n=6, traced=(0,), marks=False, stages=True, graph_building=()):
                        name="TensorSliceDataset:0")
             host.event(producer, "InstantiatedCapturedFunction::Run", at + 165, 380)
         host.event(pool, "MatMul:MatMul", at + 650, 200)
+        if i in reads:
+            host.event(python, "tfplace_host_read", at + CALL_US + 10, 40, source="train.py:10")
     return _profile.read_xspace(space, {"MatMul": "/device:CPU:0"})
 
 
@@ -104,6 +106,16 @@ def test_a_function_traced_again_in_steady_steps_is_compile_time_and_retracing()
     assert every.warmup == 5 and every.count == 1  # a call that traced is warm-up until one does not
     again = _analysis.steps(RECORDS, _profile(n=12, traced=(0, *range(2, 12))), "")  # 10 of 11 steady steps
     assert "compile-every-step" in [a.rule for a in _rules.advice(again, [], {})]
+
+
+def test_a_read_in_every_step_is_sync_time_and_host_sync_at_its_line():
+    steps = _analysis.steps(RECORDS, _profile(reads=range(5)), "")  # the last step ends with its call
+    assert steps.reads == {"train.py:10": (4, 160.0)} and steps.steps[2].phases["sync"] == 40.0
+    advice = [a for a in _rules.advice(steps, [], {}) if a.rule == "host-sync"]
+    assert [(a.source, a.evidence["steps"]) for a in advice] == [("train.py:10", 4)]
+    some = _analysis.steps(RECORDS, _profile(reads=(1, 3)), "")  # every other step: a log line, not a sync
+    assert some.reads == {"train.py:10": (2, 80.0)} and "host-sync" not in [a.rule for a in _rules.advice(some, [], {})]
+    assert Steps.from_json(steps.to_json()) == steps
 
 
 def test_no_advice_on_a_step_that_computes():

@@ -97,13 +97,15 @@ report(found)
 
 
 def test_each_rule_fires_on_its_program_at_its_line_and_on_no_other():
-    names = ["retrace", "eager_loop", "copies", "skew", "input_fixed", "marked", "once"]
+    names = ["retrace", "eager_loop", "copies", "skew", "host_sync", "host_bound", "input_fixed", "marked", "once"]
     found = result_of(run_python(RULES, args=tuple(str(PROGRAMS / f"{n}.py") for n in names), timeout=600))
     assert found["retrace"]["advice"] == [["retracing", _line("retrace", "loss = step(")]]
     assert found["eager_loop"]["kind"] == "eager-loop" and found["eager_loop"]["count"] == 59
     assert found["eager_loop"]["advice"] == [["eager-loop", _line("eager_loop", "the loop's first line")]]
     assert found["copies"]["advice"] == [["copies-per-step", _line("copies", "tf.matmul(x, w)")]]
     assert found["skew"]["advice"] == [["replica-skew", _line("skew", "y = tf.matmul(y, w)")]]
+    assert found["host_sync"]["advice"] == [["host-sync", _line("host_sync", "losses.append(float(loss))")]]
+    assert found["host_bound"]["advice"] == [["host-bound", _line("host_bound", "loss = step(x)")]]
     assert found["input_fixed"]["advice"] == found["marked"]["advice"] == found["once"]["advice"] == []
     assert found["once"]["count"] == 0 and found["once"]["reason"].startswith("no step found")
 
@@ -126,3 +128,20 @@ def test_with_another_profiler_session_steps_carry_no_times_and_say_why(python):
     """)
     assert out["warnings"] == 1 and out["count"] == 3 and out["median"] is None and out["advice"] == 0
     assert out["reason"].startswith("times: another TensorFlow profiler session was active") and out["records"] > 0
+
+
+def test_reads_the_users_lines_make_are_marked_and_those_of_tensorflow_are_not(python):
+    out = python("""
+        import os
+        import tensorflow as tf, tfplace
+        step = tf.function(lambda x: x * 2.0)
+        with open(os.devnull, "w") as null, tfplace.capture_placement(sources=True, timing=True) as log:
+            for _ in range(5):
+                y = step(tf.ones(2))
+                tf.get_static_value(y)  # TensorFlow reads the value
+                print(y, file=null)  # the user: __str__
+                z = float(tf.reduce_sum(y))  # the user: __float__
+        steps = log.steps()
+        report({"kind": steps.kind, "reads": [n for n, _ in steps.reads.values()], "sync": steps.shares["sync"]})
+    """)
+    assert out["kind"] == "function" and out["reads"] == [3, 3] and out["sync"] > 0  # the last step ends with its call

@@ -31,7 +31,7 @@ from tfplace._tensorflow._runtime import (
 from tfplace._tensorflow._eager import (
     device_name, thread_data, op_callbacks, add_op_callback, remove_op_callback, execute_with_callbacks,
     use_execute, Patch, STATUS_TO_EXCEPTION, SET_DEVICE, ENSURE_INITIALIZED, EXECUTE_CANCELLABLE, PY_FUNCTION_CALL, FROM_FUNC_GRAPH,
-    SESSION_RUN, SESSION_PARTIAL_RUN, SESSION_PUBLIC_RUN, SESSION_INIT, SESSION_CALLABLE, callable_session, dtype_enum,
+    SESSION_RUN, SESSION_PARTIAL_RUN, SESSION_PUBLIC_RUN, SESSION_INIT, SESSION_CALLABLE, HOST_READ, callable_session, dtype_enum,
     device_scopes, traced_stack, locate_device_scope, strategy_name, THREAD_START, start_thread, watch_variable_reads, scope_step,
     recorded, mark_recorded, failed_op_dtypes, failed_op_argument)
 from tfplace._tensorflow._graphs import (
@@ -46,7 +46,7 @@ from tfplace._tensorflow._cluster import (
     store_get, VariableAccess, variable_accesses, served_here)
 from tfplace._tensorflow._profiler import (
     reset_allocator_peak, allocator_figures, live_tensor_objects, variable_creator_scope, OutOfMemory,
-    ProfilerBusy, ProfilerError, profiler_start, profiler_stop, read_xspaces)
+    ProfilerBusy, ProfilerError, profiler_start, profiler_stop, read_xspaces, trace_me)
 
 __all__ = [
     # runtime state and configuration (tf.config)
@@ -58,6 +58,7 @@ __all__ = [
     "device_name", "thread_data", "op_callbacks", "add_op_callback", "remove_op_callback", "execute_with_callbacks",
     "use_execute", "Patch", "STATUS_TO_EXCEPTION", "SET_DEVICE", "ENSURE_INITIALIZED",
     "EXECUTE_CANCELLABLE", "PY_FUNCTION_CALL", "FROM_FUNC_GRAPH", "SESSION_RUN", "SESSION_PARTIAL_RUN", "SESSION_PUBLIC_RUN", "SESSION_INIT", "SESSION_CALLABLE",
+    "HOST_READ",
     "callable_session",
     "dtype_enum", "device_scopes", "traced_stack", "locate_device_scope", "strategy_name",
     # graph collection
@@ -69,7 +70,7 @@ __all__ = [
     # memory
     "reset_allocator_peak", "allocator_figures", "live_tensor_objects", "variable_creator_scope", "OutOfMemory",
     # the profiler
-    "ProfilerBusy", "ProfilerError", "profiler_start", "profiler_stop", "read_xspaces",
+    "ProfilerBusy", "ProfilerError", "profiler_start", "profiler_stop", "read_xspaces", "trace_me",
     # tf.data
     "variant_tensor_of", "dataset_functions", "dataset_inputs", "is_map_dataset", "is_generator_dataset",
     "is_cache_dataset", "reads_inputs_to_end", "rewrites_input_graph", "is_parallel_interleave",

@@ -102,6 +102,9 @@ SESSION_PARTIAL_RUN = Patch(_session_lib.BaseSession, "_call_tf_sessionprun")
 SESSION_PUBLIC_RUN = Patch(_session_lib.BaseSession, "run")
 SESSION_INIT = Patch(_session_lib.BaseSession, "__init__")
 SESSION_CALLABLE = Patch(_session_lib.BaseSession._Callable, "__call__")  # pylint: disable=protected-access
+# Every read of an eager tensor's value in Python (`.numpy()`, `float`, `int`, `bool`, `print`, `np.asarray`
+# all go through it): a step that waits for a device's result.
+HOST_READ = Patch(_ops._EagerTensorBase, "_numpy")  # pylint: disable=protected-access
 
 
 def callable_session(runner: Any) -> Any:

@@ -185,6 +185,10 @@ def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool 
                 stack.enter_context(_contained.reporting(log.mark_incomplete))  # tfplace's own failures in the block
                 stack.enter_context(_function_sources.watching(every_line=sources))  # tells explicit copies apart
                 stack.enter_context(_hooks.listening(recorder))
+                if profiling is not None and not profiling.missing:
+                    from tfplace.placement.taking import _host_reads
+
+                    stack.enter_context(_host_reads.marking())  # reads of device results, for steps' sync time
                 if census is not None:
                     stack.enter_context(_tensorflow.variable_creator_scope(recorder.creator))
                 try:

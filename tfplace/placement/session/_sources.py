@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence
 
 from tfplace.placement.session import _session
 
-__all__ = ["user_line", "user_frame", "live_line", "user_stacklevel", "stack_user_line", "shown_path", "started_by_framework", "end_at_user"]
+__all__ = ["user_line", "user_frame", "live_line", "user_stacklevel", "reader_line", "stack_user_line", "shown_path", "started_by_framework", "end_at_user"]
 
 
 def _package_dir(name: str) -> str:
@@ -133,6 +133,24 @@ def stack_user_line(frames: Sequence[Any]) -> str:
         if shown:
             return f"{shown}:{frame.lineno}"
     return ""
+
+
+# TensorFlow's methods through which Python reads a tensor's value (`EagerTensor`'s and variables').
+_READS = frozenset({"numpy", "_numpy", "numpy_text", "value_text", "__int__", "__float__", "__index__", "__bool__", "__complex__",
+                    "__format__", "__repr__", "__str__", "__array__", "__len__", "__iter__", "__nonzero__"})
+
+
+def reader_line(frame: Optional[FrameType]) -> Optional[str]:
+    """`"file.py:LINE"` of the code that read a tensor's value (`.numpy()`, `float`, `int`, `bool`, `if`,
+    `print`, `np.asarray`) from `frame` out, TensorFlow's reading methods and tfplace passed over, when the
+    user wrote it; None where TensorFlow, Keras or another library read it (a read Keras makes inside
+    `fit` is not the user's to change)."""
+    while frame is not None and (frame.f_code.co_filename.startswith(_TFPLACE) or (
+            frame.f_code.co_name in _READS and frame.f_code.co_filename.startswith(_FRAMEWORKS))):
+        frame = frame.f_back
+    if frame is None or not _is_users(frame.f_code.co_filename):
+        return None
+    return f"{_shown(frame.f_code, _caches()[0])}:{frame.f_lineno}"
 
 
 def user_stacklevel() -> int:

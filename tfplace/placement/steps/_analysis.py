@@ -7,6 +7,7 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import math
 from statistics import median
 from typing import Any, Sequence
@@ -46,7 +47,7 @@ def steps(records: Sequence[PlacementRecord], timing: Any, missing: str) -> Step
         return Steps(count, found.warmup, found.kind, found.source, reason=why, name=found.name,
                      steps=tuple(Step(i, None, None, None) for i in range(found.total)))
     layers = {"compute": [(start, duration) for _, _, start, duration, _, _ in timing.events],
-              "input": events.input, "sync": events.sync,
+              "input": events.input, "sync": list(events.sync) + [(start, us) for start, us, _ in events.reads],
               "transfer": [(start, duration) for _, _, start, duration in timing.moves],
               "compile": list(events.compile) + [(c.start, c.duration) for c in events.calls if c.traced]}
     inside = [(start, duration) for start, duration, _ in timing.calls] + list(events.sessions)
@@ -65,5 +66,18 @@ def steps(records: Sequence[PlacementRecord], timing: Any, missing: str) -> Step
     waited = sum(step.phases["input"] for step in steady)
     stage = _input.slowest(events.stages(), records, waited) if waited > 0 else None
     return Steps(count, found.warmup, found.kind, found.source, median(walls), _percentile(walls, 0.9), max(walls),
-                 shares, per_device, every, stage, "", found.name)
+                 shares, per_device, every, stage, "", found.name, _reads(events.reads, spans))
+
+
+def _reads(reads: Sequence[tuple[float, float, str]], spans: Sequence[tuple[float, float]]) -> dict:
+    """Line -> (the steps in `spans` holding a read of that line, those reads' µs)."""
+    starts = [low for low, _ in spans]
+    found: dict[str, list] = {}
+    for start, duration, line in reads:
+        at = bisect.bisect_right(starts, start) - 1
+        if line and at >= 0 and start < spans[at][1]:
+            entry = found.setdefault(line, [set(), 0.0])
+            entry[0].add(at)
+            entry[1] += duration
+    return {line: (len(steps), us) for line, (steps, us) in sorted(found.items())}
 

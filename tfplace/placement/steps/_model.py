@@ -62,6 +62,8 @@ class Steps(NamedTuple):
       input: the slowest input stage, or None.
       reason: why there is no step or no time ("" when there are both).
       name: what was called or marked each step (a function's Python name, a marker's name).
+      reads: the user's lines that read a tensor's value in Python (`.numpy()`, `float`, `print`, ...) ->
+        (the steady steps with such a read, the µs those reads took in them).
     """
 
     count: int
@@ -77,6 +79,7 @@ class Steps(NamedTuple):
     input: Optional[InputStage] = None
     reason: str = ""
     name: str = ""
+    reads: dict[str, tuple[int, float]] = {}
 
     def to_json(self) -> dict[str, Any]:
         """A dict keyed by the attribute names (steps and the input stage as dicts)."""
@@ -84,6 +87,7 @@ class Steps(NamedTuple):
         data["per_device"] = {d: {"busy_us": b, "share": s} for d, (b, s) in self.per_device.items()}
         data["steps"] = [step._asdict() for step in self.steps]
         data["input"] = self.input._asdict() if self.input else None
+        data["reads"] = {line: {"steps": n, "us": us} for line, (n, us) in self.reads.items()}
         return data
 
     @classmethod
@@ -93,6 +97,7 @@ class Steps(NamedTuple):
         values["per_device"] = {d: (v["busy_us"], v["share"]) for d, v in (data.get("per_device") or {}).items()}
         values["steps"] = tuple(Step(**step) for step in data.get("steps") or ())
         values["input"] = InputStage(**data["input"]) if data.get("input") else None
+        values["reads"] = {line: (v["steps"], v["us"]) for line, v in (data.get("reads") or {}).items()}
         return cls(**{k: v for k, v in values.items() if k in cls._fields})
 
 

@@ -1,8 +1,9 @@
 """`advice()`: the rules that hold for a recorded run, most costly first, each with the user's line and a fix.
 
 A rule fires only where the figures show it: measured shares of the steady steps' time, or, for
-`copies-per-step`, a transfer seen in every step; and only on a line the user wrote (a transfer TensorFlow's
-or Keras' own code makes names no line of the user's and gives no advice).
+`host-sync` and `copies-per-step`, a read or a transfer seen in every step; and only on a line the user
+wrote (a read or a transfer TensorFlow's or Keras' own code makes names no line of the user's and gives
+no advice).
 
 Example:
     >>> from tfplace.placement.steps._model import Steps
@@ -25,7 +26,8 @@ __all__ = ["advice", "INPUT_BOUND", "HOST_BOUND", "HOST_US", "SKEW", "REPLICAS",
 
 INPUT_BOUND = 0.2  # input's share of the steady steps' time from which "input-bound" holds
 HOST_BOUND = 0.2
-HOST_US = 1000.0  # and at least this much host time in a median step: below it, launching the step is the floor
+HOST_US = 5000.0  # and at least this much host time in a median step: below it, the framework's own per-step
+# Python (Keras' loop, a tf.function's call) is the floor, which no line of the user's removes
 SKEW = 1.2  # a replica's busy time over the others' median from which "replica-skew" holds
 COPY_BYTES = 1024  # bytes per step from which a copy is worth moving (a replica's scalar loss is not)
 REPLICAS = 0.5  # devices are replicas when their op types overlap this much (Jaccard): the same step on each
@@ -85,6 +87,25 @@ def _host(steps: Steps) -> list[Advice]:
                 "Python (logging, metrics) out of the loop")
     return [Advice("host-bound", _severity(host), f"{host:.0%} of each step is Python between and around the "
                    "step's calls", steps.source, fix, {"share": host})]
+
+
+def _host_sync(steps: Steps) -> list[Advice]:
+    steady = steps.steps[steps.warmup:]
+    wall = sum(step.wall_us or 0.0 for step in steady)
+    if steps.count < 2 or not wall:
+        return []
+    out = []
+    for line, (count, us) in steps.reads.items():
+        if count < max(2, steps.count - 1):  # a function's last step ends with its call, before a read after it
+            continue
+        share = us / wall
+        out.append(Advice("host-sync", _severity(share),
+                          f"a tensor's value is read in Python in every step ({count} of {steps.count} steady steps, "
+                          f"{_ms(us / count)} each): Python waits there for the device to finish the step", line,
+                          "keep the value on the device (add it to a tf.Variable or a keras.metrics.Mean inside the "
+                          "step function) and read it every N steps: if step % 100 == 0: print(float(total))",
+                          {"share": share, "steps": count}))
+    return out
 
 
 def _compile(steps: Steps) -> list[Advice]:
@@ -187,6 +208,6 @@ def advice(steps: Steps, transfers: Sequence[Any], ops: Mapping[tuple[str, str],
     if not steps.count:
         return []
     users, lines = _users(records)
-    found = [*_input_bound(steps), *_host(steps), *_compile(steps), *_copies(steps, transfers, users),
-             *_skew(steps, ops, lines)]
+    found = [*_input_bound(steps), *_host_sync(steps), *_host(steps), *_compile(steps),
+             *_copies(steps, transfers, users), *_skew(steps, ops, lines)]
     return sorted(found, key=lambda a: -a.evidence.get("share", 0.0))

@@ -82,7 +82,7 @@ _GPU_PLANE = re.compile(r"^/device:GPU:(\d+)$")
 # Ops whose time is waiting, never busy: for input (a get-next) or for peers (a collective).
 _WAITS = frozenset({"IteratorGetNext", "IteratorGetNextSync", "IteratorGetNextAsOptional",
                     "MultiDeviceIteratorGetNextFromShard"})
-_NAMED = re.compile(r"^[A-Za-z_][\w.]*$")  # a TraceMe a program names: a tf.function's call, a step marker
+_NAMED = re.compile(r"^(?:[A-Za-z_][\w.]*|<lambda>)$")  # a TraceMe a program names: a tf.function's call, a step marker
 
 
 class Timing(NamedTuple):
@@ -206,7 +206,7 @@ class _Tally:
 
 _SKIP, _EAGER_OP, _KERNEL, _COPY, _WORK, _SEND, _OTHER_NODE, _ASYNC, _CALL, _NAME, _STEP = range(11)
 _STEP_EVENTS = {"IteratorGetNextOp::DoCompute": "input", "tf.function-graph_building": "compile",
-                "SessionRun": "session", "InstantiatedCapturedFunction::Run": "function"}
+                "SessionRun": "session", "InstantiatedCapturedFunction::Run": "function", "tfplace_host_read": "read"}
 
 
 def _kind(name: str) -> tuple:
@@ -315,6 +315,8 @@ def _step_event(plane: Any, event: Any, kind: tuple, start: float, duration: flo
             steps.sessions.append((start, duration))
         elif what == "function":
             steps.function_run(line, start)
+        elif what == "read":
+            steps.reads.append((start, duration, str(_stats(plane, event).get("source", ""))))
         else:
             steps.stage(line, name, start, duration, _stats(plane, event))
         return kind
