@@ -142,6 +142,13 @@ def test_a_timed_trace_puts_ops_at_the_profilers_times_and_keeps_the_profile(tmp
     assert len(sends) == 3 and all(e["args"]["bytes"] == 8 * 64 * 4 and e["args"]["line"] == "step.py:15"
                                    for e in sends)
     assert list((tmp_path / "profile" / "plugins" / "profile").glob("*/*.xplane.pb"))  # for TensorBoard
+    # the steps first: a slice per call of step (the first warm-up), its phases end to end below it
+    assert names(trace)[min(names(trace))] == "steps"
+    steps = sorted(tracks[(device["steps"], 1)])
+    assert [s[2] for s in steps] == ["warm-up step 0", "step 1", "step 2"]
+    phases = sorted(tracks[(device["steps"], 2)])
+    assert {s[2] for s in phases} <= {"input", "compute", "transfer", "sync", "host", "compile", "idle"}
+    assert all(any(a <= p[0] and p[1] <= b for a, b, _ in steps) for p in phases)
 
 
 def test_profile_dir_needs_timing(tmp_path):

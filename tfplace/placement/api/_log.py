@@ -363,7 +363,7 @@ class PlacementLog(Recorder):
         per op execution and function call in the order they ran (with `timing=True`, TensorFlow's
         profiler's start and duration of each op; else sequence numbers, and the file says so), `args` with op, kind, origin, requester and the user's line, each implicit
         transfer an arrow with its bytes from the producing device to the consuming one, and with
-        `memory=True` a counter of live bytes per device (see `tfplace.placement.shown._perfetto`).
+        `memory=True` a counter of live bytes per device; with timing, a steps track (`shown._perfetto`).
 
         >>> import os, tempfile, tensorflow as tf, tfplace
         >>> with tfplace.capture_placement() as log:
@@ -378,7 +378,7 @@ class PlacementLog(Recorder):
         self._settle()
         _perfetto.write(path, _perfetto.trace_events(self._records, self._copies, self._copy_slots,
                                                      self._census.series() if self._census is not None else (),
-                                                     self._timing))
+                                                     self._timing, self.steps() if self._timing else None))
 
     def __len__(self) -> int:
         self._settle()

@@ -10,6 +10,8 @@ are dictionaries, documented by Chrome ("Trace Event Format", the `X`, `s`/`f`, 
 * Times are sequence numbers, not time: the k-th op of the block starts at `10 k` and lasts 8
   (`otherData.clock` says so); slices on one thread follow each other, a call's node slice lies
   within the call's step.
+* With timing, a process "steps" first: a slice per step found (`log.steps()`, warm-up steps named so) with
+  its phases in µs, and below it the step's phases laid end to end (their lengths, not their order in time).
 * Each implicit transfer is a flow arrow (`s` then `f`, one id) from a "send" slice on the producing
   device to a "receive" slice on the consuming one, with its bytes; with `memory=True`, a counter
   "live bytes" per device at every change.
@@ -41,11 +43,14 @@ _UNKNOWN = "(device unknown)"
 _TIMED = ("TensorFlow's profiler: microseconds from the block's first event; each op at its kernel's start and "
           "duration, a lane per overlap on a device")
 _THREADS = {_OPS: "ops", _NODES: "function nodes", _TRANSFERS: "transfers"}
+_STEPS = "steps"  # the steps' process, sorted first
 _CLOCK = ("sequence: the k-th op of the block starts at 10 k and lasts 8; the order is TensorFlow's, the "
           "times are not (capture with timing=True, or tfplace trace --timing, for busy time per device)")
 
 
 def _device_key(device: str) -> tuple:
+    if device == _STEPS:
+        return ("",)
     head, _, index = device.rpartition(":")
     return (head, int(index) if index.isdigit() else 0)
 
@@ -85,8 +90,10 @@ class _Timeline:
             pid = self.pids[device]
             found += [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": device}},
                       {"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": order}}]
-            used = sorted({e["tid"] for e in self.events if e["pid"] == pid and "tid" in e} | set(_THREADS))
-            found += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": _thread(tid)}}
+            used = sorted({e["tid"] for e in self.events if e["pid"] == pid and "tid" in e}
+                          | (set() if device == _STEPS else set(_THREADS)))
+            found += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                       "args": {"name": ("steps", "phases, end to end")[tid - 1] if device == _STEPS else _thread(tid)}}
                       for tid in used]
         return found
 
@@ -171,13 +178,34 @@ def _matched(copies: Sequence[Any], copy_slots: Sequence[int], moves: list[tuple
     return found
 
 
+def _steps(timeline: _Timeline, steps: Any, origin: float) -> None:
+    """The steps' process: a slice per step with its phases, and the phases end to end below it."""
+    for step in steps.steps:
+        if step.start_us is None or step.phases is None:
+            continue
+        warm = step.index < steps.warmup
+        start = step.start_us - origin
+        timeline.slice(_STEPS, 1, f"{'warm-up ' if warm else ''}step {step.index}", start, step.wall_us,
+                       "step", {"kind": steps.kind, "line": steps.source, "name": steps.name,
+                                **{f"{phase} us": round(us, 1) for phase, us in step.phases.items() if us}})
+        end = start + step.wall_us
+        for phase, us in step.phases.items():
+            if us > 0 and start < end:  # within the step's slice, whatever the rounding of the sum
+                timeline.slice(_STEPS, 2, phase, start, min(us, end - start), "phase",
+                               {"us": round(us, 1), "share of the step": round(us / step.wall_us, 4)})
+                start += us
+
+
 def _timed(timeline: _Timeline, records: Sequence[Any], copies: Sequence[Any], copy_slots: Sequence[int],
-           memory: Iterable[tuple], timing: Any) -> None:
+           memory: Iterable[tuple], timing: Any, steps: Any = None) -> None:
     """Slices at the profiler's times (µs from the block's first event), a lane per overlap on a device; every
     event on that one clock (memory counters at the end of the op after which they changed)."""
     eager = [r for r in records if r.kind == Kind.EXECUTE and not is_function_call(r.op)]
     memory = list(memory)
-    origin = min([e[2] for e in timing.events] + [m[2] for m in timing.moves] + [c[0] for c in timing.calls])
+    begins = [s.start_us for s in steps.steps if s.start_us is not None] if steps is not None else []
+    origin = min([e[2] for e in timing.events] + [m[2] for m in timing.moves] + [c[0] for c in timing.calls] + begins)
+    if steps is not None:
+        _steps(timeline, steps, origin)
     times = _record_times(records, timing, origin)
     by_device: dict[str, list] = {}
     for device, op, start, duration, _, index in timing.events:
@@ -218,16 +246,17 @@ def _timed(timeline: _Timeline, records: Sequence[Any], copies: Sequence[Any], c
 
 
 def trace_events(records: Sequence[Any], copies: Sequence[Any], copy_slots: Sequence[int],
-                 memory: Iterable[tuple] = (), timing: Any = None) -> dict[str, Any]:
+                 memory: Iterable[tuple] = (), timing: Any = None, steps: Any = None) -> dict[str, Any]:
     """The trace (a JSON-ready dict) of a block's records in order, its copies with the index of the
     record each came with (`copy_slots`), its memory series ((log length, device, live bytes, epoch ns))
-    and, where it was timed, its profile (`_profile.Timing`: slices at the profiler's times)."""
+    and, where it was timed, its profile (`_profile.Timing`: slices at the profiler's times) and its
+    `Steps` (a steps track)."""
     timeline = _Timeline()
     if timing is not None and timing.events:
-        _timed(timeline, records, copies, copy_slots, memory, timing)
+        _timed(timeline, records, copies, copy_slots, memory, timing, steps)
         return {"traceEvents": timeline.metadata() + timeline.events, "displayTimeUnit": "ms",
                 "otherData": {"producer": "tfplace", "clock": _TIMED,
-                              "devices": sorted(timeline.pids, key=_device_key)}}
+                              "devices": sorted((p for p in timeline.pids if p != _STEPS), key=_device_key)}}
     step_of: list[int] = []  # per record, the step it belongs to
     step, nodes, call, called_on = -1, {}, None, ""
     def flush_nodes() -> None:
