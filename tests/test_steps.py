@@ -118,6 +118,18 @@ def test_a_read_in_every_step_is_sync_time_and_host_sync_at_its_line():
     assert Steps.from_json(steps.to_json()) == steps
 
 
+def test_retracing_names_the_argument_whose_traced_value_changed():
+    steps = _analysis.steps(RECORDS, _profile(traced=(0, 3), graph_building=(0, 3)), "")
+    calls = [PlacementRecord(f"__inference_step_{n}", "", "/device:CPU:0", "execute", "train.py:9") for n in (5, 5, 9)]
+    spec = "TensorSpec(shape=(8, 4), dtype=tf.float32, name=None)"
+    parameters = {"__inference_step_5": (("x", spec), ("lr", "Literal[0.1]")),
+                  "__inference_step_9": (("x", spec.replace("(8, 4)", "(6, 4)")), ("lr", "Literal[0.05]"))}
+    retracing = [a for a in _rules.advice(steps, [], {}, calls, parameters) if a.rule == "retracing"][0]
+    assert retracing.evidence["changed"] == [["x", "float32 tensor of shape (8, 4)", "float32 tensor of shape (6, 4)"],
+                                             ["lr", "0.1", "0.05"]]
+    assert "argument lr was 0.1, then 0.05" in retracing.message and retracing.fix.startswith("pass lr as a tensor")
+
+
 def test_no_advice_on_a_step_that_computes():
     healthy = Steps(10, 1, "function", "train.py:9", 5000.0, 5100.0, 5200.0,
                     {"input": 0.02, "compute": 0.9, "transfer": 0.01, "sync": 0.0, "host": 0.05, "compile": 0.0,

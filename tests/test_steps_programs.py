@@ -91,7 +91,9 @@ for program in sys.argv[1:]:
     steps = log.steps()
     found[program.rpartition("/")[2][:-3]] = {"kind": steps.kind, "count": steps.count, "reason": steps.reason,
                                               "advice": sorted({(a.rule, a.source.rpartition("/")[2])
-                                                                for a in log.advice()})}
+                                                                for a in log.advice()}),
+                                              "changed": [a.evidence.get("changed") for a in log.advice()
+                                                          if a.rule == "retracing"]}
 report(found)
 """
 
@@ -100,6 +102,7 @@ def test_each_rule_fires_on_its_program_at_its_line_and_on_no_other():
     names = ["retrace", "eager_loop", "copies", "skew", "host_sync", "host_bound", "input_fixed", "marked", "once"]
     found = result_of(run_python(RULES, args=tuple(str(PROGRAMS / f"{n}.py") for n in names), timeout=600))
     assert found["retrace"]["advice"] == [["retracing", _line("retrace", "loss = step(")]]
+    assert found["retrace"]["changed"] == [[["scale", "0.0", "1e-06"]]]  # the argument that made it trace again
     assert found["eager_loop"]["kind"] == "eager-loop" and found["eager_loop"]["count"] == 59
     assert found["eager_loop"]["advice"] == [["eager-loop", _line("eager_loop", "the loop's first line")]]
     assert found["copies"]["advice"] == [["copies-per-step", _line("copies", "tf.matmul(x, w)")]]

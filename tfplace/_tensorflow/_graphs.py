@@ -43,6 +43,15 @@ def function_names() -> list[str]:
     return _context.context().list_function_names()
 
 
+def traced_parameters(args: tuple, kwargs: dict) -> tuple[tuple[str, str], ...]:
+    """(name, what the trace holds it to) of each parameter of the function `from_func_graph(name, graph,
+    attrs, function_type)` makes, from its `FunctionType` (`tf.types.experimental.FunctionType`): a tensor
+    argument's `TensorSpec`, a Python value's `Literal[...]`; empty where the call passes none."""
+    function_type = kwargs.get("function_type", args[1] if len(args) > 1 else None)
+    parameters = getattr(function_type, "parameters", None) or {}
+    return tuple((name, str(parameter.annotation)) for name, parameter in parameters.items())
+
+
 def dtensor_layout(tensor: Any) -> str:
     """The DTensor layout of a tensor on DTensor's device, as a string ("" for any other tensor)."""
     from tensorflow.dtensor.python import api as _dtensor_api  # loaded only for DTensor's ops

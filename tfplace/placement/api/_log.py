@@ -333,11 +333,12 @@ class PlacementLog(Recorder):
         return self._steps[1]
 
     def advice(self) -> list["Advice"]:
-        """What to change, most costly first: one `Advice` per rule the run shows, with the user's line and a
-        fix (`tfplace.placement.steps._rules`); none on a healthy program, none about code the user did not write."""
+        """What to change, most costly first: an `Advice` per rule the run shows, at the user's line, with a fix
+        (`placement.steps._rules`); none on a healthy program, none about code the user did not write."""
+        from tfplace.placement.functions._function_sources import traced_parameters
         from tfplace.placement.steps import _rules
 
-        return _rules.advice(self.steps(), self.transfers(), self._timing.ops if self._timing is not None else {}, self.records)
+        return _rules.advice(self.steps(), self.transfers(), getattr(self._timing, "ops", {}), self.records, traced_parameters())
 
     def _repr_html_(self) -> str:
         """The log as compact HTML for notebooks (`tfplace.placement.shown._display`); `str(log)` stays text."""
@@ -359,11 +360,10 @@ class PlacementLog(Recorder):
 
     def to_perfetto(self, path: str) -> None:
         """Writes the block as a timeline that Perfetto's UI (ui.perfetto.dev) and `chrome://tracing` open:
-        Chrome's Trace Event Format, gzipped for a path ending `.gz`. One process per device, one slice
-        per op execution and function call in the order they ran (with `timing=True`, TensorFlow's
-        profiler's start and duration of each op; else sequence numbers, and the file says so), `args` with op, kind, origin, requester and the user's line, each implicit
-        transfer an arrow with its bytes from the producing device to the consuming one, and with
-        `memory=True` a counter of live bytes per device; with timing, a steps track (`shown._perfetto`).
+        Chrome's Trace Event Format, gzipped for a path ending `.gz`. One process per device, a slice per op
+        execution and function call (with `timing=True` at the profiler's times, else sequence numbers, as the
+        file says), `args` with op, kind, origin, requester and the user's line, each implicit transfer an arrow
+        with its bytes; with `memory=True` live bytes per device; with timing, a steps track (`shown._perfetto`).
 
         >>> import os, tempfile, tensorflow as tf, tfplace
         >>> with tfplace.capture_placement() as log:

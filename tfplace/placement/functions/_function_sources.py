@@ -37,7 +37,7 @@ from tfplace.placement.records._records import Origin
 from tfplace.placement.session import _session
 from tfplace.placement.session._sources import live_line, stack_user_line, user_frame
 
-__all__ = ["Note", "watching", "watched", "lines", "notes", "notes_of_graph", "functions_with_nodes", "node_notes",
+__all__ = ["Note", "watching", "watched", "traced_parameters", "lines", "notes", "notes_of_graph", "functions_with_nodes", "node_notes",
            "identity_line", "made_in_graph"]
 
 _LIMIT = 4096  # functions remembered (oldest forgotten first)
@@ -180,7 +180,15 @@ def _from_func_graph(name: Any, graph: Any, *args: Any, **kwargs: Any) -> Any:
     """`atomic_function.from_func_graph` while watching: the function, its nodes' lines remembered."""
     function = _tensorflow.FROM_FUNC_GRAPH.original(name, graph, *args, **kwargs)
     made = function.name
-    _remember(made.decode() if isinstance(made, bytes) else str(made), graph)
+    made = made.decode() if isinstance(made, bytes) else str(made)
+    _remember(made, graph)
+    parameters = _tensorflow.traced_parameters(args, kwargs)
+    if parameters:
+        runtime = _session.runtime()
+        with runtime.lock:
+            if len(runtime.parameters) >= _LIMIT:
+                del runtime.parameters[next(iter(runtime.parameters))]
+            runtime.parameters[made] = parameters
     return function
 
 
@@ -203,6 +211,12 @@ def watching(every_line: bool = True) -> Iterator[None]:
                 session.line_watchers -= every_line
                 if session.watchers == 0:
                     _tensorflow.FROM_FUNC_GRAPH.remove()
+
+
+def traced_parameters() -> Mapping[str, tuple]:
+    """Function (e.g. "__inference_step_12") -> (name, what its trace held it to) per parameter: a tensor's
+    `TensorSpec`, a Python value's `Literal[...]` (what tells which argument made a function trace again)."""
+    return _session.runtime().parameters
 
 
 def watched() -> bool:

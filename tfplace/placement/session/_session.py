@@ -94,6 +94,7 @@ class Runtime:
         self.cardinalities: dict[int, tuple[Any, int]] = {}  # dataset variants whose size an op said
         self.lines: dict[str, Any] = {}  # function -> its nodes' notes (lines, origins, requesters)
         self.by_nodes: dict[tuple[str, ...], list[str]] = {}  # node names -> functions with them
+        self.parameters: dict[str, tuple] = {}  # function -> what its trace held each parameter to (name, spec)
         self.made: dict[int, str] = {}  # id of a tensor alive -> the line that made it
         self.warned: set[str] = set()  # warnings given once per process
         self.unmade: collections.deque = collections.deque()  # `_collected.Later`s waiting (weak references), oldest first

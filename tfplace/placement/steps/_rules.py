@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from statistics import median
 from typing import AbstractSet, Any, Mapping, Sequence
@@ -108,7 +109,31 @@ def _host_sync(steps: Steps) -> list[Advice]:
     return out
 
 
-def _compile(steps: Steps) -> list[Advice]:
+def _spec(text: str) -> str:
+    """How a trace held a parameter, shortly: a Python value as written, a tensor as dtype and shape."""
+    if text.startswith("Literal[") and text.endswith("]"):
+        return text[len("Literal["):-1]
+    spec = re.match(r"TensorSpec\(shape=(.*), dtype=tf\.(\w+), name=.*\)$", text)
+    return f"{spec[2]} tensor of shape {spec[1]}" if spec else text
+
+
+def _changed(name: str, records: Sequence[Any], parameters: Mapping[str, tuple]) -> list[tuple[str, str, str]]:
+    """(parameter, before, after) for each parameter whose traced value, type or shape differed between two
+    traces of the step function `name` in a row (each parameter once, first change first)."""
+    prefix, traces = f"__inference_{name}_", []
+    for record in records:
+        if record.op.startswith(prefix) and record.op[len(prefix):].isdigit() and record.op not in traces:
+            traces.append(record.op)
+    found: dict[str, tuple[str, str, str]] = {}
+    for before, after in zip(traces, traces[1:]):
+        then, now = dict(parameters.get(before, ())), dict(parameters.get(after, ()))
+        for parameter, held in now.items():
+            if parameter in then and then[parameter] != held and parameter not in found:
+                found[parameter] = (parameter, _spec(then[parameter]), _spec(held))
+    return list(found.values())
+
+
+def _compile(steps: Steps, changed: Sequence[tuple[str, str, str]]) -> list[Advice]:
     steady = steps.steps[steps.warmup:]
     if not steady or steady[0].phases is None:
         return []
@@ -118,12 +143,21 @@ def _compile(steps: Steps) -> list[Advice]:
     share = sum(s.phases["compile"] for s in compiling) / sum(s.wall_us for s in steady)
     every = len(compiling) >= max(2, 0.9 * len(steady))
     what = steps.name or "the step function"
+    if changed:
+        why = "; ".join(f"argument {p} was {a}, then {b}" for p, a, b in changed[:3])
+        python = [p for p, a, _ in changed if " tensor of shape " not in a]  # a Python value, not a tensor
+        fix = (f"pass {python[0]} as a tensor: tf.constant({python[0]}) (a Python number is part of the trace's "
+               f"key; a tensor's value is not)" if python else
+               f"@tf.function(reduce_retracing=True)  # or an input_signature with None in {changed[0][0]}'s "
+               "dimension that changes")
+    else:
+        why = "an argument's Python value, type or shape changed between calls"
+        fix = ("pass tensors, not Python numbers (tf.constant(value)), or declare "
+               "@tf.function(reduce_retracing=True) / an input_signature")
     return [Advice("compile-every-step" if every else "retracing", _severity(share),
                    f"{what} was traced again in {len(compiling)} of {len(steady)} steady steps ({share:.0%} of "
-                   "their time): an argument's Python value, type or shape changed between calls", steps.source,
-                   "pass tensors, not Python numbers (tf.constant(value)), or declare "
-                   "@tf.function(reduce_retracing=True) / an input_signature",
-                   {"share": share, "steps": len(compiling)})]
+                   f"their time): {why}", steps.source, fix,
+                   {"share": share, "steps": len(compiling), "changed": [list(c) for c in changed]})]
 
 
 def _copies(steps: Steps, transfers: Sequence[Any], users: AbstractSet[str]) -> list[Advice]:
@@ -195,7 +229,7 @@ def _users(records: Sequence[Any]) -> tuple[set[str], dict[tuple[str, str], Coun
 
 
 def advice(steps: Steps, transfers: Sequence[Any], ops: Mapping[tuple[str, str], Any],
-           records: Sequence[Any] = ()) -> list[Advice]:
+           records: Sequence[Any] = (), parameters: Mapping[str, tuple] = {}) -> list[Advice]:
     """Every rule that holds, most costly first.
 
     Args:
@@ -204,10 +238,13 @@ def advice(steps: Steps, transfers: Sequence[Any], ops: Mapping[tuple[str, str],
       ops: its (device, op) -> (executions, µs) with timing.
       records: its records (a transfer into a node the user's code did not make is TensorFlow's; the lines
         that placed a replica's extra work name where it differs).
+      parameters: function -> (parameter, what its trace held it to) (which argument made a function trace
+        again; `tfplace.placement.functions._function_sources.traced_parameters`).
     """
     if not steps.count:
         return []
     users, lines = _users(records)
-    found = [*_input_bound(steps), *_host_sync(steps), *_host(steps), *_compile(steps),
+    found = [*_input_bound(steps), *_host_sync(steps), *_host(steps),
+             *_compile(steps, _changed(steps.name, records, parameters) if steps.name else []),
              *_copies(steps, transfers, users), *_skew(steps, ops, lines)]
     return sorted(found, key=lambda a: -a.evidence.get("share", 0.0))
