@@ -58,6 +58,29 @@ def test_keras_fit_records_dense_layers_under_their_own_op_types(tmp_path, onedn
     assert {"execute", "place"} <= set(out["kinds"])
 
 
+def test_a_replicas_function_converted_by_autograph_names_the_users_lines(tmp_path):
+    out = run_file(tmp_path, TWO_CPUS + """
+        strategy = tf.distribute.MirroredStrategy(["/CPU:0", "/CPU:1"])
+        flag = 1
+
+        @tf.function
+        def step(x):
+            def replica_step(y):
+                if flag == 1:  # converted: the replica's code is autograph's
+                    z = tf.matmul(y, y)
+                return z * 2.0
+            return strategy.run(replica_step, args=(x,))
+
+        with tfplace.capture_placement(sources=True) as log:
+            step(tf.ones((2, 2)))
+        report(sorted({(r.op, r.device, r.source.rpartition(":")[2]) for r in log.records if r.op in ("MatMul", "Mul")}))
+    """)
+    text = (tmp_path / "program.py").read_text().splitlines()  # the program's own lines, not autograph's
+    matmul, mul = (next(i for i, line in enumerate(text, 1) if marker in line) for marker in ("tf.matmul", "z * 2"))
+    assert out == [["MatMul", f"/device:CPU:{i}", str(matmul)] for i in (0, 1)] + \
+        [["Mul", f"/device:CPU:{i}", str(mul)] for i in (0, 1)]
+
+
 def test_dataset_map_function_recorded_eagerly_and_inside_a_function(tmp_path):
     out = run_file(tmp_path, """
         import tensorflow as tf, tfplace

@@ -72,6 +72,8 @@ INTERNALS = [
     ("tensorflow.python.framework.ops", "EagerTensor._datatype_enum", "copies: an input's dtype, in the op callback"),
     ("tensorflow.python.framework.ops", "EagerTensor._num_elements", "memory: the size of each tensor a block makes"),
     ("tensorflow.python.framework.ops", "EagerTensor.backing_device", "copies: where a tensor's memory is"),
+    ("tensorflow.python.autograph.pyct.transpiler", "_PythonFnFactory",
+     "sources: the source map of a converted function, for a line autograph's code left unmapped"),
     ("tensorflow.python.framework.ops", "_EagerTensorBase._numpy",
      "steps: every read of an eager tensor's value in Python, replaced while a timed capture listens"),
     ("tensorflow.python.ops.resource_variable_ops", "BaseResourceVariable",

@@ -4,6 +4,7 @@ model whose gradient (a 4x2 float32 kernel: 32 bytes) is all-reduced across the 
     --steps=N                each worker runs N steps (default 3); the time per step after the first is printed
     --steps_for_worker_1=N   worker 1 runs N steps instead (uneven data shards)
     --group_size_for_worker_1=N   worker 1 also all-reduces with collective ops in a group of size N
+    --extra_work_for_worker_1=N   worker 1 multiplies N more 256x256 matrices per step (a slower worker)
     --guard                  run the loop under tfplace.cluster_guard()
 """
 import argparse
@@ -18,6 +19,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=3)
 parser.add_argument("--steps_for_worker_1", type=int, default=0)
 parser.add_argument("--group_size_for_worker_1", type=int, default=0)
+parser.add_argument("--extra_work_for_worker_1", type=int, default=0)
 parser.add_argument("--guard", action="store_true")
 flags = parser.parse_args()
 index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
@@ -34,6 +36,11 @@ def train_step(iterator):
     def replica_step(x, y):
         with tf.GradientTape() as tape:
             loss = tf.reduce_sum((tf.matmul(x, kernel) - y) ** 2)
+            if index == 1 and flags.extra_work_for_worker_1:
+                extra = tf.ones((256, 256)) * tf.reduce_mean(x)
+                for _ in range(flags.extra_work_for_worker_1):
+                    extra = tf.matmul(extra, extra) * 1e-3  # worker 1's extra work
+                loss += tf.reduce_sum(extra) * 0.0
         gradient = tf.distribute.get_replica_context().all_reduce("sum", tape.gradient(loss, kernel))
         kernel.assign_sub(0.01 * gradient)
         return loss

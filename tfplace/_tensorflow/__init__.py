@@ -35,7 +35,7 @@ from tfplace._tensorflow._eager import (
     device_scopes, traced_stack, locate_device_scope, strategy_name, THREAD_START, start_thread, watch_variable_reads, scope_step,
     recorded, mark_recorded, failed_op_dtypes, failed_op_argument)
 from tfplace._tensorflow._graphs import (
-    enable_graph_collection, disable_graph_collection, export_run_metadata, function_def, function_names, traced_parameters, dtensor_layout,
+    enable_graph_collection, disable_graph_collection, export_run_metadata, function_def, function_names, traced_parameters, autograph_origin, dtensor_layout,
     dtensor_stats, tensorboard_tracing, static_sizes, static_tensors, dtype_size, shape_tuple, eager_elements, op_def,
     registered_kernels)
 from tfplace._tensorflow._data import (
@@ -62,7 +62,7 @@ __all__ = [
     "callable_session",
     "dtype_enum", "device_scopes", "traced_stack", "locate_device_scope", "strategy_name",
     # graph collection
-    "enable_graph_collection", "disable_graph_collection", "export_run_metadata", "function_def", "function_names", "traced_parameters",
+    "enable_graph_collection", "disable_graph_collection", "export_run_metadata", "function_def", "function_names", "traced_parameters", "autograph_origin",
     "dtensor_layout", "dtensor_stats",
     "tensorboard_tracing", "static_sizes", "static_tensors", "dtype_size", "shape_tuple", "eager_elements",
     # op definitions and the kernel registry

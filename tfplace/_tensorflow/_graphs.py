@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import functools
+import gc
 import sys
+import threading
 from typing import Any, Callable, Iterable, Optional
 
 import tensorflow as tf
+from tensorflow.python.autograph.pyct import transpiler as _transpiler
 from tensorflow.python.client import pywrap_tf_session as _c_api
 from tensorflow.python.eager import context as _context
 from tensorflow.python.framework import c_api_util as _c_api_util
@@ -50,6 +53,28 @@ def traced_parameters(args: tuple, kwargs: dict) -> tuple[tuple[str, str], ...]:
     function_type = kwargs.get("function_type", args[1] if len(args) > 1 else None)
     parameters = getattr(function_type, "parameters", None) or {}
     return tuple((name, str(parameter.annotation)) for name, parameter in parameters.items())
+
+
+_AUTOGRAPH_LOCK = threading.Lock()
+_AUTOGRAPH_MAPS: dict[str, dict[int, tuple[str, int]]] = {}  # generated file -> its line -> the source's line
+_AUTOGRAPH_LOOKED: set[str] = set()  # generated files looked for (once each)
+
+
+def autograph_origin(filename: str, lineno: int) -> Optional[tuple[str, int]]:
+    """The (file, line) of the user's source that line `lineno` of autograph's generated file `filename` was
+    made from, None where unknown. TensorFlow maps a traced op's stack back itself, except where the code ran
+    in a thread its conversion did not (a `MirroredStrategy` replica's function): then the converted
+    functions' source maps (on the factories autograph's cache keeps) say it; they are gathered once per
+    file not yet known, from the garbage collector's objects."""
+    with _AUTOGRAPH_LOCK:
+        if filename not in _AUTOGRAPH_MAPS and filename not in _AUTOGRAPH_LOOKED:
+            _AUTOGRAPH_LOOKED.add(filename)
+            for found in gc.get_objects():  # autograph's cache keeps a factory per converted function
+                source_map = found.source_map if isinstance(found, _transpiler._PythonFnFactory) else None
+                for location, origin in (source_map or {}).items():
+                    _AUTOGRAPH_MAPS.setdefault(location.filename, {})[location.lineno] = (origin.loc.filename,
+                                                                                        origin.loc.lineno)
+        return _AUTOGRAPH_MAPS.get(filename, {}).get(lineno)
 
 
 def dtensor_layout(tensor: Any) -> str:

@@ -35,7 +35,7 @@ from tfplace.placement.functions._lowering import PlacerNode
 from tfplace.placement.records import _origins
 from tfplace.placement.records._records import Origin
 from tfplace.placement.session import _session
-from tfplace.placement.session._sources import live_line, stack_user_line, user_frame
+from tfplace.placement.session._sources import AUTOGRAPH, live_line, stack_user_line, user_frame
 
 __all__ = ["Note", "watching", "watched", "traced_parameters", "lines", "notes", "notes_of_graph", "functions_with_nodes", "node_notes",
            "identity_line", "made_in_graph"]
@@ -157,7 +157,7 @@ def _remember(name: str, graph: Any) -> None:
         line = lines.get(op_name)  # as the op callback read it from the live stack (`identity_line`)
         if line is None:  # else from its saved stack, TensorFlow's frames left out
             stack = op.traceback  # None for an op made without a Python stack
-            line = stack_user_line(stack.get_user_frames()) if stack is not None else ""
+            line = stack_user_line(_unconverted(stack.get_user_frames())) if stack is not None else ""
             if line and op_type in _IDENTITIES and (stack is None or not _made_by_caller(stack)):
                 line = ""  # a copy TensorFlow's or Keras' own code made: not the user's explicit copy
         if line:
@@ -174,6 +174,29 @@ def _remember(name: str, graph: Any) -> None:
                                                         if op_type != "Placeholder")), [])
         same.append(name)
         del same[:-_LIMIT]
+
+
+class _Frame(NamedTuple):
+    filename: str
+    lineno: int
+
+
+def _unconverted(frames: Sequence[Any]) -> Sequence[Any]:
+    """`frames` with each of autograph's generated code replaced by the user's line it was made from, where
+    TensorFlow left it unmapped (a replica's function under a strategy)."""
+    if not any(AUTOGRAPH in frame.filename for frame in frames):
+        return frames
+    mapped = []
+    for frame in frames:
+        for _ in range(8):  # a function defined inside a converted one was converted from generated code
+            if AUTOGRAPH not in frame.filename:
+                break
+            origin = _tensorflow.autograph_origin(frame.filename, frame.lineno)
+            if origin is None:
+                break
+            frame = _Frame(*origin)
+        mapped.append(frame)
+    return mapped
 
 
 def _from_func_graph(name: Any, graph: Any, *args: Any, **kwargs: Any) -> Any:

@@ -16,7 +16,8 @@ from typing import Any, Optional, Sequence
 
 from tfplace.placement.session import _session
 
-__all__ = ["user_line", "user_frame", "live_line", "user_stacklevel", "reader_line", "stack_user_line", "shown_path", "started_by_framework", "end_at_user"]
+__all__ = ["user_line", "user_frame", "live_line", "user_stacklevel", "reader_line", "stack_user_line", "shown_path", "started_by_framework", "end_at_user",
+           "AUTOGRAPH"]
 
 
 def _package_dir(name: str) -> str:
@@ -33,7 +34,7 @@ _INTERNAL = tuple(d for d in map(_package_dir, ("tensorflow", "keras", "tf_keras
 _TFPLACE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "")
 _FRAMEWORKS = tuple(d for d in map(_package_dir, ("tensorflow", "keras", "tf_keras")) if d)
 _STDLIB = os.path.join(os.path.dirname(os.__file__), "")
-_AUTOGRAPH = "__autograph_generated_file"  # the files autograph writes a converted function's code to
+AUTOGRAPH = "__autograph_generated_file"  # the files autograph writes a converted function's code to
 # The capture session keeps what it learned of code objects and files (`_session.current()`):
 # `shown_files`, file name -> how a line of it is shown ("" for internal code: a code object's file name is
 # one string per module, whose hash is kept); `user_depths`, id of the code of an innermost frame -> (frames
@@ -120,7 +121,7 @@ def live_line(frame: Optional[FrameType]) -> Optional[str]:
     """`user_frame(frame)`'s line, as a traced op's saved stack would give it; None where only that stack can
     tell: a frame of autograph's generated code, which TensorFlow's stack maps back to the user's source."""
     _, found, line = user_frame(frame)
-    return None if found is not None and _AUTOGRAPH in found.f_code.co_filename else line
+    return None if found is not None and AUTOGRAPH in found.f_code.co_filename else line
 
 
 def stack_user_line(frames: Sequence[Any]) -> str:
