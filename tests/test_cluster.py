@@ -297,3 +297,22 @@ def test_a_functions_collectives_are_read_once_and_its_callers_keep_their_static
     assert out["found"]["inner"] == out["found"]["outer"] == [["CollectiveReduceV2", 7, 3, [4], "float32"]]
     assert out["rebuilt"] == [0, 1]  # without what was known, the inner function's graph is rebuilt
     assert out["alone"] == ["CollectiveReduceV2"]
+
+
+def test_launch_with_timing_gives_each_workers_steps_and_names_the_slower_worker_and_its_line(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "tfplace", "launch", "--workers=2", "--trace", "--timing",
+                           "--json=cluster.json", LOOP, "--steps=12", "--extra_work_for_worker_1=8"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    merged = json.loads((tmp_path / "cluster.json").read_text())
+    steps = merged["steps"]
+    assert sorted(steps) == ["worker:0", "worker:1"]
+    assert all(s["count"] + s["warmup"] == 12 and s["kind"] == "function" for s in steps.values())
+    assert all(s["source"].endswith(line("train_step(batches)")) for s in steps.values())
+    assert merged["slowest"]["task"] == "worker:1" and merged["slowest"]["ratio"] >= 2
+    assert steps["worker:0"]["shares"]["sync"] > steps["worker:1"]["shares"]["sync"]  # worker 0 waits for worker 1
+    assert [(a["rule"], a["task"], a["source"]) for a in merged["advice"]] == \
+        [("replica-skew", "worker:1", line("extra = tf.matmul(extra, extra)"))]
+    report = done.stdout[done.stdout.index("what is uneven or costly"):]
+    assert report.splitlines()[1].startswith("  slowest worker: worker:1, ")
+    assert f"replica-skew on worker:1 at {line('extra = tf.matmul(extra, extra)')}" in report

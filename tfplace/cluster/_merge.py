@@ -32,6 +32,7 @@ from collections import Counter
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from tfplace._errors import Error
+from tfplace.cluster import _steps
 from tfplace.cluster._names import device_task, full_device, owner, prefix_of, task_key, task_name
 from tfplace.placement.records._log_json import JSON_FORMAT
 from tfplace.placement.records._records import input_label
@@ -294,7 +295,8 @@ def merge(traces: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
 
     Returns:
       {"format": "tfplace-cluster/1", "tasks", "collectives", "variables", "ps_bytes", "ps_imbalance" (only
-      with ps tasks), "traffic", "matrix"}: see DESIGN.md, "Clusters".
+      with ps tasks), "traffic", "matrix", "steps" (per task, `tfplace.cluster._steps`), "slowest" (the
+      worker computing most per step, or None), "advice" (across workers)}: see DESIGN.md, "Clusters".
 
     Raises:
       MergeError: a task name is not `job:index`, or two traces are of the same task.
@@ -320,8 +322,11 @@ def merge(traces: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
     matrix = [[0] * len(matrix_tasks) for _ in matrix_tasks]
     for row in traffic:
         matrix[index[row["from_task"]]][index[row["to_task"]]] += int(row["bytes"] or 0)
+    steps = _steps.worker_steps(entries)
+    slowest = _steps.slowest(steps)
     merged: dict[str, Any] = {"format": FORMAT, "tasks": entries, "collectives": collectives, "variables": variables,
-                              "ps_bytes": ps_bytes, "traffic": traffic, "matrix": {"tasks": matrix_tasks, "bytes": matrix}}
+                              "ps_bytes": ps_bytes, "traffic": traffic, "matrix": {"tasks": matrix_tasks, "bytes": matrix},
+                              "steps": steps, "slowest": slowest, "advice": _steps.skew(entries, steps, slowest)}
     if imbalance is not None:
         merged["ps_imbalance"] = imbalance
     return merged

@@ -28,7 +28,7 @@ from tfplace.cluster._names import device_task, full_device, owner, task_key, ta
 from tfplace.placement.records import _groups, _log_json
 from tfplace.placement.records._cost import OpCost
 from tfplace.placement.records._records import ARGUMENT_OPS, PlacementRecord, input_label, is_function_call
-from tfplace.placement.shown import _report
+from tfplace.placement.shown import _report, _steps_view
 from tfplace.placement.shown._report import ROWS
 
 __all__ = ["render", "device_figures"]
@@ -92,6 +92,13 @@ def _work(rows: Sequence[Mapping[str, Any]]) -> dict[str, tuple[int, Optional[fl
 def _findings(merged: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], top: int) -> list[str]:
     """What is uneven or costly, each with what to do."""
     lines = []
+    slow = merged.get("slowest")
+    if slow and slow.get("ratio"):
+        lines.append(f"  slowest worker: {slow['task']}, {slow['compute_us'] / 1000:.1f} ms of compute per step, "
+                     f"{slow['ratio']:.1f} x the others' median ({slow['others_compute_us'] / 1000:.1f} ms)")
+    for item in merged.get("advice") or []:
+        lines.append(f"  [{item['severity']}] {item['rule']} on {item['task']} at {item['source']}: {item['message']}")
+        lines.append(f"      fix: {item['fix']}")
     for entry in merged.get("tasks") or []:
         status = entry.get("exit_status")
         if entry.get("trace") is None:
@@ -160,6 +167,15 @@ def _findings(merged: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], top:
     return lines
 
 
+def _steps_line(steps: Mapping[str, Any]) -> str:
+    """A task's steps: count and median, phase shares, compute per step, what ran them."""
+    what = f"{steps['kind']} at {steps['source']}" if steps.get("source") else steps["kind"]
+    if steps.get("median_us") is None:
+        return f"steps: {steps['count']} ({what}; no times)"
+    return (f"steps: {steps['count']} x {steps['median_us'] / 1000:.1f} ms median: {_steps_view.shares(steps['shares'])}; "
+            f"compute {steps['compute_us'] / 1000:.1f} ms per step ({what})")
+
+
 def _per_task(merged: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """Per task its executions, busy share and bytes to and from other tasks; per device its figures."""
     matrix = merged.get("matrix") or {"tasks": [], "bytes": []}
@@ -183,6 +199,8 @@ def _per_task(merged: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> l
              "placement (tfplace launch --trace --ps=M has it log unless --nolog_placement is given)" if server
              else "no op recorded on its devices")
         lines.append(f"  {task} ({state}): {ran}{timed}; sent {_report.size(sent)} to other tasks, received {_report.size(received)}")
+        if task in (merged.get("steps") or {}):
+            lines.append(f"    {_steps_line(merged['steps'][task])}")
         for r in mine:
             share = (f", busy {r['busy_us'] / 1000:.1f} ms = {100 * r['share']:.1f}%" if r["busy_us"] is not None
                      and r["share"] is not None else "")
