@@ -339,6 +339,10 @@ def test_a_parameter_server_cluster_traced_has_its_variables_steps_and_reads_whe
     steps = [r for r in traces["chief"]["records"] if r["op"].startswith("__inference_train_step")]
     assert {r["device"] for r in steps} <= {W.format(0), W.format(1)} and sum(r.get("count", 1) for r in steps) == 4
     assert "__inference_train_step" in reason
+    # the steps the coordinator scheduled, at the user's schedule line; 32 B per step makes no ps a hotspot
+    schedule = next(i for i, text in enumerate(Path(PSS_LOOP).read_text().splitlines(), 1) if "coordinator.schedule(" in text)
+    assert merged["steps"]["chief"]["count"] + merged["steps"]["chief"]["warmup"] == 4
+    assert merged["steps"]["chief"]["source"] == f"{PSS_LOOP}:{schedule}" and merged["advice"] == []
 
     # the same traces merged by tfplace merge give the same cluster and the same report
     paths = []
@@ -354,3 +358,18 @@ def test_a_parameter_server_cluster_traced_has_its_variables_steps_and_reads_whe
     report = done.stdout[done.stdout.index("== tfplace merge:"):]
     assert again.stdout.startswith(report.rstrip("\n"))
     assert time.monotonic() - start < 120
+
+
+@pytest.mark.placement
+def test_a_ps_task_serving_most_bytes_per_step_is_a_hotspot_and_the_coordinator_waits_for_its_workers(tmp_path):
+    done = launch("--ps=2", "--workers=2", "--trace", "--timing", "--json=cluster.json", PSS_LOOP, "--steps=8",
+                  "--units=65536", cwd=tmp_path, timeout=200)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    merged = json.loads((tmp_path / "cluster.json").read_text())
+    kernel = next(i for i, text in enumerate(Path(PSS_LOOP).read_text().splitlines(), 1) if "kernel = tf.Variable(" in text)
+    assert [(a["rule"], a["task"], a["source"]) for a in merged["advice"]] == [("ps-hotspot", "ps:0", f"{PSS_LOOP}:{kernel}")]
+    hot = merged["advice"][0]["evidence"]
+    assert hot["bytes_per_step"] == 2 * 2 * 4 * 65536 * 4  # two workers each read and write the 1 MiB kernel
+    chief = merged["steps"]["chief"]
+    assert chief["count"] + chief["warmup"] == 8 and chief["shares"]["sync"] > 0.5  # waiting on the workers
+    assert "[medium] ps-hotspot on ps:0 at " in done.stdout  # (4 - 2.5) MiB of 5 MiB per step: 30 %

@@ -3,6 +3,7 @@ the chief coordinates, a linear model's kernel (4x2 float32: 32 bytes) and bias 
 robin to the ps tasks, and each step a `ClusterCoordinator` schedules runs on a worker, reading both.
 
     --steps=N   steps scheduled (default 4)
+    --units=N   the kernel's columns (default 2; 65536 makes it 1 MiB on ps:0 and the bias 256 KiB on ps:1)
 """
 import argparse
 
@@ -10,18 +11,19 @@ import tensorflow as tf
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=4)
+parser.add_argument("--units", type=int, default=2)
 flags = parser.parse_args()
 
 resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
 strategy = tf.distribute.ParameterServerStrategy(resolver)
 coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
 with strategy.scope():
-    kernel = tf.Variable(tf.ones((4, 2)), name="kernel")
-    bias = tf.Variable(tf.zeros((2,)), name="bias")
+    kernel = tf.Variable(tf.ones((4, flags.units)), name="kernel")
+    bias = tf.Variable(tf.zeros((flags.units,)), name="bias")
 
 
 def dataset_fn():
-    return tf.data.Dataset.from_tensor_slices((tf.ones((16, 4)), tf.ones((16, 2)))).batch(4).repeat()
+    return tf.data.Dataset.from_tensor_slices((tf.ones((16, 4)), tf.ones((16, flags.units)))).batch(4).repeat()
 
 
 iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))

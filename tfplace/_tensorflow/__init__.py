@@ -42,7 +42,7 @@ from tfplace._tensorflow._data import (
     variant_tensor_of, dataset_functions, dataset_inputs, is_map_dataset, is_generator_dataset, is_cache_dataset,
     reads_inputs_to_end, rewrites_input_graph, is_parallel_interleave, dataset_of_variant, copied_from)
 from tfplace._tensorflow._cluster import (
-    CALL_FLAT, COLLECTIVE_OPS, Collective, collectives_in, call_name, call_definition, call_graph, store_set,
+    CALL_FLAT, CLOSURE_INIT, CLOSURE_RUN, COLLECTIVE_OPS, Collective, collectives_in, call_name, call_definition, call_graph, store_set,
     store_get, VariableAccess, variable_accesses, served_here)
 from tfplace._tensorflow._profiler import (
     reset_allocator_peak, allocator_figures, live_tensor_objects, variable_creator_scope, OutOfMemory,
@@ -75,7 +75,7 @@ __all__ = [
     "variant_tensor_of", "dataset_functions", "dataset_inputs", "is_map_dataset", "is_generator_dataset",
     "is_cache_dataset", "reads_inputs_to_end", "rewrites_input_graph", "is_parallel_interleave",
     # a cluster: collectives, function calls as they start, the coordination service's key-value store
-    "CALL_FLAT", "COLLECTIVE_OPS", "Collective", "collectives_in", "call_name", "call_definition", "call_graph", "store_set",
+    "CALL_FLAT", "CLOSURE_INIT", "CLOSURE_RUN", "COLLECTIVE_OPS", "Collective", "collectives_in", "call_name", "call_definition", "call_graph", "store_set",
     "store_get", "VariableAccess", "variable_accesses", "served_here",
     # Python's own machinery, where tfplace reaches into TensorFlow's frames, threads and objects
     "THREAD_START", "start_thread", "watch_variable_reads", "scope_step", "recorded", "mark_recorded", "failed_op_dtypes", "failed_op_argument", "dataset_of_variant", "copied_from",

@@ -8,6 +8,7 @@ import gc
 from typing import Any, NamedTuple, Optional
 
 import tensorflow as tf
+from tensorflow.python.distribute.coordinator import cluster_coordinator as _cluster_coordinator
 from tensorflow.python.eager import context as _context
 from tensorflow.python.eager.polymorphic_function import atomic_function as _atomic_function
 from tensorflow.python.framework import function_def_to_graph as _function_def_to_graph
@@ -16,6 +17,10 @@ from tfplace._tensorflow._eager import Patch
 
 # Every call of a traced function, as it starts (`AtomicFunction.call_flat`): the collectives it will join.
 CALL_FLAT = Patch(_atomic_function.AtomicFunction, "call_flat")
+# Every closure a `ClusterCoordinator` schedules (`schedule` makes it on the user's thread; `execute_on` runs it
+# on a thread of the coordinator's, where no frame is the user's).
+CLOSURE_INIT = Patch(_cluster_coordinator.Closure, "__init__")
+CLOSURE_RUN = "execute_on"  # the method of a closure that runs it, its `self` the closure
 
 # Collective ops that join a group of tasks: V1 carry the group in attributes, V2 in input tensors.
 COLLECTIVE_OPS = frozenset({

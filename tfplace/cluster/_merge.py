@@ -326,7 +326,9 @@ def merge(traces: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
     slowest = _steps.slowest(steps)
     merged: dict[str, Any] = {"format": FORMAT, "tasks": entries, "collectives": collectives, "variables": variables,
                               "ps_bytes": ps_bytes, "traffic": traffic, "matrix": {"tasks": matrix_tasks, "bytes": matrix},
-                              "steps": steps, "slowest": slowest, "advice": _steps.skew(entries, steps, slowest)}
+                              "steps": steps, "slowest": slowest,
+                              "advice": _steps.skew(entries, steps, slowest) + _steps.ps_hotspot(
+                                  traffic, [e["task"] for e in entries if e["task"].startswith("ps:")])}
     if imbalance is not None:
         merged["ps_imbalance"] = imbalance
     return merged

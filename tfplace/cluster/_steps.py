@@ -1,7 +1,8 @@
-"""Each task's steps side by side (its trace's `"steps"`), the slowest worker named, and `replica-skew` across
-workers: the worker whose compute per step is >= 1.2 x the others' median, with the op and the line that
-make the difference (under MultiWorkerMirroredStrategy the others wait for it in every all-reduce). JSON
-only: no TensorFlow.
+"""Each task's steps side by side (its trace's `"steps"`), the slowest worker named, `replica-skew` across
+workers (the worker whose compute per step is >= 1.2 x the others' median, with the op and the line that
+make the difference: under MultiWorkerMirroredStrategy the others wait for it in every all-reduce) and
+`ps-hotspot` (a ps task serving >= 1.5 x its fair share of the bytes read and written per step). JSON only:
+no TensorFlow.
 
 Example:
     >>> def trace(busy_us, sync):
@@ -23,9 +24,11 @@ from typing import Any, Mapping, Optional, Sequence
 from tfplace.placement.session._sources import AUTOGRAPH
 from tfplace.placement.steps._rules import SKEW
 
-__all__ = ["worker_steps", "slowest", "skew"]
+__all__ = ["worker_steps", "slowest", "skew", "ps_hotspot", "HOT", "HOT_BYTES"]
 
 _STEPPING = ("worker", "chief")  # the jobs whose tasks run steps (ps tasks serve)
+HOT = 1.5  # a ps task serving this many times its fair share of the bytes per step is a hotspot
+HOT_BYTES = 1 << 20  # and at least this many bytes per step (below it no ps task is busy enough to matter)
 
 
 def worker_steps(tasks: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -102,3 +105,34 @@ def skew(tasks: Sequence[Mapping[str, Any]], steps: Mapping[str, Mapping[str, An
                                      "no branch on the task's index)",
              "evidence": {"share": share, "task": slow["task"], "op": op, "ratio": slow["ratio"]},
              "task": slow["task"]}]
+
+
+def ps_hotspot(traffic: Sequence[Mapping[str, Any]], ps_tasks: Sequence[str]) -> list[dict[str, Any]]:
+    """`ps-hotspot` as an advice dict (with `"task"`), where one ps task serves >= `HOT` x its fair share of the
+    bytes that remote variable reads and writes move per step, and at least `HOT_BYTES`: the line is the one
+    that made its largest variable (its initial value's transfer)."""
+    served: Counter = Counter({task: 0 for task in ps_tasks})
+    for row in traffic:
+        if row.get("kind") == "remote" and row.get("per_step"):
+            for task in (row["from_task"], row["to_task"]):
+                if task in served:
+                    served[task] += int(row.get("bytes") or 0)
+    total = sum(served.values())
+    if len(served) < 2 or not total:
+        return []
+    hot, fair = max(served, key=served.__getitem__), total / len(served)
+    if served[hot] < HOT * fair or served[hot] < HOT_BYTES:
+        return []
+    made = [r for r in traffic if r.get("to_task") == hot and r.get("kind") == "tensor" and r.get("source")]
+    where = max(made, key=lambda r: int(r.get("bytes") or 0))["source"] if made else ""
+    share = (served[hot] - fair) / total
+    return [{"rule": "ps-hotspot", "severity": "high" if share >= 0.5 else "medium" if share >= 0.2 else "low",
+             "message": f"{hot} serves {served[hot] / 2 ** 20:.1f} MiB of variable reads and writes per step, "
+                        f"{served[hot] / fair:.1f} x its fair share ({fair / 2 ** 20:.1f} MiB of {len(served)} ps "
+                        "tasks): the workers wait on it",
+             "source": where,
+             "fix": "tf.distribute.ParameterServerStrategy(resolver, variable_partitioner="
+                    "tf.distribute.experimental.partitioners.MinSizePartitioner(min_shard_bytes=256 << 10, "
+                    f"max_shards={len(served)}))  # shards large variables over the ps tasks",
+             "evidence": {"share": share, "task": hot, "bytes_per_step": served[hot], "fair_bytes": fair},
+             "task": hot}]

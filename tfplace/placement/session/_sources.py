@@ -8,15 +8,17 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
+import threading
 from types import CodeType, FrameType, TracebackType
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from tfplace.placement.session import _session
 
-__all__ = ["user_line", "user_frame", "live_line", "user_stacklevel", "reader_line", "stack_user_line", "shown_path", "started_by_framework", "end_at_user",
+__all__ = ["user_line", "on_behalf_of", "user_frame", "live_line", "user_stacklevel", "reader_line", "stack_user_line", "shown_path", "started_by_framework", "end_at_user",
            "AUTOGRAPH"]
 
 
@@ -72,8 +74,24 @@ def _shown(code: CodeType, files: dict) -> str:
     return shown
 
 
+_ON_BEHALF = threading.local()  # per thread: the user's line whose work the thread runs (a scheduled closure's)
+
+
+@contextlib.contextmanager
+def on_behalf_of(line: str) -> Iterator[None]:
+    """Inside the block, `user_line()` on this thread gives `line` where no frame is the user's: a thread of
+    TensorFlow's running work the user's line asked for (a `ClusterCoordinator` running what `schedule` got)."""
+    before = getattr(_ON_BEHALF, "line", "")
+    _ON_BEHALF.line = line
+    try:
+        yield
+    finally:
+        _ON_BEHALF.line = before
+
+
 def user_line() -> str:
-    """`"file.py:LINE"` of the innermost caller outside TensorFlow, Keras and tfplace ("" if none).
+    """`"file.py:LINE"` of the innermost caller outside TensorFlow, Keras and tfplace (where there is none, the
+    line `on_behalf_of` gives this thread, else "").
 
     How many internal frames lie between a given innermost frame and the user's, and which
     internal code calls the user's frame, are remembered: a repeated call jumps there and
@@ -101,7 +119,7 @@ def user_line() -> str:
             return f"{shown}:{frame.f_lineno}"
         inner = frame.f_code
         frame, depth = frame.f_back, depth + 1  # type: ignore[assignment]
-    return ""
+    return getattr(_ON_BEHALF, "line", "")
 
 
 def user_frame(frame: Optional[FrameType]) -> tuple[int, Optional[FrameType], str]:

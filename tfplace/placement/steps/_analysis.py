@@ -50,6 +50,8 @@ def steps(records: Sequence[PlacementRecord], timing: Any, missing: str) -> Step
               "input": events.input, "sync": list(events.sync) + [(start, us) for start, us, _ in events.reads],
               "transfer": [(start, duration) for _, _, start, duration in timing.moves],
               "compile": list(events.compile) + [(c.start, c.duration) for c in events.calls if c.traced]}
+    if _remote(records, found.name, timing.devices):  # a coordinator's steps: waiting for the worker that runs each
+        layers["sync"] = layers["sync"] + [(c.start, c.duration) for c in events.calls if c.name == found.name]
     inside = [(start, duration) for start, duration, _ in timing.calls] + list(events.sessions)
     phases = _phases.split(found.spans, layers, inside)
     every = tuple(Step(i, low, high - low, split) for i, ((low, high), split) in enumerate(zip(found.spans, phases)))
@@ -67,6 +69,17 @@ def steps(records: Sequence[PlacementRecord], timing: Any, missing: str) -> Step
     stage = _input.slowest(events.stages(), records, waited) if waited > 0 else None
     return Steps(count, found.warmup, found.kind, found.source, median(walls), _percentile(walls, 0.9), max(walls),
                  shares, per_device, every, stage, "", found.name, _reads(events.reads, spans))
+
+
+def _remote(records: Sequence[PlacementRecord], name: str, local: Any) -> bool:
+    """Whether every call of the step function `name` ran on another task's devices than this process's
+    (`local`: the devices its profile saw), as a ParameterServerStrategy coordinator's scheduled steps do."""
+    prefix = f"__inference_{name}_"
+    devices = {r.device for r in records if r.kind == Kind.EXECUTE and r.op.startswith(prefix)
+               and r.op[len(prefix):].isdigit()}
+    tasks = {device.partition("/device:")[0] for device in local if device.startswith("/job:")}
+    return bool(devices and tasks) and all(d.startswith("/job:") and d.partition("/device:")[0] not in tasks
+                                           for d in devices)
 
 
 def _reads(reads: Sequence[tuple[float, float, str]], spans: Sequence[tuple[float, float]]) -> dict:

@@ -60,7 +60,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import threading
+import weakref
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import tensorflow as tf
@@ -69,7 +71,7 @@ from tfplace import _tensorflow
 from tfplace.placement.functions import _dtensor
 from tfplace.placement.records import _origins
 from tfplace.placement.session import _session
-from tfplace.placement.session._sources import end_at_user, started_by_framework
+from tfplace.placement.session._sources import end_at_user, on_behalf_of, started_by_framework, user_line
 from tfplace.placement.taking import _events, _failures, _sessions
 from tfplace.placement.taking._callback import Hook, thread_hooks
 
@@ -162,9 +164,35 @@ def _execute_cancellable(op_name: str, num_outputs: int, inputs: Any, attrs: Any
     TensorFlow; this thread's hooks hear of it as of any call."""
     tensors = _tensorflow.EXECUTE_CANCELLABLE.original(op_name, num_outputs, inputs, attrs, ctx, cancellation_manager,
                                                        name)
-    for callback in thread_hooks():
-        callback(op_name, tuple(inputs), attrs, tensors, name)
+    callbacks = thread_hooks()
+    if callbacks:
+        with on_behalf_of(_scheduled_line()):
+            for callback in callbacks:
+                callback(op_name, tuple(inputs), attrs, tensors, name)
     return tensors
+
+
+_SCHEDULED: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()  # a scheduled closure -> its line
+
+
+def _closure_init(closure: Any, *args: Any, **kwargs: Any) -> None:
+    """A `ClusterCoordinator`'s closure, made by `schedule` on the user's thread: its line remembered."""
+    _tensorflow.CLOSURE_INIT.original(closure, *args, **kwargs)
+    line = user_line()
+    if line:
+        _SCHEDULED[closure] = line
+
+
+def _scheduled_line() -> str:
+    """The `schedule` line of the closure this thread runs ("" outside one)."""
+    frame = sys._getframe(2)  # pylint: disable=protected-access
+    for _ in range(64):  # a tf.function's call path is some 20 frames deep
+        if frame is None:
+            break
+        if frame.f_code.co_name == _tensorflow.CLOSURE_RUN:
+            return _SCHEDULED.get(frame.f_locals.get("self"), "")
+        frame = frame.f_back
+    return ""
 
 
 def _variable_read(variable: Any, handle: Any) -> None:
@@ -176,6 +204,7 @@ def _variable_read(variable: Any, handle: Any) -> None:
 
 _PATCHES = ((_tensorflow.STATUS_TO_EXCEPTION, _failures.status_to_exception),
             (_tensorflow.EXECUTE_CANCELLABLE, _execute_cancellable),
+            (_tensorflow.CLOSURE_INIT, _closure_init),
             (_tensorflow.SET_DEVICE, _set_device),
             (_tensorflow.THREAD_START, _start),
             (_tensorflow.PY_FUNCTION_CALL, _py_function_call),
