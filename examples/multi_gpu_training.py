@@ -2,7 +2,9 @@
 
 Trains d2l's ResNet-18 variant under `tfplace.strategy()` on `--num_devices`
 GPUs, or as many logical CPUs where there is no GPU, and prints d2l's summary:
-`test acc: 0.NN, N.N sec/epoch on [devices]`.
+`test acc: 0.NN, N.N sec/epoch on [devices]`, then the first epoch's steps as
+`tfplace.capture_placement(timing=True)` measured them (the first step, which traces, apart): time per step, each
+replica's busy time per step, the phases, and the advice that holds.
 
     python examples/multi_gpu_training.py --num_devices=2 --width=0.125 --dataset=synthetic --epochs=3
 
@@ -16,6 +18,7 @@ function copies them (see resnet_training.distribute).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import statistics
 
@@ -72,10 +75,25 @@ def main(argv: list[str]) -> None:
     with strategy.scope():
         model = rt.resnet18(rt.NUM_CLASSES, width=_WIDTH.value)
         optimizer = rt.sgd(_LR.value)
-    history = rt.train(strategy, model, optimizer, data, epochs=_EPOCHS.value, global_batch=_BATCH.value)
-    per_epoch = statistics.median(history["seconds"][1:] or history["seconds"])
+    logs: list = []
+
+    @contextlib.contextmanager
+    def measured(epoch: int):  # the first epoch, which places the step function (its tracing is warm-up)
+        if epoch:
+            yield
+            return
+        with tfplace.capture_placement(timing=True, sources=True) as log:
+            yield
+        logs.append(log)
+
+    history = rt.train(strategy, model, optimizer, data, epochs=_EPOCHS.value, global_batch=_BATCH.value,
+                       around=measured)
+    seconds = history["seconds"]
+    per_epoch = statistics.median(seconds[1:] or seconds)  # after the first: neither warm-up nor measured
     names = [str(tfplace.parse_device(d)) for d in strategy.extended.worker_devices]
     print(f"test acc: {history['test_acc'][-1]:.2f}, {per_epoch:.1f} sec/epoch on {names}")
+    if logs:
+        _print_steps(logs[0], 1)
     if _PLOT.value:
         import matplotlib
 
@@ -87,6 +105,25 @@ def main(argv: list[str]) -> None:
         plt.ylabel("test accuracy")
         plt.title(f"ResNet-18 (width {_WIDTH.value}) on {len(names)} device(s)")
         plt.savefig(_PLOT.value, dpi=100)
+
+
+def _print_steps(log, epoch: int) -> None:
+    """Epoch `epoch`'s steps as tfplace measured them: time per step, each replica's busy time per step, where
+    the rest went, and the advice that holds."""
+    steps = log.steps()
+    if not steps.count or steps.median_us is None:
+        print(f"steps (epoch {epoch}): {steps.reason}")
+        return
+    replicas = ", ".join(f"{device.rpartition('device:')[2]} {busy / steps.count / 1000:.1f} ms"
+                         for device, (busy, _) in steps.per_device.items())
+    rest = ", ".join(f"{phase} {share:.0%}" for phase, share in steps.shares.items() if share >= 0.005)
+    print(f"steps (epoch {epoch}): {steps.count} x {steps.median_us / 1000:.1f} ms median; busy per step per "
+          f"replica: {replicas}; {rest}")
+    found = log.advice()
+    for advice in found:
+        print(f"advice: [{advice.severity}] {advice.rule} at {advice.source}: {advice.message}")
+    if not found:
+        print("advice: none (no rule holds for these steps)")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Callable
 
@@ -151,19 +152,22 @@ def accuracy(model, x, y, batch: int = 256) -> float:
     return correct / len(x)
 
 
-def train(strategy, model, optimizer, data, *, epochs: int, global_batch: int, log=print) -> dict:
-    """Trains for `epochs`; returns per-epoch losses, test accuracies and seconds."""
+def train(strategy, model, optimizer, data, *, epochs: int, global_batch: int, log=print,
+          around=lambda epoch: contextlib.nullcontext()) -> dict:
+    """Trains for `epochs`; returns per-epoch losses, test accuracies and seconds. Each epoch's steps run
+    inside `around(epoch)` (a context manager: a capture of one epoch's steps, say)."""
     (x, y), (tx, ty) = data
     step = make_train_step(strategy, model, optimizer, global_batch)
     history = {"loss": [], "test_acc": [], "seconds": []}
     for epoch in range(epochs):
         start = time.perf_counter()
         total, batches = 0.0, 0
-        for batch in distribute(strategy, x, y, global_batch, shuffle=True):
-            total += float(step(batch))
-            batches += 1
+        with around(epoch):
+            for batch in distribute(strategy, x, y, global_batch, shuffle=True):
+                total += step(batch)  # kept on the device: read once per epoch, not per step
+                batches += 1
         seconds = time.perf_counter() - start
-        history["loss"].append(total / max(1, batches))
+        history["loss"].append(float(total) / max(1, batches))
         history["test_acc"].append(accuracy(model, tx, ty))
         history["seconds"].append(seconds)
         log(f"epoch {epoch + 1}/{epochs}: loss {history['loss'][-1]:.4f}, "

@@ -27,6 +27,11 @@ def test_trains_on_two_logical_cpus_and_prints_d2ls_summary(tmp_path):
     assert len(losses) == 3 and losses[2] < losses[0]
     assert re.search(r"^test acc: 0\.\d\d, \d+\.\d sec/epoch on \['/device:CPU:0', '/device:CPU:1'\]$",
                      done.stdout, re.M)
+    # the first epoch's steps, measured: 512 / 64 = 8 steps, the first (tracing) apart; each replica's busy time
+    steps = re.search(r"^steps \(epoch 1\): 7 x [\d.]+ ms median; busy per step per replica: CPU:0 ([\d.]+) ms, "
+                      r"CPU:1 ([\d.]+) ms; .*compute (\d+)%", done.stdout, re.M)
+    assert steps and float(steps[1]) > 0 and float(steps[2]) > 0 and int(steps[3]) >= 50, done.stdout[-2000:]
+    assert "advice: none (no rule holds for these steps)" in done.stdout  # the loss is read once per epoch
     if _has_matplotlib():
         assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
