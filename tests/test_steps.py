@@ -177,3 +177,36 @@ def test_a_measure_of_intervals_in_a_window_is_their_overlap(intervals, low, wid
     merged = _phases.union(intervals)
     expected = sum(max(0.0, min(end, low + width) - max(start, low)) for start, end in merged)
     assert _phases.Measure(merged).within(low, low + width) == pytest.approx(expected, abs=1e-6)
+
+
+def test_on_a_gpu_each_step_has_its_kernels_idle_time_and_copies_from_pageable_or_pinned_memory():
+    """A function on GPU:0 called every ms: 300 µs of kernels per call, a 64 KiB copy in from pageable memory in
+    every step and a 16 KiB one from pinned memory in the odd ones; GPU planes as CUPTI's collector writes them."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    from tfplace.placement.taking import _profile
+
+    space = xplane_pb2.XSpace()
+    host, gpu = Plane(space, "/host:CPU"), Plane(space, "/device:GPU:0")
+    python, stream = host.line("python"), gpu.line("Stream #7(Kernel,MemcpyH2D)")
+    kernel = "regs:64 static_shared:0 dynamic_shared:0 grid:4,1,1 block:256,1,1 occ_pct:50"
+    for i in range(5):
+        at = i * STEP_US
+        host.event(python, "step", at, CALL_US, tf_function_call="traced-nonXla" if i == 0 else "notTraced-nonXla")
+        gpu.event(stream, "MemcpyH2D", at + 20, 30, memcpy_details="kind_src:pageable kind_dst:device size:65536 dest:0")
+        if i % 2:
+            gpu.event(stream, "MemcpyH2D", at + 60, 10, memcpy_details="kind_src:pinned kind_dst:device size:16384 dest:0")
+        gpu.event(stream, "sgemm", at + 100, 200, kernel_details=kernel, tf_op="MatMul:MatMul")
+        gpu.event(stream, "relu", at + 400, 100, kernel_details=kernel, tf_op="Relu:Relu")
+    records = [PlacementRecord("__inference_step_5", "", "/device:GPU:0", "execute", "train.py:9")] * 5
+    steps = _analysis.steps(records, _profile.read_xspace(space), "")
+    assert (steps.count, steps.warmup) == (4, 1)
+    gpu0 = steps.gpus["/device:GPU:0"]
+    assert gpu0["compute_us"] == 300.0 and gpu0["idle_us"] == pytest.approx((3 * STEP_US + CALL_US) / 4 - 300.0)
+    assert gpu0["pageable_bytes"] == 65536 and gpu0["pinned_bytes"] == 16384 / 2  # two of the four steady steps
+    assert gpu0["h2d_bytes"] == 65536 + 8192 and gpu0["h2d_us"] == 30 + 10 / 2
+    from tfplace.placement.shown import _steps_view
+
+    assert "  GPU:0 per step: kernels 0.3 ms, no kernel running 0.7 ms, from host memory 72.0 KiB in 35 us " \
+           "(pageable 64.0 KiB, pinned 8.0 KiB)" in _steps_view.text(steps, [])
+    assert Steps.from_json(steps.to_json()) == steps

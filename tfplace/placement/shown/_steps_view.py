@@ -23,6 +23,10 @@ def _ms(us: float) -> str:
     return f"{us / 1000:.1f} ms" if us >= 100 else f"{us:.0f} us"
 
 
+def _bytes(size: float) -> str:
+    return f"{size / 2 ** 20:.1f} MiB" if size >= 2 ** 20 else f"{size / 1024:.1f} KiB" if size >= 1024 else f"{size:.0f} B"
+
+
 def shares(figures: dict[str, float]) -> str:
     """`input 99.0%, compute 0.3%`: the phases that took at least 0.05 % of the time, in order."""
     return ", ".join(f"{phase} {100 * figures[phase]:.1f}%" for phase in PHASES if figures.get(phase, 0.0) >= 0.0005)
@@ -46,6 +50,11 @@ def text(steps: Any, advice: Sequence[Any]) -> list[str]:
         lines.append("  busy in steady steps: " + ", ".join(
             f"{device.rpartition('/')[2] if device.startswith('/device:') else device} {_ms(busy)} "
             f"({100 * share:.1f}%)" for device, (busy, share) in steps.per_device.items()))
+    for device, gpu in steps.gpus.items():
+        copies = (f", from host memory {_bytes(gpu['h2d_bytes'])} in {_ms(gpu['h2d_us'])} (pageable "
+                  f"{_bytes(gpu['pageable_bytes'])}, pinned {_bytes(gpu['pinned_bytes'])})" if gpu["h2d_bytes"] else "")
+        lines.append(f"  {device.rpartition('device:')[2]} per step: kernels {_ms(gpu['compute_us'])}, no kernel running "
+                     f"{_ms(gpu['idle_us'])}{copies}")
     if steps.input is not None and steps.shares.get("input", 0.0) >= 0.01:
         stage = steps.input
         lines.append(f"  input: slowest stage {stage.dataset_op} at {stage.source or 'an unknown line'}, "

@@ -68,7 +68,28 @@ def steps(records: Sequence[PlacementRecord], timing: Any, missing: str) -> Step
     waited = sum(step.phases["input"] for step in steady)
     stage = _input.slowest(events.stages(), records, waited) if waited > 0 else None
     return Steps(count, found.warmup, found.kind, found.source, median(walls), _percentile(walls, 0.9), max(walls),
-                 shares, per_device, every, stage, "", found.name, _reads(events.reads, spans))
+                 shares, per_device, every, stage, "", found.name, _reads(events.reads, spans),
+                 _gpus(spans, work, events.host_copies, count))
+
+
+def _gpus(spans: Sequence[tuple[float, float]], work: dict[str, list], copies: Sequence[tuple],
+          count: int) -> dict[str, dict[str, float]]:
+    """Per GPU, per steady step: its kernels' time, its time without a kernel, its copies from host memory."""
+    gpus = sorted({d for d in work if "/device:GPU:" in d} | {c[0] for c in copies})
+    if not gpus or not count:
+        return {}
+    wall = sum(high - low for low, high in spans)
+    busy = _phases.busy(spans, {d: work[d] for d in gpus if d in work})
+    starts = [low for low, _ in spans]
+    inside = [c for c in copies if (at := bisect.bisect_right(starts, c[3]) - 1) >= 0 and c[3] < spans[at][1]]
+    found = {}
+    for device in gpus:
+        mine = [c for c in inside if c[0] == device]
+        found[device] = {"compute_us": busy.get(device, 0.0) / count, "idle_us": (wall - busy.get(device, 0.0)) / count,
+                         "h2d_bytes": sum(c[2] for c in mine) / count, "h2d_us": sum(c[4] for c in mine) / count,
+                         "pageable_bytes": sum(c[2] for c in mine if c[1] == "pageable") / count,
+                         "pinned_bytes": sum(c[2] for c in mine if c[1] == "pinned") / count}
+    return found
 
 
 def _remote(records: Sequence[PlacementRecord], name: str, local: Any) -> bool:

@@ -9,6 +9,8 @@ custom loops, eager loops and `Session.run` loops on CPUs:
   tracing inside it is `tf.function-graph_building`.
 * tfplace's own `tfplace_host_read` (stat `source`) is a read of a tensor's value on the user's line
   (`tfplace.placement.taking._host_reads`): it lasts as long as Python waits for the device's result.
+* On a GPU's plane (`taking/_gpu_planes.py`), a copy from host memory says in `memcpy_details` whether that
+  memory was `pageable` or `pinned`.
 * A step marker, tf_keras' or a user's `tf.profiler.experimental.Trace("train", step_num=i, _r=1)`, is an
   event with stat `step_num`; a `Session.run` is `SessionRun`.
 * An iterator's get-next is `IteratorGetNextOp::DoCompute` (inside a function on a
@@ -82,6 +84,8 @@ class StepEvents:
         self.sync: list[tuple[float, float]] = []  # collectives, waiting for peers
         self.compile: list[tuple[float, float]] = []  # tracing
         self.reads: list[tuple[float, float, str]] = []  # the user's reads of tensor values: start, µs, line
+        self.host_copies: list[tuple[str, str, int, float, float]] = []  # to a GPU from host memory: device,
+        # "pageable" or "pinned", bytes, start, µs
         self._stages: dict[str, list] = {}  # path -> [dataset, own µs, elements, events, parallelism]
         self._open: dict[tuple, list] = {}  # line -> stack of [path, end, children µs, functions]
 

@@ -64,6 +64,8 @@ class Steps(NamedTuple):
       name: what was called or marked each step (a function's Python name, a marker's name).
       reads: the user's lines that read a tensor's value in Python (`.numpy()`, `float`, `print`, ...) ->
         (the steady steps with such a read, the µs those reads took in them).
+      gpus: per GPU timed from its own plane, per steady step: `compute_us` (kernels running), `idle_us` (no
+        kernel running), `h2d_bytes` and `h2d_us` (copies from host memory), `pageable_bytes`, `pinned_bytes`.
     """
 
     count: int
@@ -80,6 +82,7 @@ class Steps(NamedTuple):
     reason: str = ""
     name: str = ""
     reads: dict[str, tuple[int, float]] = {}
+    gpus: dict[str, dict[str, float]] = {}
 
     def to_json(self) -> dict[str, Any]:
         """A dict keyed by the attribute names (steps and the input stage as dicts)."""

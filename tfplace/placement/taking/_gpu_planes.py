@@ -45,7 +45,12 @@ def gpu_plane(plane: Any, tally: Any, device: str, stats_of: Any) -> None:
                 dest = details.get("dest", "")
                 target = _HOST if sides[1] else f"/device:GPU:{dest}" if dest.isdigit() else device
                 size = details.get("size", "")
-                tally.moved(_HOST if sides[0] else device, target, int(size) if size.isdigit() else 0, start, duration)
+                size = int(size) if size.isdigit() else 0
+                tally.moved(_HOST if sides[0] else device, target, size, start, duration)
+                if sides[0]:  # from host memory: pinned or pageable, for the steps' copies per GPU
+                    memory = details.get("kind_src", "")
+                    tally.steps.host_copies.append((target, memory if memory in _HOST_MEMORY else "", size, start,
+                                                    duration))
             elif "kernel_details" in stats:
                 tally.ran((plane.name, line.id), device, _gpu_op(name, str(stats.get("tf_op", ""))), start, duration,
                           False)
