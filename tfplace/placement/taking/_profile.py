@@ -179,15 +179,23 @@ class _Tally:
 
     def timing(self) -> Timing:
         every = []
+        ops = self.ops
         for number, events in enumerate(self.work.values()):
             covered = float("-inf")
-            for start, duration, device, op, eager in sorted(events):
+            events.sort()
+            for start, duration, device, op, eager in events:
                 every.append((device, op, start, duration, number, eager))
-                entry = self.ops.setdefault((device, op), [0, 0.0])
+                entry = ops.get((device, op))
+                if entry is None:
+                    entry = ops[(device, op)] = [0, 0.0]
+                end = start + duration
                 entry[0] += 1
-                entry[1] += max(0.0, start + duration - max(start, covered))
-                covered = max(covered, start + duration)
-                self.span(start, duration)
+                entry[1] += (end - covered if end > covered else 0.0) if covered > start else duration
+                if end > covered:
+                    covered = end
+            if events:
+                self.span(events[0][0], 0.0)
+                self.span(max(start + duration for start, duration, *_ in events), 0.0)
         for key, count in self.waited.items():
             self.ops.setdefault(key, [0, 0.0])[0] += count
         devices: dict[str, list] = {}
@@ -259,6 +267,7 @@ def _host_plane(plane: Any, tally: _Tally, node_devices: Mapping[str, str], pend
         base_us = line.timestamp_ns / 1e3
         eager, kernels = [], []
         pipeline = line.name.startswith("tf_data")
+        where = (plane.name, line.id)
         for event in line.events:
             kind = kinds.get(event.metadata_id, (_SKIP,))
             what = kind[0]
@@ -278,9 +287,10 @@ def _host_plane(plane: Any, tally: _Tally, node_devices: Mapping[str, str], pend
                 tally.moved(kind[1], kind[2], 0, start, duration)
             elif what == _WORK:
                 tally.nodes[kind[2]] += 1
-                device = node_devices.get(kind[2], "")
-                tally.ran((plane.name, line.id), canonical_name(device) if device else "", kind[1], start, duration,
-                          True, pipeline=pipeline)
+                if len(kind) == 3:  # its node's device, found once per event name
+                    device = node_devices.get(kind[2], "")
+                    kind = kinds[event.metadata_id] = (*kind, canonical_name(device) if device else "")
+                tally.ran(where, kind[3], kind[1], start, duration, True, pipeline=pipeline)
             elif what == _ASYNC:
                 node = str(_stats(plane, event).get("name", ""))
                 if node:
