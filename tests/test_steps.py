@@ -15,10 +15,11 @@ from xspace import Plane
 STEP_US, CALL_US = 1000.0, 900.0
 
 
-def _profile(n=6, traced=(0,), marks=False, stages=True, graph_building=(), reads=()):
+def _profile(n=6, traced=(0,), marks=False, stages=True, graph_building=(), reads=(), scale=1.0):
     """`n` calls of a tf.function `step` 1 ms apart, each waiting 500 µs for input inside its call, then
     computing 200 µs; the pipeline's Map (after a tensor slice, under a fused MapAndBatch) works 390 µs per
-    element. The steps in `reads` read a tensor's value for 40 µs after their call, at train.py:10."""
+    element. The steps in `reads` read a tensor's value for 40 µs after their call, at train.py:10. Every time
+    is multiplied by `scale`."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     from tfplace.placement.taking import _profile
@@ -26,28 +27,32 @@ def _profile(n=6, traced=(0,), marks=False, stages=True, graph_building=(), read
     space = xplane_pb2.XSpace()
     host = Plane(space, "/host:CPU")
     python, pool = host.line("python"), host.line("tf_Compute/1")
+
+    def event(line, event_name, start, length, **stats):
+        host.event(line, event_name, start * scale, length * scale, **stats)
+
     getnext, producer = host.line("tf_data_iterator_get_next/2"), host.line("tf_data_iterator_resource/3")
     for i in range(n):
         at = i * STEP_US
         if marks:
-            host.event(python, "train", at, CALL_US, step_num=i, _r=1)
-        host.event(python, "step", at, CALL_US, tf_function_call="traced-nonXla" if i in traced else "notTraced-nonXla",
+            event(python, "train", at, CALL_US, step_num=i, _r=1)
+        event(python, "step", at, CALL_US, tf_function_call="traced-nonXla" if i in traced else "notTraced-nonXla",
                    tracing_count=1)
         if i in graph_building:
-            host.event(python, "tf.function-graph_building", at + 10, 30)
-        host.event(python, "EagerLocalExecute: __inference_step_5", at + 50, 840)
-        host.event(getnext, "IteratorGetNextOp::DoCompute", at + 100, 500, id=i, iter_num=0, element_size=64)
+            event(python, "tf.function-graph_building", at + 10, 30)
+        event(python, "EagerLocalExecute: __inference_step_5", at + 50, 840)
+        event(getnext, "IteratorGetNextOp::DoCompute", at + 100, 500, id=i, iter_num=0, element_size=64)
         if stages:
-            host.event(getnext, "Iterator::Root", at + 100, 500, name="fused(MapDataset:1,BatchDatasetV2:2)")
-            host.event(getnext, "Iterator::Root::MapAndBatch", at + 101, 498, name="fused(MapDataset:1,BatchDatasetV2:2)",
+            event(getnext, "Iterator::Root", at + 100, 500, name="fused(MapDataset:1,BatchDatasetV2:2)")
+            event(getnext, "Iterator::Root::MapAndBatch", at + 101, 498, name="fused(MapDataset:1,BatchDatasetV2:2)",
                        parallelism=2)
-            host.event(producer, "Iterator::Root::MapAndBatch::Map", at + 150, 400, name="MapDataset:1")
-            host.event(producer, "Iterator::Root::MapAndBatch::Map::TensorSlice", at + 151, 10,
+            event(producer, "Iterator::Root::MapAndBatch::Map", at + 150, 400, name="MapDataset:1")
+            event(producer, "Iterator::Root::MapAndBatch::Map::TensorSlice", at + 151, 10,
                        name="TensorSliceDataset:0")
-            host.event(producer, "InstantiatedCapturedFunction::Run", at + 165, 380)
-        host.event(pool, "MatMul:MatMul", at + 650, 200)
+            event(producer, "InstantiatedCapturedFunction::Run", at + 165, 380)
+        event(pool, "MatMul:MatMul", at + 650, 200)
         if i in reads:
-            host.event(python, "tfplace_host_read", at + CALL_US + 10, 40, source="train.py:10")
+            event(python, "tfplace_host_read", at + CALL_US + 10, 40, source="train.py:10")
     return _profile.read_xspace(space, {"MatMul": "/device:CPU:0"})
 
 
@@ -85,7 +90,7 @@ def test_a_waiting_get_next_and_tf_datas_threads_are_no_devices_busy_time():
 
 
 def test_input_bound_advice_names_the_stage_line_and_a_fix_that_parses():
-    log_steps = _analysis.steps(RECORDS, _profile(), "")
+    log_steps = _analysis.steps(RECORDS, _profile(scale=10.0), "")  # 5 ms waits: over the floor of a get-next
     advice = _rules.advice(log_steps, [], {})
     assert [a.rule for a in advice] == ["input-bound"]
     assert advice[0].source == "train.py:4" and advice[0].severity == "high"
@@ -99,9 +104,11 @@ def test_marked_steps_win_over_function_calls():
 
 
 def test_a_function_traced_again_in_steady_steps_is_compile_time_and_retracing():
-    steps = _analysis.steps(RECORDS, _profile(traced=(0, 3), graph_building=(0, 3)), "")
+    steps = _analysis.steps(RECORDS, _profile(n=10, traced=(0, 3, 5, 7), graph_building=(0, 3, 5, 7)), "")
     assert steps.warmup == 1 and steps.steps[3].phases["compile"] > 0
     assert [a.rule for a in _rules.advice(steps, [], {}) if a.rule != "input-bound"] == ["retracing"]
+    once = _analysis.steps(RECORDS, _profile(traced=(0, 3), graph_building=(0, 3)), "")  # a new shape traces once
+    assert once.steps[3].phases["compile"] > 0 and _rules.advice(once, [], {}) == []
     every = _analysis.steps(RECORDS, _profile(traced=range(6)), "")
     assert every.warmup == 5 and every.count == 1  # a call that traced is warm-up until one does not
     again = _analysis.steps(RECORDS, _profile(n=12, traced=(0, *range(2, 12))), "")  # 10 of 11 steady steps
@@ -119,7 +126,7 @@ def test_a_read_in_every_step_is_sync_time_and_host_sync_at_its_line():
 
 
 def test_retracing_names_the_argument_whose_traced_value_changed():
-    steps = _analysis.steps(RECORDS, _profile(traced=(0, 3), graph_building=(0, 3)), "")
+    steps = _analysis.steps(RECORDS, _profile(n=10, traced=(0, 3, 5, 7), graph_building=(0, 3, 5, 7)), "")
     calls = [PlacementRecord(f"__inference_step_{n}", "", "/device:CPU:0", "execute", "train.py:9") for n in (5, 5, 9)]
     spec = "TensorSpec(shape=(8, 4), dtype=tf.float32, name=None)"
     parameters = {"__inference_step_5": (("x", spec), ("lr", "Literal[0.1]")),

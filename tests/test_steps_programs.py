@@ -148,3 +148,29 @@ def test_reads_the_users_lines_make_are_marked_and_those_of_tensorflow_are_not(p
         report({"kind": steps.kind, "reads": [n for n, _ in steps.reads.values()], "sync": steps.shares["sync"]})
     """)
     assert out["kind"] == "function" and out["reads"] == [3, 3] and out["sync"] > 0  # the last step ends with its call
+
+
+QUIET = """
+import os, runpy, sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import tfplace
+program = sys.argv[1]
+sys.argv = [program]
+sys.path.insert(0, os.path.dirname(program))
+with open(program, encoding="utf-8") as f:
+    warm = "__warmup__" in f.read()
+carried = runpy.run_path(program, run_name="__warmup__") if warm else None
+with tfplace.capture_placement(sources=True, timing=True) as log:
+    runpy.run_path(program, init_globals=carried, run_name="__main__")
+report([[a.rule, a.source, a.message] for a in log.advice()])
+"""
+CONFORMANCE = sorted((ROOT / "tests" / "conformance" / "programs").glob("*.py"))
+
+
+@pytest.mark.parametrize("program", CONFORMANCE, ids=[p.stem for p in CONFORMANCE])
+def test_no_rule_fires_on_a_program_of_the_conformance_suite(program):
+    """The conformance suite's programs (TensorFlow's and Keras' tutorials in small) are healthy as written:
+    timed, with sources, on two logical CPUs as the suite runs them, no advice holds."""
+    assert result_of(run_python(QUIET, args=(str(program),), timeout=300)) == []

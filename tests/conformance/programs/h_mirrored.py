@@ -38,8 +38,8 @@ def train_step(inputs):
 for epoch in range(2):
     total = 0.0
     for batch in dist_dataset:
-        total += float(train_step(batch))
-print(round(total, 4))
+        total += train_step(batch)  # as the tutorial sums the loss: on the device, read once per epoch
+print(round(float(total), 4))
 
 # strategy.run outside a tf.function: the replicas run in threads MirroredStrategy starts.
 batch = next(iter(dist_dataset))

@@ -116,14 +116,20 @@ def find(records: Sequence[PlacementRecord], events: Optional[Any],
     counted = named if events is not None else Counter({name: len(rs) for name, rs in calls.items()})
     if counted and counted.most_common(1)[0][1] >= 2:
         name = counted.most_common(1)[0][0]
-        source = _source(calls.get(name, ()))
+        ran = calls.get(name, [])
+        mine = [call for call in top if call.name == name]
+        lines = Counter(r.source for r in ran)
+        if len(lines) > 1 and (events is None or len(ran) == len(mine)):  # the k-th call is the k-th record:
+            source = lines.most_common(1)[0][0]  # the line that ran most (fit's, not its evaluate's, same name)
+            mine = [call for call, record in zip(mine, ran) if record.source == source]
+            ran = [record for record in ran if record.source == source]
+        else:
+            source = _source(ran)
         kind = _keras_kind(name, source)
         if events is None:
-            ran = calls[name]
             warm = _warm([i == 0 or r.op != ran[i - 1].op and r.op not in {x.op for x in ran[:i]}
                           for i, r in enumerate(ran)])
             return Found(kind, name, source, [], len(ran), warm)
-        mine = [call for call in top if call.name == name]
         warm = _warm([call.traced for call in mine])
         spans = _spans([c.start for c in mine], mine[-1].start + mine[-1].duration)
         return Found(kind, name, source, spans, len(mine), warm)

@@ -21,14 +21,21 @@ from collections import Counter
 from statistics import median
 from typing import AbstractSet, Any, Mapping, Sequence
 
+from tfplace.placement.records._origins import is_input_op
 from tfplace.placement.steps._model import Advice, Steps
 
-__all__ = ["advice", "INPUT_BOUND", "HOST_BOUND", "HOST_US", "SKEW", "REPLICAS", "COPY_BYTES"]
+__all__ = ["advice", "INPUT_BOUND", "INPUT_US", "HOST_BOUND", "HOST_US", "HOST_KERAS_US", "SKEW", "REPLICAS", "COPY_BYTES", "SHARES_FROM",
+           "RETRACED"]
 
 INPUT_BOUND = 0.2  # input's share of the steady steps' time from which "input-bound" holds
+INPUT_US = 1000.0  # and at least this much waiting in a median step: below it, a get-next's own cost is the floor
+SHARES_FROM = 3  # steady steps from which a share-based rule may hold (fewer make no figure to act on)
+RETRACED = 3  # steady steps that traced again from which "retracing" holds (a new shape traces once)
 HOST_BOUND = 0.2
 HOST_US = 5000.0  # and at least this much host time in a median step: below it, the framework's own per-step
-# Python (Keras' loop, a tf.function's call) is the floor, which no line of the user's removes
+# Python (a tf.function's call, the loop) is the floor, which no line of the user's removes
+HOST_KERAS_US = 50000.0  # the same in Keras' fit, evaluate and predict, whose own loop costs some ms per step
+# (more under a strategy): beyond it, the user's callbacks
 SKEW = 1.2  # a replica's busy time over the others' median from which "replica-skew" holds
 COPY_BYTES = 1024  # bytes per step from which a copy is worth moving (a replica's scalar loss is not)
 REPLICAS = 0.5  # devices are replicas when their op types overlap this much (Jaccard): the same step on each
@@ -44,7 +51,7 @@ def _ms(us: float) -> str:
 
 def _input_bound(steps: Steps) -> list[Advice]:
     share = steps.shares["input"] if steps.shares else 0.0
-    if share < INPUT_BOUND:
+    if share < INPUT_BOUND or share * (steps.median_us or 0.0) < INPUT_US:
         return []
     stage = steps.input
     where = stage.source if stage and stage.source else steps.source
@@ -80,12 +87,14 @@ def _host(steps: Steps) -> list[Advice]:
                        f"{steps.shares['compute']:.0%} in kernels", steps.source,
                        "@tf.function  # on a function holding the loop's body, called once per iteration",
                        {"share": launch, "compute": steps.shares["compute"]})]
-    if host < HOST_BOUND or host * (steps.median_us or 0.0) < HOST_US:
-        return []
     keras = steps.kind.startswith("keras")
-    fix = ("model.compile(..., steps_per_execution=32)  # several batches per call of the step function" if keras
-           else "run several steps per call: loop over the iterator inside the tf.function, and keep per-step "
-                "Python (logging, metrics) out of the loop")
+    if host < HOST_BOUND or host * (steps.median_us or 0.0) < (HOST_KERAS_US if keras else HOST_US) or \
+            steps.kind == "session":
+        return []  # (a Session.run's own Python is no line of the user's to change)
+    fix = ("model.compile(..., steps_per_execution=32)  # 32 batches per call: per-batch callbacks run once per "
+           "32 batches (or do a callback's slow work every N batches)" if keras
+           else "keep per-step Python (logging, metrics, bookkeeping) out of the loop or run it every N steps; "
+                "or run several steps per call: loop over the iterator inside the tf.function")
     return [Advice("host-bound", _severity(host), f"{host:.0%} of each step is Python between and around the "
                    "step's calls", steps.source, fix, {"share": host})]
 
@@ -138,7 +147,7 @@ def _compile(steps: Steps, changed: Sequence[tuple[str, str, str]]) -> list[Advi
     if not steady or steady[0].phases is None:
         return []
     compiling = [s for s in steady if s.phases["compile"] > 0]
-    if not compiling:
+    if len(compiling) < RETRACED:
         return []
     share = sum(s.phases["compile"] for s in compiling) / sum(s.wall_us for s in steady)
     every = len(compiling) >= max(2, 0.9 * len(steady))
@@ -192,11 +201,18 @@ def _skew(steps: Steps, ops: Mapping[tuple[str, str], Any], lines: Mapping[tuple
             if len(kinds[d] & kinds[slow]) >= REPLICAS * len(kinds[d] | kinds[slow])}  # replicas of the slowest
     if len(busy) < 2:
         return []
+    common = {op for op in set.intersection(*(kinds[d] for d in busy))  # the replicated step's ops: what every
+              if not is_input_op(op)}  # replica runs, the input pipeline's machinery left out
+    replicated = {d: sum((ops[(d, op)][1] or 0.0) for op in common) for d in busy}
+    slow = max(replicated, key=replicated.__getitem__)
+    share_of = {d: replicated[d] / (sum(t or 0.0 for (device, _), (_, t) in ops.items() if device == d) or 1.0)
+                for d in busy}
+    busy = {d: b * share_of[d] for d, b in busy.items()}  # each device's busy time in steps, its replica work only
     others = median(b for d, b in busy.items() if d != slow)
     wall = steps.median_us * steps.count
     if busy[slow] < SKEW * others or (busy[slow] - others) < 0.02 * wall:
         return []
-    mine = {op: time for (device, op), (_, time) in ops.items() if device == slow and time}
+    mine = {op: time for (device, op), (_, time) in ops.items() if device == slow and time and op in common}
     extra = {op: time - median([t for (d, o), (_, t) in ops.items() if o == op and d != slow and d in busy] or [0.0])
              for op, time in mine.items()}
     op = max(extra, key=extra.__getitem__) if extra else ""
@@ -206,8 +222,10 @@ def _skew(steps: Steps, ops: Mapping[tuple[str, str], Any], lines: Mapping[tuple
         if device != slow:
             theirs.update(lines.get((device, op), Counter()))
     more = {line: n - theirs[line] / max(1, len(busy) - 1) for line, n in mine_lines.items()
-            if "__autograph_generated_file" not in line}  # autograph's copy of the code is no line to change
-    where = max(more, key=more.__getitem__) if more else steps.source
+            if "__autograph_generated_file" not in line and line != steps.source}
+    if not more or max(more.values()) <= 0:
+        return []  # no line of the user's inside the step differs: the framework's own work (a primary replica's)
+    where = max(more, key=more.__getitem__)
     share = (busy[slow] - others) / wall
     return [Advice("replica-skew", _severity(share),
                    f"{slow} computes {busy[slow] / others:.1f} x the other replicas' median"
@@ -244,7 +262,8 @@ def advice(steps: Steps, transfers: Sequence[Any], ops: Mapping[tuple[str, str],
     if not steps.count:
         return []
     users, lines = _users(records)
-    found = [*_input_bound(steps), *_host_sync(steps), *_host(steps),
+    shares = steps.count >= SHARES_FROM
+    found = [*(_input_bound(steps) if shares else []), *_host_sync(steps), *(_host(steps) if shares else []),
              *_compile(steps, _changed(steps.name, records, parameters) if steps.name else []),
-             *_copies(steps, transfers, users), *_skew(steps, ops, lines)]
-    return sorted(found, key=lambda a: -a.evidence.get("share", 0.0))
+             *_copies(steps, transfers, users), *(_skew(steps, ops, lines) if shares else [])]
+    return sorted((a for a in found if a.source), key=lambda a: -a.evidence.get("share", 0.0))  # the user's lines
