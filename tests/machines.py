@@ -95,3 +95,55 @@ def cpu_machine() -> dict:
         "environment": {"CUDA_VISIBLE_DEVICES": None},
         "tensorflow_view": {"gpus": [], "log": list(dict.fromkeys(filter(None, map(_view.diagnostic, CPU_LOG.splitlines()))))},
     }
+
+
+RELEASES = Path(__file__).resolve().parent / "fixtures" / "releases"
+
+
+def release(name: str) -> dict:
+    """The `"tensorflow"` facts of a release's wheel (`tests/fixtures/releases/<name>/`), as `_facts.tensorflow()`
+    reads them from an install: its build info and its `and-cuda` requirement lines."""
+    from tfplace.machine._facts import build_info
+
+    folder = RELEASES / name
+    distribution, _, version = name.rpartition("-")
+    requires = [line for line in (folder / "requires.txt").read_text().splitlines()
+                if re.search(r"extra\s*==\s*['\"]and-cuda['\"]", line)]
+    return {"distributions": {distribution: version}, "build": build_info((folder / "build_info.py").read_text()),
+            "requires": requires, "path": f"{SITE}/tensorflow"}
+
+
+def machine(tf: dict | None, *, gpus: tuple = (("NVIDIA GeForce RTX 3090", "8.6"),), driver: tuple | None = ("535.183.01", "12.2"),
+            python: str = "3.10.12", system: str = "Linux", arch: str = "x86_64", loaded: dict | None = None,
+            wheels: dict | None = None, container: str | None = None, dev_nvidia: tuple = (), **environment) -> dict:
+    """Facts of a machine as a user describes it: its GPUs (name, compute capability), driver (version, CUDA),
+    Python, platform, the TensorFlow installed (`release()`), what its libraries load as (`loaded`: soname ->
+    (path, version) or None for one that does not load; every library the build wants loads from the system
+    at the version it asks for unless named), pip's nvidia wheels, a container."""
+    from tfplace.machine._libraries import from_build, wanted
+
+    wants = (wanted(tf["requires"]) or from_build(tf["build"])) if tf and tf["build"].get("is_cuda_build") else []
+    libraries = {"libcuda.so.1": {"path": "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "error": None,
+                                  "version": driver[1], "cuda": driver[1]} if driver else
+                 {"path": None, "error": "libcuda.so.1: cannot open shared object file: No such file or directory",
+                  "version": None, "cuda": None}}
+    for want in wants:
+        found = (loaded or {}).get(want.soname, ("/usr/lib/x86_64-linux-gnu/" + want.soname,
+                                                  ".".join((want.minimum or "").split(".")[:3]) or None))
+        libraries[want.soname] = ({"path": None, "version": None, "cuda": None,
+                                   "error": f"{want.soname}: cannot open shared object file: No such file or directory"}
+                                  if found is None else {"path": found[0], "error": None, "version": found[1], "cuda": None})
+    return {
+        "format": "tfplace-machine/1",
+        "platform": {"system": system, "release": "5.15.0", "machine": arch, "wsl": False, "container": container,
+                     "dev_nvidia": list(dev_nvidia)},
+        "python": python,
+        "driver": {"version": driver[0], "cuda": driver[1]} if driver else None,
+        "gpus": [{"index": i, "name": name, "memory_mib": 24576, "uuid": f"GPU-{i}", "compute_capability": cc}
+                 for i, (name, cc) in enumerate(gpus)] if driver else [],
+        "tensorflow": copy.deepcopy(tf),
+        "libraries": libraries if system == "Linux" else {},
+        "nvidia_wheels": wheels or {},
+        "environment": {"CUDA_VISIBLE_DEVICES": None, "LD_LIBRARY_PATH": None, **environment},
+        "tensorflow_view": None,
+    }

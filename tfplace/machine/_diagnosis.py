@@ -61,6 +61,9 @@ class Diagnosis:
         cause = next((f for f in self.findings if f.severity == "error"), None)
         if cause is not None:
             return f"{line}: {cause.message}"
+        contained = next((f for f in self.findings if f.code == "container-without-gpu"), None)
+        if self.gpus_reported == 0 and contained is not None:
+            return f"{line}: {contained.message.split(': TensorFlow runs on the CPU')[0]}, TensorFlow runs on the CPU"
         if self.gpus_reported == 0:
             return f"{line}: no NVIDIA GPU here, TensorFlow runs on the CPU"
         warned = [f.code for f in self.findings if f.severity == "warning"]

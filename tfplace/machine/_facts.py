@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import ast
+import glob
 import importlib.metadata
 import importlib.util
 import json
@@ -25,7 +26,8 @@ from typing import Any, Optional, Union
 from tfplace._errors import Error
 from tfplace.machine import _gpus, _libraries, _elf
 
-__all__ = ["FORMAT", "FactsError", "read", "check", "load", "save", "ENVIRONMENT", "TENSORFLOW_DISTRIBUTIONS"]
+__all__ = ["FORMAT", "FactsError", "read", "check", "load", "save", "build_info", "container", "ENVIRONMENT",
+           "TENSORFLOW_DISTRIBUTIONS"]
 
 FORMAT = "tfplace-machine/1"
 ENVIRONMENT = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "LD_PRELOAD",
@@ -49,32 +51,88 @@ class FactsError(Error, ValueError):
 def _platform() -> dict[str, Any]:
     release = platform.release()
     return {"system": platform.system(), "release": release, "machine": platform.machine(),
-            "wsl": "microsoft" in release.lower() or os.path.exists("/usr/lib/wsl/lib")}
+            "wsl": "microsoft" in release.lower() or os.path.exists("/usr/lib/wsl/lib"),
+            "container": container(), "dev_nvidia": sorted(glob.glob("/dev/nvidia*"))}
 
 
 def _normalized(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _build_info(package_dir: str) -> dict[str, Any]:
-    """TensorFlow's `build_info` dict, read from its file (`python/platform/build_info.py`) without importing it."""
-    path = os.path.join(package_dir, "python", "platform", "build_info.py")
+def build_info(text: str) -> dict[str, Any]:
+    """TensorFlow's build info from the text of its `python/platform/build_info.py`: the `build_info` dict of
+    2.x, or 1.x's module variables (`is_cuda_build`, `cuda_version_number = '10'`, `cudnn_version_number`)
+    under 2.x's keys (1.x's CUDA 10 is 10.0)."""
     try:
-        with open(path, encoding="utf-8") as file:
-            tree = ast.parse(file.read())
-    except (OSError, SyntaxError, ValueError):
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
         return {}
+    found: dict[str, Any] = {}
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "build_info" for t in node.targets):
-            value = node.value
-            if isinstance(value, ast.Call) and value.args:  # collections.OrderedDict([...])
-                value = value.args[0]
-            try:
-                literal = ast.literal_eval(value)
-            except ValueError:
-                return {}
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
+            continue
+        value = node.value
+        if isinstance(value, ast.Call) and value.args:  # collections.OrderedDict([...])
+            value = value.args[0]
+        try:
+            literal = ast.literal_eval(value)
+        except ValueError:
+            continue
+        if node.targets[0].id == "build_info":
             return dict(literal)
+        found[node.targets[0].id] = literal
+    old = {"is_cuda_build": found.get("is_cuda_build"), "is_rocm_build": found.get("is_rocm_build")}
+    if found.get("cuda_version_number"):
+        number = str(found["cuda_version_number"])
+        old["cuda_version"] = number if "." in number else f"{number}.0"
+    if found.get("cudnn_version_number"):
+        old["cudnn_version"] = str(found["cudnn_version_number"])
+    return {key: value for key, value in old.items() if value is not None}
+
+
+def _build_info(package_dir: str) -> dict[str, Any]:
+    """TensorFlow's build info, read from its file without importing it (1.15 keeps it in `tensorflow_core`)."""
+    for root in (package_dir, os.path.join(os.path.dirname(package_dir), "tensorflow_core")):
+        try:
+            with open(os.path.join(root, "python", "platform", "build_info.py"), encoding="utf-8") as file:
+                return build_info(file.read())
+        except (OSError, UnicodeDecodeError):
+            continue
     return {}
+
+
+def container() -> Optional[str]:
+    """The container this process runs in ("docker", "podman", "kubernetes", "containerd", "lxc"), None on a
+    machine of its own, as the files and variables container runtimes leave say."""
+    if os.path.exists("/.dockerenv"):
+        return "docker"
+    if os.path.exists("/run/.containerenv"):
+        return "podman"
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return "kubernetes"
+    try:
+        with open("/proc/1/cgroup", encoding="utf-8") as file:
+            cgroup = file.read()
+    except OSError:
+        cgroup = ""
+    for word, name in (("kubepods", "kubernetes"), ("docker", "docker"), ("containerd", "containerd"),
+                       ("lxc", "lxc"), ("libpod", "podman")):
+        if word in cgroup:
+            return name
+    return os.environ.get("container") or None  # systemd's convention (podman, systemd-nspawn)
+
+
+def _nvidia_wheels() -> dict[str, dict[str, Any]]:
+    """pip's nvidia-* distributions: version and the folder of their shared libraries."""
+    found = {}
+    for dist in importlib.metadata.distributions():
+        name = _normalized(dist.name or "")
+        if not name.startswith("nvidia-") or name in found:
+            continue
+        lib = next((os.path.dirname(str(dist.locate_file(f))) for f in dist.files or ()
+                    if ".so" in str(f).rsplit("/", 1)[-1]), None)
+        found[name] = {"version": dist.version, "lib": lib}
+    return dict(sorted(found.items()))
 
 
 def tensorflow() -> Optional[dict[str, Any]]:
@@ -133,8 +191,8 @@ def read(*, libraries: bool = True, environ: Optional[dict[str, str]] = None) ->
     gpus = _gpus.driver_gpus(problems)
     search = _search(installed["path"] if installed else None, variables)
     folders = [os.path.basename(os.path.dirname(d)) for d in search if os.sep + "nvidia" + os.sep in d]
-    wanted = (_libraries.wanted(installed["requires"], folders) if installed and installed["build"].get("is_cuda_build")
-              else [])
+    wanted = ((_libraries.wanted(installed["requires"], folders) or _libraries.from_build(installed["build"]))
+              if installed and installed["build"].get("is_cuda_build") else [])
     sonames = (["libcuda.so.1"] if platform.system() == "Linux" else []) + [w.soname for w in wanted]
     found = _libraries.probe(sonames, search) if libraries and sonames else {}
     _packages(found)
@@ -154,6 +212,7 @@ def read(*, libraries: bool = True, environ: Optional[dict[str, str]] = None) ->
         "probe_errors": problems,
         "tensorflow": installed,
         "libraries": found,
+        "nvidia_wheels": _nvidia_wheels(),
         "environment": variables,
         "tensorflow_view": None,
     }
@@ -180,6 +239,7 @@ def check(facts: Any, where: str) -> dict[str, Any]:
         if not isinstance(entry, dict) or not {"path", "error", "version"} <= set(entry):
             raise FactsError(f"{where}: the library {soname!r} needs 'path', 'error' and 'version'")
     facts.setdefault("tensorflow_view", None)
+    facts.setdefault("nvidia_wheels", {})
     return facts
 
 

@@ -22,9 +22,13 @@ import sys
 import time
 from typing import Any, Optional, Sequence
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+
 from tfplace.machine import _elf
 
-__all__ = ["Wanted", "wanted", "REQUIRED", "probe", "describe", "cuda_of", "version_tuple"]
+__all__ = ["Wanted", "wanted", "from_build", "satisfies", "REQUIRED", "probe", "describe", "cuda_of", "version_tuple"]
 
 # pip package (without its -cuXX suffix) -> the libraries of it that TensorFlow loads
 _PACKAGE_LIBRARIES = {
@@ -47,12 +51,15 @@ _CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_load_child.p
 
 @dataclasses.dataclass(frozen=True)
 class Wanted:
-    """A library a build loads: its soname, the pip package that ships it, the requirement's lower bound."""
+    """A library a build loads: its soname, the pip package that ships it ("" where the build names none),
+    the requirement's lower bound (or its pinned version), the requirement as pip reads it (`specifier`: its
+    version part, e.g. `==8.9.7.29` or `<10.0,>=9.3.0.75`)."""
 
     soname: str
     package: str
     minimum: Optional[str]
     requirement: str
+    specifier: str = ""
 
     @property
     def base(self) -> str:
@@ -63,26 +70,91 @@ class Wanted:
         return self.base in REQUIRED
 
 
+def _soname(base: str, version: str) -> str:
+    """The soname of `base` at release `version` of its package: the major, except CUDA 10's and 11's
+    runtime (`libcudart.so.11.0`) and CUPTI (`libcupti.so.11.8`), which name a minor too."""
+    parts = version_tuple(version)
+    if base in ("libcudart", "libcupti", "libnvrtc") and parts and parts[0] in (10, 11) and len(parts) > 1:
+        minor = 0 if base == "libcudart" and parts[0] == 11 else 2 if base == "libnvrtc" else parts[1]
+        return f"{base}.so.{parts[0]}.{minor}"
+    return f"{base}.so.{parts[0]}"
+
+
 def wanted(requires: Sequence[str], folders: Optional[Sequence[str]] = None) -> list[Wanted]:
-    """The libraries named by TensorFlow's `and-cuda` requirement strings, in loading order. `folders`: the
-    pip `nvidia/<folder>` directories in the run path of TensorFlow's own `.so` files, when it names any: only
+    """The libraries named by TensorFlow's `and-cuda` requirement strings (any form pip reads: `==`, `>=`,
+    `<`, ranges, `~=`, parenthesised, with environment markers), in loading order. `folders`: the pip
+    `nvidia/<folder>` directories in the run path of TensorFlow's own `.so` files, when it names any: only
     those packages' libraries are loaded by TensorFlow itself (nvJitLink comes as cuSOLVER's and cuSPARSE's
     dependency; cuRAND and NVRTC it does not load)."""
     found = []
-    for requirement in requires:
-        match = re.match(r"\s*(nvidia-[a-z-]+?)-cu(\d+)\s*([^;]*)", requirement)
+    for text in requires:
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            continue
+        match = re.fullmatch(r"(nvidia-[a-z-]+?)-cu(\d+)", canonicalize_name(requirement.name))
         if not match or match.group(1) not in _PACKAGE_LIBRARIES:
             continue
-        package = f"{match.group(1)}-cu{match.group(2)}"
         if folders and match.group(1)[len("nvidia-"):].replace("-", "_") not in folders:
             continue
-        minimum = re.search(r">=\s*([\d.]+)", match.group(3))
-        major = (minimum.group(1) if minimum else "").split(".")[0]
+        lower = [s.version for s in requirement.specifier if s.operator in ("==", "===", ">=", "~=", ">")]
+        if not lower:
+            continue  # no version: no soname to derive
+        minimum = min(lower, key=version_tuple)
+        specifier = str(requirement.specifier)
         for base in _PACKAGE_LIBRARIES[match.group(1)]:
-            if major:
-                found.append(Wanted(f"{base}.so.{major}", package, minimum.group(1) if minimum else None,
-                                    requirement.split(";")[0].strip()))
+            found.append(Wanted(_soname(base, minimum), canonicalize_name(requirement.name), minimum,
+                                f"{canonicalize_name(requirement.name)}{specifier}", specifier))
     return sorted(found, key=lambda w: _ORDER.index(w.base))
+
+
+# What TensorFlow's loader opens for a build without an `and-cuda` extra (2.13 and older), by the build's
+# CUDA: each library's soname version (`dso_loader.cc` at each release, `TF_CUDART_VERSION` and the others).
+_BUILD_SONAMES = {
+    (10, 0): {"libcudart": "10.0", "libcublas": "10.0", "libcufft": "10.0", "libcurand": "10.0",
+              "libcusolver": "10.0", "libcusparse": "10.0"},
+    (10, 1): {"libcudart": "10.1", "libcublas": "10", "libcufft": "10", "libcurand": "10", "libcusolver": "10",
+              "libcusparse": "10"},
+    (11, 0): {"libcudart": "11.0", "libcublas": "11", "libcublasLt": "11", "libcufft": "10", "libcurand": "10",
+              "libcusolver": "10", "libcusparse": "11"},
+    (11, 1): {"libcudart": "11.0", "libcublas": "11", "libcublasLt": "11", "libcufft": "10", "libcurand": "10",
+              "libcusolver": "11", "libcusparse": "11"},
+    (12, 0): {"libcudart": "12", "libcublas": "12", "libcublasLt": "12", "libcufft": "11", "libcurand": "10",
+              "libcusolver": "11", "libcusparse": "12"},
+}
+
+
+def from_build(build: dict[str, Any]) -> list[Wanted]:
+    """The libraries a CUDA build without an `and-cuda` extra loads, from its build info (`cuda_version`
+    "11.8", `cudnn_version` "8"): their sonames, with no pip package (the release ships none)."""
+    cuda = version_tuple(str(build.get("cuda_version") or ""))[:2]
+    cudnn = version_tuple(str(build.get("cudnn_version") or ""))[:1]
+    if not cuda:
+        return []
+    table = _BUILD_SONAMES[max((k for k in _BUILD_SONAMES if k <= (cuda + (0,))[:2]), default=(10, 0))]
+    found = [Wanted(f"{base}.so.{version}", "", None, "") for base, version in table.items()]
+    if cudnn:
+        found.append(Wanted(f"libcudnn.so.{cudnn[0]}", "", None, ""))
+    return sorted(found, key=lambda w: _ORDER.index(w.base))
+
+
+def satisfies(version: str, specifier: str) -> bool:
+    """Whether a library's own `version` (as it reports it: `8.9.7`, fewer parts than pip's `8.9.7.29`)
+    meets a requirement's `specifier`: each bound compared on the parts the library reports (a part it does
+    not report is no reason to refuse it)."""
+    have = version_tuple(version)
+    if not have:
+        return True
+    for spec in SpecifierSet(specifier):
+        full = version_tuple(spec.version.removesuffix(".*"))
+        bound, mine = full[:len(have)], have[:len(full)]
+        longer = len(full) > len(have)  # the bound names parts the library does not report
+        ok = {"==": mine == bound, "===": mine == bound, "!=": mine != bound, ">=": mine >= bound,
+              "<=": mine <= bound, ">": mine > bound, "<": mine < bound or (mine == bound and longer),
+              "~=": mine >= bound and have[:len(full) - 1] == full[:-1][:len(have)]}.get(spec.operator, True)
+        if not ok:
+            return False
+    return True
 
 
 def version_tuple(text: Optional[str]) -> tuple[int, ...]:

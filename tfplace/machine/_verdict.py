@@ -18,15 +18,21 @@ import dataclasses
 import re
 from typing import Any, Optional
 
+from tfplace.machine import _releases
 from tfplace.machine._diagnosis import Diagnosis, Finding
 from tfplace.machine._gpus import GpuInfo, map_cuda_visible
-from tfplace.machine._libraries import Wanted, version_tuple, wanted
+from tfplace.machine._libraries import Wanted, from_build, satisfies, version_tuple, wanted
 
 __all__ = ["diagnose", "classify"]
 
-# the newest compute capability each CUDA toolkit compiles for (CUDA's release notes)
-_NEWEST_CAPABILITY = ((11, 1, "8.6"), (11, 8, "9.0"), (12, 8, "12.0"), (12, 9, "12.1"))
-_LAST_RELEASE_FOR = {5: "2.16"}  # the last TensorFlow release with machine code for an older architecture
+# TensorFlow's metapackages: on these platforms `tensorflow` installs the other distribution (nothing conflicts)
+_METAPACKAGES = {("Windows", "tensorflow-intel"), ("Linux-aarch64", "tensorflow-cpu-aws"),
+                 ("Linux-arm64", "tensorflow-cpu-aws")}
+_RUNS = {"docker": "docker run --gpus all ...  # the host needs the NVIDIA Container Toolkit: https://docs.nvidia.com/"
+                   "datacenter/cloud-native/container-toolkit/latest/install-guide.html",
+         "podman": "podman run --device nvidia.com/gpu=all ...  # the host needs the NVIDIA Container Toolkit's CDI spec",
+         "kubernetes": "resources: {limits: {nvidia.com/gpu: 1}}  # in the pod's container spec, with NVIDIA's "
+                       "device plugin on the cluster"}
 
 
 def _capability(text: Optional[str]) -> Optional[tuple[int, int]]:
@@ -53,10 +59,11 @@ def classify(capability: str, build: dict[str, Any]) -> tuple[str, str]:
     oldest = min(cc for _, cc in codes)
     if have < oldest:
         return "too-old", f"older than the build's oldest code ({oldest[0]}.{oldest[1]})"
-    cuda = version_tuple(str(build.get("cuda_version")))[:2]
-    newest = next((c for major, minor, c in reversed(_NEWEST_CAPABILITY) if cuda >= (major, minor)), None)
+    newest = _releases.newest_capability(str(build.get("cuda_version")))
     if newest is not None and have > _capability(newest):  # type: ignore[operator]
-        return "too-new", f"newer than the build's CUDA {build.get('cuda_version')} knows (up to {newest})"
+        ptx = [cc for kind, cc in codes if kind == "compute"]
+        cannot = f"; its PTX compute_{max(ptx)[0]}{max(ptx)[1]} cannot serve it" if ptx else ""
+        return "too-new", f"newer than the build's CUDA {build.get('cuda_version')} knows (up to {newest}){cannot}"
     ptx = [cc for kind, cc in codes if kind == "compute" and cc <= have]
     if ptx:
         return "ptx", f"no machine code for {capability}: PTX compute_{max(ptx)[0]}{max(ptx)[1]} compiled at start"
@@ -68,12 +75,14 @@ def _tensorflow_version(tensorflow: dict[str, Any]) -> Optional[str]:
     return versions.get("tensorflow") or next(iter(versions.values()), None)
 
 
-def _install(tensorflow: Optional[dict[str, Any]]) -> str:
-    version = _tensorflow_version(tensorflow) if tensorflow else None
-    pin = f"=={version}" if version and re.fullmatch(r"[\d.]+", version) else ""
-    others = [name for name in (tensorflow or {}).get("distributions", {}) if name != "tensorflow"]
-    install = f"pip install 'tensorflow[and-cuda]{pin}'"
-    return f"pip uninstall -y {' '.join(others)} && {install}" if others else install
+def _install(facts: dict[str, Any], version: Optional[str] = None) -> Optional[str]:
+    """The command that installs the GPU build of `version` (else the installed release) on the machine of
+    `facts`: its platform, its Python, the distributions there now (None where none exists)."""
+    tensorflow = facts["tensorflow"] or {}
+    version = version or (_tensorflow_version(tensorflow) if tensorflow else None) or ""
+    system = facts["platform"]
+    return _releases.gpu_install(version, system.get("system", ""), system.get("machine", ""), facts["python"],
+                                 list(tensorflow.get("distributions", {})))
 
 
 class _Rules:
@@ -134,6 +143,17 @@ class _Rules:
             return
         said = (" (TensorFlow's 'Could not find cuda drivers on your machine, GPU will not be used' says this)"
                 if self.cuda_build else "")
+        system = self.facts["platform"]
+        container = system.get("container")
+        if container:
+            devices = system.get("dev_nvidia") or []
+            self.add("container-without-gpu", "warning",
+                     (f"this {container} container has the host's {', '.join(devices)} but not its driver's libcuda.so.1"
+                      if devices else f"this {container} container was started without GPU access (no /dev/nvidia*, "
+                      "no libcuda.so.1)") + f": TensorFlow runs on the CPU{said}; a container sees the host's GPUs "
+                     "only when started with them", _RUNS.get(container, _RUNS["docker"]), container=container,
+                     dev_nvidia=devices)
+            return
         self.add("no-driver", "info", "no NVIDIA driver (no libcuda.so.1, NVML or /proc/driver/nvidia/version): "
                  f"TensorFlow runs on the CPU{said}")
 
@@ -145,16 +165,22 @@ class _Rules:
             self.add("tensorflow-missing", severity, "TensorFlow is not installed in this Python",
                      "pip install 'tensorflow[and-cuda]'" if self.reported else "pip install tensorflow")
             return
-        names = list(tensorflow["distributions"])
+        system = self.facts["platform"]
+        where = {system.get("system", ""), f"{system.get('system', '')}-{system.get('machine', '')}"}
+        names = [n for n in tensorflow["distributions"]  # a metapackage's own distribution is no conflict
+                 if not ("tensorflow" in tensorflow["distributions"] and any((w, n) in _METAPACKAGES for w in where))]
         if len(names) > 1:
             self.add("conflicting-tensorflow", "warning", f"{len(names)} TensorFlow distributions installed "
-                     f"({', '.join(names)}): the last installed overwrote the others' files", _install(tensorflow),
+                     f"({', '.join(names)}): the last installed overwrote the others' files", _install(self.facts),
                      distributions=tensorflow["distributions"])
         if not self.cuda_build:
             self.blocked = True
             installed = ", ".join(f"{n} {v}" for n, v in tensorflow["distributions"].items()) or "TensorFlow"
-            self.add("cpu-only-tensorflow", severity, f"{installed} is a build without CUDA",
-                     _install(tensorflow) if self.reported else None, build=self.build)
+            fix = _install(self.facts) if self.reported else None
+            windows = "; TensorFlow after 2.10 has no GPU build for native Windows" if "platform-without-gpu" in (
+                f.code for f in self.findings) else ""
+            self.add("cpu-only-tensorflow", severity, f"{installed} is a build without CUDA{windows}",
+                     None if windows else fix, build=self.build)
 
     def driver_version(self) -> None:
         driver = self.facts["driver"]
@@ -164,17 +190,19 @@ class _Rules:
         if have and need and have[0] < need[0]:
             self.blocked = True
             self.add("driver-too-old", "error", f"the driver {driver.get('version')} supports CUDA {driver['cuda']}; "
-                     f"this TensorFlow needs CUDA {need[0]}.x", f"install an NVIDIA driver for CUDA {need[0]}.{need[1]} "
-                     "or newer (https://www.nvidia.com/drivers)", driver=driver, needs=self.build.get("cuda_version"))
+                     f"this TensorFlow needs CUDA {need[0]}.x", _driver_fix(str(self.build.get("cuda_version"))),
+                     driver=driver, needs=self.build.get("cuda_version"))
 
     def libraries(self) -> None:
         if not self.cuda_build:
             return
         libraries = self.facts["libraries"]
-        wants = [w for w in wanted(self.facts["tensorflow"]["requires"]) if w.soname in libraries]
+        wants = [w for w in wanted(self.facts["tensorflow"]["requires"]) or from_build(self.build)
+                 if w.soname in libraries]
         cuda_major = version_tuple(str(self.build.get("cuda_version")))[:1]
         for want in wants:
-            self.needs[want.soname] = f">= {want.minimum} ({want.package})" if want.minimum else want.package
+            self.needs[want.soname] = (f"{want.specifier} ({want.package})" if want.specifier else want.package or
+                                       f"CUDA {self.build.get('cuda_version')}, cuDNN {self.build.get('cudnn_version')}")
         missing = [w for w in wants if libraries[w.soname].get("path") is None]
         if missing:
             required = [w for w in missing if w.required]
@@ -183,37 +211,57 @@ class _Rules:
             message = (f"CUDA libraries this TensorFlow needs do not load: {', '.join(w.soname for w in required)}"
                        + (f" (nor, loaded when first needed, {later})" if later else "") if required else
                        f"CUDA libraries TensorFlow loads when first needed do not load: {later}")
-            self.add("cuda-libraries-missing", "error" if required else "warning", message,
-                     _install(self.facts["tensorflow"]), missing=[w.soname for w in missing],
+            fix, installed = self._missing_fix(missing)
+            self.add("cuda-libraries-missing", "error" if required else "warning",
+                     message + (f"; pip installed them ({installed}), where TensorFlow's loader does not look"
+                                if installed else ""), fix, missing=[w.soname for w in missing],
                      errors={w.soname: libraries[w.soname].get("error") for w in missing})
         for want in wants:
             self._version(want, libraries[want.soname], cuda_major)
+
+    def _missing_fix(self, missing: list[Wanted]) -> tuple[Optional[str], str]:
+        """The fix for libraries that do not load, and where pip put them when it did: wheels that are installed
+        at a version the build accepts, in folders the loader does not search, want those folders in
+        `LD_LIBRARY_PATH` (TensorFlow 2.16.1's own run path misses them); else the release's way to get them."""
+        wheels = self.facts.get("nvidia_wheels") or {}
+        there = {w.package: wheels[w.package] for w in missing if w.package in wheels and wheels[w.package].get("lib")
+                 and satisfies(wheels[w.package]["version"], w.specifier)}
+        if there and len(there) == len({w.package for w in missing}):
+            folders = list(dict.fromkeys(entry["lib"] for entry in there.values()))
+            return (f"export LD_LIBRARY_PATH={':'.join(folders)}:$LD_LIBRARY_PATH",
+                    ", ".join(f"{name} {entry['version']}" for name, entry in there.items()))
+        release = _releases.release_of(_tensorflow_version(self.facts["tensorflow"]))
+        if not self.facts["tensorflow"]["requires"] and release is not None and self.facts["platform"].get(
+                "system") == "Linux":
+            return _releases.cuda_install(release), ""  # 2.13 and older: no CUDA wheel of its own
+        return _install(self.facts), ""
 
     def _version(self, want: Wanted, found: dict[str, Any], cuda_major: tuple[int, ...]) -> None:
         if found.get("path") is None:
             return
         version = found.get("version") or (found.get("package") or " ").split(" ")[-1] or None
-        required = want.minimum
-        low = version and required and version_tuple(version) < version_tuple(required)[:len(version_tuple(version))]
+        required = want.specifier or want.minimum
+        low = bool(version and want.specifier and not satisfies(version, want.specifier))
         other_cuda = bool(found.get("cuda") and cuda_major and version_tuple(found["cuda"])[:1] != cuda_major)
         if not (low or other_cuda):
             return
         if want.required:
             self.broken = True
-        what = (f"{want.soname} {version} from {found['path']} is older than the {required} this TensorFlow needs"
+        what = (f"{want.soname} {version} from {found['path']} is not the {required} this TensorFlow needs"
                 if low else f"{want.soname} from {found['path']} is built for CUDA {found['cuda']}, this TensorFlow "
                 f"for CUDA {self.build.get('cuda_version')}")
         directory = found["path"].rsplit("/", 1)[0]
         in_path = [d for d in (self.facts["environment"].get("LD_LIBRARY_PATH") or "").split(":") if d]
         # a file from pip's wheel at the wrong version wants that wheel; any other gives way to the wheel, which
         # TensorFlow's run path finds first
-        fix = f"pip install '{want.requirement}'" if found.get("package") else _install(self.facts["tensorflow"])
+        fix = f"pip install '{want.requirement}'" if found.get("package") and want.requirement else _install(self.facts)
         if directory in in_path:
             fix = ("export LD_LIBRARY_PATH=" + ":".join(d for d in in_path if d != directory)
                    + f"  # it puts {directory} first; then: {fix}")
         self.add("library-version-mismatch", "error" if want.required else "warning", what, fix,
                  library=want.soname, found={"path": found["path"], "version": version, "cuda": found.get("cuda")},
-                 required={"version": required, "cuda": self.build.get("cuda_version"), "package": want.requirement})
+                 required={"version": want.minimum, "specifier": want.specifier, "cuda": self.build.get("cuda_version"),
+                           "package": want.requirement})
 
     def visible(self) -> list[GpuInfo]:
         gpus = [GpuInfo(g["index"], g["name"], g.get("memory_mib"), g.get("uuid") or "", None,
@@ -238,16 +286,20 @@ class _Rules:
             listed += kind != "too-old"
             if kind == "too-old":
                 major = (_capability(gpu.compute_capability) or (0, 0))[0]
-                release = _LAST_RELEASE_FOR.get(major)
+                release = _releases.LAST_RELEASE_FOR.get(major)
                 self.add("compute-capability-unsupported", "error", f"{label} is {words}: TensorFlow ignores it",
-                         f"pip install 'tensorflow[and-cuda]=={release}.*'" if release else None,
+                         _install(self.facts, f"{release}.*") if release else None,
                          gpu=gpu.index, compute_capability=gpu.compute_capability)
             elif kind == "too-new":
                 failing += 1
                 code = (gpu.compute_capability or "").replace(".", "")
-                self.add("compute-capability-unsupported", "error", f"{label} is {words}",
-                         f"build TensorFlow from source with HERMETIC_CUDA_COMPUTE_CAPABILITIES=compute_{code} "
-                         "(https://www.tensorflow.org/install/source)", gpu=gpu.index,
+                newer = _releases.newest_for(gpu.compute_capability or "", self.facts["python"])
+                mine = _releases.release_of(_tensorflow_version(self.facts["tensorflow"]))
+                later = newer and mine and _releases.RELEASES.index(newer) > _releases.RELEASES.index(mine)
+                fix = (_install(self.facts, f"{newer.version}.*") if later else
+                       f"build TensorFlow from source with HERMETIC_CUDA_COMPUTE_CAPABILITIES=compute_{code} "
+                       "(https://www.tensorflow.org/install/source)")
+                self.add("compute-capability-unsupported", "error", f"{label} is {words}", fix, gpu=gpu.index,
                          compute_capability=gpu.compute_capability)
             elif kind == "ptx":
                 have, need = (version_tuple(driver.get("cuda"))[:2],
@@ -256,8 +308,7 @@ class _Rules:
                     failing += 1
                     self.add("driver-too-old", "error", f"{label} runs this build's PTX, which the driver's CUDA "
                              f"{driver.get('cuda')} cannot compile (it comes from CUDA {self.build.get('cuda_version')})",
-                             f"install an NVIDIA driver for CUDA {need[0]}.{need[1]} or newer "
-                             "(https://www.nvidia.com/drivers)", gpu=gpu.index, driver=driver)
+                             _driver_fix(str(self.build.get("cuda_version"))), gpu=gpu.index, driver=driver)
                 elif not (have and need and have[:1] < need[:1]):
                     self.add("ptx-jit", "warning", f"{label}: {words}, which can take minutes on first use",
                              "export CUDA_CACHE_MAXSIZE=4294967296  # keep the compiled kernels between runs",
@@ -280,6 +331,14 @@ class _Rules:
                 self.add("gpu-run-failed", "error", f"a MatMul on {run['device']} did not run there: "
                          f"{run.get('error') or run.get('ran_on')}", None, run=run)
         return listed
+
+
+def _driver_fix(cuda: str) -> str:
+    minimum = _releases.driver_for(cuda)
+    need = ".".join(map(str, version_tuple(cuda)[:2]))
+    return (f"sudo ubuntu-drivers install  # or any NVIDIA driver {minimum} or newer (CUDA {need}): "
+            "https://www.nvidia.com/drivers" if minimum else
+            f"install an NVIDIA driver for CUDA {need} or newer (https://www.nvidia.com/drivers)")
 
 
 def diagnose(facts: dict[str, Any]) -> Diagnosis:
