@@ -62,6 +62,11 @@ else:  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import tflog
 
+try:  # an ecosystem library's own ops, registered here too: their definitions name their eager wrappers' arguments
+    import tensorflow_text  # noqa: F401  (beside tensorflow-cpu: pip install --no-deps tensorflow-text)
+except ImportError:
+    pass
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 PROGRAMS = HERE / "programs"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import sys
 from typing import Any, NamedTuple, Optional
 
 import tensorflow as tf
@@ -20,7 +21,20 @@ CALL_FLAT = Patch(_atomic_function.AtomicFunction, "call_flat")
 # Every closure a `ClusterCoordinator` schedules (`schedule` makes it on the user's thread; `execute_on` runs it
 # on a thread of the coordinator's, where no frame is the user's).
 CLOSURE_INIT = Patch(_cluster_coordinator.Closure, "__init__")
-CLOSURE_RUN = "execute_on"  # the method of a closure that runs it, its `self` the closure
+
+
+def running_closure(depth: int = 2) -> Any:
+    """The `ClusterCoordinator` closure the calling thread runs (its `execute_on` frame's `self`, from `depth`
+    frames up), None outside one."""
+    frame = sys._getframe(depth)  # pylint: disable=protected-access
+    for _ in range(64):  # a tf.function's call path is some 20 frames deep
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "execute_on":
+            found = frame.f_locals.get("self")
+            return found if isinstance(found, _cluster_coordinator.Closure) else None
+        frame = frame.f_back
+    return None
 
 # Collective ops that join a group of tasks: V1 carry the group in attributes, V2 in input tensors.
 COLLECTIVE_OPS = frozenset({

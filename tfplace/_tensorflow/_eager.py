@@ -13,6 +13,7 @@ from tensorflow.python.eager import context as _context
 from tensorflow.python.eager import core as _core
 from tensorflow.python.eager import execute as _execute
 from tensorflow.python.eager.polymorphic_function import atomic_function as _atomic_function
+from tensorflow.python.framework import constant_op as _constant_op
 from tensorflow.python.framework import op_callbacks as _op_callbacks
 from tensorflow.python.framework import op_def_registry as _op_def_registry
 from tensorflow.python.framework import ops as _ops
@@ -102,6 +103,44 @@ SESSION_PARTIAL_RUN = Patch(_session_lib.BaseSession, "_call_tf_sessionprun")
 SESSION_PUBLIC_RUN = Patch(_session_lib.BaseSession, "run")
 SESSION_INIT = Patch(_session_lib.BaseSession, "__init__")
 SESSION_CALLABLE = Patch(_session_lib.BaseSession._Callable, "__call__")  # pylint: disable=protected-access
+# Every Python value made a tensor in Python (`tf.constant`, `tf.convert_to_tensor`, a variable's initial value):
+# where its dtype is not one a Python number is made in directly, TensorFlow's C++ runs a `Cast` on the host that
+# no op callback hears (`CAST_ON_CONVERSION`).
+CONVERT_TO_EAGER = Patch(_constant_op, "convert_to_eager_tensor")
+CAST_ON_CONVERSION = frozenset(tf.as_dtype(name).as_datatype_enum
+                               for name in ("int8", "int16", "uint8", "uint16", "uint32", "bfloat16", "complex64"))
+_INT32 = (-(2 ** 31), 2 ** 31 - 1)
+
+
+def conversion_cast(value: Any, dtype: Any) -> Optional[tuple]:
+    """The attributes (`SrcT`, `DstT`, `Truncate`) of the `Cast` TensorFlow 2.21 runs on the host when it makes
+    `value`, a Python number or (nested) list of them, a tensor of `dtype`; None where it runs none (a NumPy
+    array, a tensor, a dtype Python numbers are made in directly)."""
+    try:
+        target = tf.as_dtype(dtype).as_datatype_enum
+    except TypeError:
+        return None
+    if target not in CAST_ON_CONVERSION:
+        return None
+    leaf = value
+    while isinstance(leaf, (list, tuple)) and leaf:
+        leaf = leaf[0]
+    if isinstance(leaf, (list, tuple)):
+        source = tf.float32  # an empty list
+    elif isinstance(leaf, bool) or not isinstance(leaf, (int, float, complex)):
+        return None
+    elif isinstance(leaf, int):
+        source = tf.int32 if _INT32[0] <= leaf <= _INT32[1] else tf.int64
+    else:
+        source = tf.float32 if isinstance(leaf, float) else tf.complex128
+    return ("SrcT", source.as_datatype_enum, "DstT", target, "Truncate", False)
+
+
+def host_cpu() -> str:
+    """The full name of this task's host CPU, where conversions run."""
+    return _context.context().host_address_space() + "/device:CPU:0"
+
+
 # Every read of an eager tensor's value in Python (`.numpy()`, `float`, `int`, `bool`, `print`, `np.asarray`
 # all go through it): a step that waits for a device's result.
 HOST_READ = Patch(_ops._EagerTensorBase, "_numpy")  # pylint: disable=protected-access

@@ -44,7 +44,7 @@ _COPY = (
     r" but is actually on (" + _DEVICE + r") \(operation running on " + _DEVICE + r"\)\."
     r" This triggers a copy which can be a performance bottleneck\."
 )
-_PLACE = r"(?<![\w.\-/>])([\w.\-/>]+): \((\w+)\): (" + _DEVICE + ")"
+_PLACE = r"(?<![\w.\-/>])([\w.\-/>]+): \(([\w>]+)\): (" + _DEVICE + ")"  # a namespaced op type: `TFText>Op`
 _NO_GROUPS = re.compile(r"(?<!\\)\((?!\?)")
 # A log prefix: TensorFlow 2.21's `I1127 09:10:37.564717   1852 placer.cc:162] `, 2.16-2.20's
 # `2026-11-27 09:10:37.564717: I tensorflow/core/common_runtime/placer.cc:125] `.

@@ -89,6 +89,16 @@ def on_behalf_of(line: str) -> Iterator[None]:
         _ON_BEHALF.line = before
 
 
+def _frame_shown(frame: FrameType, files: dict) -> str:
+    """`_shown` of a frame's code; "" also for the op wrappers TensorFlow generates when a library loads its
+    ops (`tf.load_op_library` runs them from a string in a module marked `_IS_TENSORFLOW_PLUGIN`), which are
+    no more the user's line than `gen_*_ops.py` is."""
+    shown = _shown(frame.f_code, files)
+    if shown == "<string>" and frame.f_globals.get("_IS_TENSORFLOW_PLUGIN"):
+        return ""
+    return shown
+
+
 def user_line() -> str:
     """`"file.py:LINE"` of the innermost caller outside TensorFlow, Keras and tfplace (where there is none, the
     line `on_behalf_of` gives this thread, else "").
@@ -108,12 +118,12 @@ def user_line() -> str:
         except ValueError:
             frame = None
         if frame is not None:
-            shown = _shown(frame.f_code, files)
+            shown = _frame_shown(frame, files)
             if shown and (depth == 0 or sys._getframe(depth).f_code is boundary):
                 return f"{shown}:{frame.f_lineno}"
     frame, depth, inner = sys._getframe(1), 0, None
     while frame is not None:
-        shown = _shown(frame.f_code, files)
+        shown = _frame_shown(frame, files)
         if shown:
             depths[_session.pin(innermost)] = (depth, inner)
             return f"{shown}:{frame.f_lineno}"
@@ -128,7 +138,7 @@ def user_frame(frame: Optional[FrameType]) -> tuple[int, Optional[FrameType], st
     files = _caches()[0]
     depth = 0
     while frame is not None:
-        shown = _shown(frame.f_code, files)
+        shown = _frame_shown(frame, files)
         if shown:
             return depth, frame, f"{shown}:{frame.f_lineno}"
         frame, depth = frame.f_back, depth + 1
@@ -177,7 +187,7 @@ def user_stacklevel() -> int:
     frame, level = sys._getframe(1), 1
     files = _caches()[0]
     while frame is not None:
-        if _shown(frame.f_code, files):
+        if _frame_shown(frame, files):
             return level
         frame, level = frame.f_back, level + 1  # type: ignore[assignment]
     return 1

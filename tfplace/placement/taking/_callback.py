@@ -104,6 +104,26 @@ class Hook:
                 return False
         return True
 
+    def on_host(self, op_type: bytes, attrs: tuple) -> None:
+        """An op TensorFlow's C++ runs on the host where no op callback hears it (a conversion's `Cast`),
+        recorded as an eager op there, with its origin and line read from the live stack."""
+        try:
+            if not self.calls:
+                return
+            session = self.session
+            op, _, record = _eager.described(session, op_type, _tensorflow.host_cpu(), "", attrs)
+            origin = _origins.live(1) or Origin.USER
+            if origin != record.origin:  # kept in the session, as `__call__` keeps them: caches key on identity
+                noted = (id(record), origin, "")
+                record = session.noted.get(noted) or session.noted.setdefault(noted, record._replace(origin=origin))
+            plain = record
+            if self.sources:
+                record, _ = self.sourced(session, record, ())
+            for call, sources in self.calls:
+                call(record if sources else plain, ())
+        except Exception as error:  # pylint: disable=broad-except  # tfplace's own failure, never the program's
+            _contained.failed("the host op hook", error)
+
     def records(self, key: _events.EventKey, records: Sequence[PlacementRecord]) -> None:
         for listener in tuple(self.listeners):
             listener.on_records(key, records)

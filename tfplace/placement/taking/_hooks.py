@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import sys
 import threading
 import weakref
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -172,6 +171,20 @@ def _execute_cancellable(op_name: str, num_outputs: int, inputs: Any, attrs: Any
     return tensors
 
 
+def _converted(value: Any, ctx: Any, dtype: Any = None) -> Any:
+    """`constant_op.convert_to_eager_tensor` while hooks listen: the `Cast` TensorFlow's C++ runs on the host for
+    a Python value of a dtype it is not made in directly (`tf.constant([1, 2], dtype=tf.uint8)`), which no
+    op callback hears, told to this thread's hooks as an op on the host."""
+    tensor = _tensorflow.CONVERT_TO_EAGER.original(value, ctx, dtype)
+    if dtype is not None:
+        callbacks = thread_hooks()
+        attrs = _tensorflow.conversion_cast(value, dtype) if callbacks else None
+        if attrs is not None:
+            for hook in callbacks:
+                hook.on_host(b"Cast", attrs)
+    return tensor
+
+
 _SCHEDULED: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()  # a scheduled closure -> its line
 
 
@@ -185,14 +198,8 @@ def _closure_init(closure: Any, *args: Any, **kwargs: Any) -> None:
 
 def _scheduled_line() -> str:
     """The `schedule` line of the closure this thread runs ("" outside one)."""
-    frame = sys._getframe(2)  # pylint: disable=protected-access
-    for _ in range(64):  # a tf.function's call path is some 20 frames deep
-        if frame is None:
-            break
-        if frame.f_code.co_name == _tensorflow.CLOSURE_RUN:
-            return _SCHEDULED.get(frame.f_locals.get("self"), "")
-        frame = frame.f_back
-    return ""
+    closure = _tensorflow.running_closure(3)
+    return _SCHEDULED.get(closure, "") if closure is not None else ""
 
 
 def _variable_read(variable: Any, handle: Any) -> None:
@@ -205,6 +212,7 @@ def _variable_read(variable: Any, handle: Any) -> None:
 _PATCHES = ((_tensorflow.STATUS_TO_EXCEPTION, _failures.status_to_exception),
             (_tensorflow.EXECUTE_CANCELLABLE, _execute_cancellable),
             (_tensorflow.CLOSURE_INIT, _closure_init),
+            (_tensorflow.CONVERT_TO_EAGER, _converted),
             (_tensorflow.SET_DEVICE, _set_device),
             (_tensorflow.THREAD_START, _start),
             (_tensorflow.PY_FUNCTION_CALL, _py_function_call),
