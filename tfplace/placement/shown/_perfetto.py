@@ -179,21 +179,26 @@ def _matched(copies: Sequence[Any], copy_slots: Sequence[int], moves: list[tuple
 
 
 def _steps(timeline: _Timeline, steps: Any, origin: float) -> None:
-    """The steps' process: a slice per step with its phases, and the phases end to end below it."""
-    for step in steps.steps:
-        if step.start_us is None or step.phases is None:
+    """The steps' process: a slice per step with its phases, and the phases end to end below it. A step ends
+    where the next begins (the same number, so that rounding never makes two steps overlap)."""
+    timed = [step for step in steps.steps if step.start_us is not None and step.phases is not None]
+    for k, step in enumerate(timed):
+        end = step.start_us + step.wall_us
+        if k + 1 < len(timed) and end >= timed[k + 1].start_us:
+            end = timed[k + 1].start_us
+        start, stop = step.start_us - origin, end - origin
+        if stop <= start:
             continue
         warm = step.index < steps.warmup
-        start = step.start_us - origin
-        timeline.slice(_STEPS, 1, f"{'warm-up ' if warm else ''}step {step.index}", start, step.wall_us,
+        timeline.slice(_STEPS, 1, f"{'warm-up ' if warm else ''}step {step.index}", start, stop - start,
                        "step", {"kind": steps.kind, "line": steps.source, "name": steps.name,
                                 **{f"{phase} us": round(us, 1) for phase, us in step.phases.items() if us}})
-        end = start + step.wall_us
+        at = start
         for phase, us in step.phases.items():
-            if us > 0 and start < end:  # within the step's slice, whatever the rounding of the sum
-                timeline.slice(_STEPS, 2, phase, start, min(us, end - start), "phase",
+            if us > 0 and at < stop:  # within the step's slice, whatever the rounding of the sum
+                timeline.slice(_STEPS, 2, phase, at, min(at + us, stop) - at, "phase",
                                {"us": round(us, 1), "share of the step": round(us / step.wall_us, 4)})
-                start += us
+                at += us
 
 
 def _timed(timeline: _Timeline, records: Sequence[Any], copies: Sequence[Any], copy_slots: Sequence[int],
