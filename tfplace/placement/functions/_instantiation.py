@@ -185,19 +185,11 @@ def _in_id_order(nodes: list[InstantiatedNode], function_name: str) -> list[Inst
     return renumbered
 
 
-def function_graph_def(function_def: function_pb2.FunctionDef, library: function_pb2.FunctionDefLibrary,
-                       *, fake_sinks: int = 0) -> graph_pb2.GraphDef:
-    """The GraphDef TensorFlow builds from a FunctionDef to instantiate it (the form
-    `placer_nodes` reads), for functions that graph collection does not report (tf.data functions).
-
-    `fake_sinks`: how many of tf.data's graph rewrites went through the function's dataset
-    (rewrite_utils.cc AddFakeSinks): each leaves one `FakeSink<i>` Identity per output in it,
-    named uniquely (`FakeSink0/_7` when a first rewrite left a `FakeSink0`).
-    """
-    functions = {f.signature.name: f for f in library.function}
-    if fake_sinks:  # added for tf.data's rewrites, which then point the results back past them
-        function_def = function_pb2.FunctionDef.FromString(function_def.SerializeToString())
-    for _ in range(fake_sinks):
+def _with_sinks(function_def: function_pb2.FunctionDef, rewrites: int) -> function_pb2.FunctionDef:
+    """A copy of `function_def` with the `FakeSink<i>` Identity per output each of `rewrites` tf.data rewrites
+    leaves in it."""
+    function_def = function_pb2.FunctionDef.FromString(function_def.SerializeToString())
+    for _ in range(rewrites):
         for i, output in enumerate(function_def.signature.output_arg):
             taken = {n.name for n in function_def.node_def}
             name, k = f"FakeSink{i}", len(taken) + 1  # grappler's SetUniqueFunctionNodeName
@@ -205,9 +197,28 @@ def function_graph_def(function_def: function_pb2.FunctionDef, library: function
                 name, k = f"FakeSink{i}/_{k}", k + 1
             sink = function_def.node_def.add(name=name, op="Identity", input=[function_def.ret[output.name]])
             sink.attr["T"].type = output.type
+    return function_def
+
+
+def function_graph_def(function_def: function_pb2.FunctionDef, library: function_pb2.FunctionDefLibrary,
+                       *, fake_sinks: int = 0) -> graph_pb2.GraphDef:
+    """The GraphDef TensorFlow builds from a FunctionDef to instantiate it (the form
+    `placer_nodes` reads), for functions that graph collection does not report (tf.data functions).
+
+    `fake_sinks`: how many of tf.data's graph rewrites went through the function's dataset
+    (rewrite_utils.cc AddFakeSinks): each leaves one `FakeSink<i>` Identity per output in it and in every
+    function of its library, named uniquely (`FakeSink0/_7` when a first rewrite left a `FakeSink0`).
+    """
+    functions = {f.signature.name: f for f in library.function}
+    if fake_sinks:  # added for tf.data's rewrites to every function of the library, the branches of a `tf.cond`
+        function_def = _with_sinks(function_def, fake_sinks)  # too (inlined where the function is instantiated)
+        functions = {name: _with_sinks(f, fake_sinks) for name, f in functions.items()}
     nodes = instantiate(function_def, {}, functions)
     graph = graph_pb2.GraphDef()
     graph.library.CopyFrom(library)
+    if fake_sinks:  # the branches lowering inlines are the library's: with their sinks
+        del graph.library.function[:]
+        graph.library.function.extend(functions.values())
     for node in nodes:
         node_def = graph.node.add(name=node.name, op=node.op, device=node.device)
         node_def.input.extend(nodes[source].name + (f":{output}" if output else "") for source, output in node.inputs)
