@@ -23,7 +23,7 @@ from tfplace import _tensorflow
 from tfplace._devices import canonical_name, requested_name
 from tfplace.placement.functions import _function_sources, _instantiation, _lowering, _transfers
 from tfplace.placement.functions._placed import function_def
-from tfplace.placement.records._records import CopyRecord, Kind, Origin, PlacementRecord
+from tfplace.placement.records._records import ARGUMENT_OPS, CopyRecord, Kind, Origin, PlacementRecord
 
 __all__ = ["Pipeline", "dataset_placement", "dataset_function_names", "iterator_placement", "uncertain_records",
            "graph_datasets",
@@ -67,12 +67,8 @@ def graph_datasets(graph: graph_pb2.GraphDef, placed: list[Any]) -> list[tuple["
     instantiates a function once per device while an instantiation of it is alive (a `for` loop over a
     distributed dataset makes two iterators over the same generators)."""
     devices = {n.name: n.device for n in placed}
-    names: list[str] = []
-    own: list[str] = []
-    maps: list[str] = []
+    groups: dict[str, dict[str, Any]] = {}  # device -> its datasets' functions: a replica's are on its device
     shards: list[tuple[Pipeline, str]] = []
-    rewritten = True
-    device = ""
     nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
     for node in nodes:
         if not _is_dataset_op(node.op):
@@ -82,19 +78,26 @@ def graph_datasets(graph: graph_pb2.GraphDef, placed: list[Any]) -> list[tuple["
             if shard not in shards:  # a second iterator over it: the runtime's instantiation is reused
                 shards.append(shard)
             continue
+        group = groups.setdefault(devices.get(node.name, ""), {"names": [], "own": [], "maps": [], "rewritten": True})
         if node.op in ITERATOR_OPS:
-            own += _function_attrs(node)
+            group["own"] += _function_attrs(node)
         else:
-            names += _function_attrs(node)
+            group["names"] += _function_attrs(node)
             if node.op in MAP_OPS and not node.attr["Targuments"].list.type:
-                maps += _function_attrs(node)
+                group["maps"] += _function_attrs(node)
         if node.op == "OptionsDataset":
-            rewritten = rewritten and _graph_options_allow_rewrites(node)
+            group["rewritten"] = group["rewritten"] and _graph_options_allow_rewrites(node)
         elif node.op == "GeneratorDataset":  # cannot be serialized: tf.data's rewrites skip the pipeline
-            rewritten = False
-        device = device or devices.get(node.name, "")
-    device = device or _tensorflow.device_name() or "/device:CPU:0"
-    found = [(Pipeline(tuple(names), tuple(own), rewritten, maps=tuple(maps)), device)] if names or own else []
+            group["rewritten"] = False
+    device = next((d for d in groups if d), "") or _tensorflow.device_name() or "/device:CPU:0"
+    if "" in groups:  # the datasets of bodies no placer line names: with the first placed ones
+        body = groups.pop("")
+        group = groups.setdefault(device, {"names": [], "own": [], "maps": [], "rewritten": True})
+        for key in ("names", "own", "maps"):
+            group[key] += body[key]
+        group["rewritten"] = group["rewritten"] and body["rewritten"]
+    found = [(Pipeline(tuple(g["names"]), tuple(g["own"]), g["rewritten"], maps=tuple(g["maps"])), where)
+             for where, g in groups.items() if g["names"] or g["own"]]
     return found + [(pipeline, where or device) for pipeline, where in shards]
 
 
@@ -237,10 +240,14 @@ def dataset_placement(pipeline: Pipeline, device: str, library: Optional[functio
         nodes = _lowering.placer_nodes(graph)
         notes = _function_sources.node_notes(nodes, _function_sources.notes(name))
         placed = []
+        # the iterator op's own function (`ReduceDataset`'s reducer) is instantiated for the host: its arguments
+        # and results on the op's device, its body on the host CPU
+        body = host if name in own else device
         for node, note in zip(nodes, notes):
             requested = requested_name(node.requested)
             where = arg_devices.get(node.name, "") if node.op == "_Arg" else ""
-            placed.append(PlacementRecord(node.op, node.name, where or requested or device, Kind.PLACE, note.line,
+            default = device if node.op in ARGUMENT_OPS else body
+            placed.append(PlacementRecord(node.op, node.name, where or requested or default, Kind.PLACE, note.line,
                                           requested=requested, dtypes=node.dtypes,
                                           requested_by=note.requested_by if requested else "", origin=Origin.INPUT))
         records += placed
