@@ -7,6 +7,7 @@ import sys
 from typing import Any, Mapping, Optional
 
 import tensorflow as tf
+from tensorflow.python.data.experimental.ops import data_service_ops as _data_service_ops
 
 
 # tf.data ---------------------------------------------------------------------------------------
@@ -50,6 +51,10 @@ def dataset_functions(dataset: tf.data.Dataset) -> list[Any]:
     an iterator instantiates when it is made; their next function runs through the source device's
     iterator and is never placed with them)."""
     functions = [wrapper.function for wrapper in dataset._functions()]  # pylint: disable=protected-access
+    if isinstance(dataset, _data_service_ops._DataServiceDatasetV2):  # pylint: disable=protected-access
+        # its `uncompress_fn`, which every iterator instantiates, kept in the module's cache per element spec
+        spec = _data_service_ops.HashableElementSpec(dataset.element_spec)
+        functions.append(_data_service_ops._get_uncompress_func(spec).function)  # pylint: disable=protected-access
     return functions + [value for key, value in vars(dataset).items()
                         if isinstance(value, tf.types.experimental.ConcreteFunction) and key != "_next_func"]
 
