@@ -40,7 +40,7 @@ from tfplace._tensorflow._graphs import (
     dtensor_stats, tensorboard_tracing, static_sizes, static_tensors, dtype_size, shape_tuple, eager_elements, op_def,
     registered_kernels)
 from tfplace._tensorflow._data import (
-    variant_tensor_of, dataset_functions, dataset_inputs, is_map_dataset, is_generator_dataset, is_cache_dataset,
+    variant_tensor_of, dataset_functions, unreadable_functions, dataset_inputs, is_map_dataset, is_generator_dataset, is_cache_dataset,
     reads_inputs_to_end, rewrites_input_graph, is_parallel_interleave, dataset_of_variant, copied_from)
 from tfplace._tensorflow._cluster import (
     CALL_FLAT, CLOSURE_INIT, running_closure, COLLECTIVE_OPS, Collective, collectives_in, call_name, call_definition, call_graph, store_set,
@@ -73,7 +73,7 @@ __all__ = [
     # the profiler
     "ProfilerBusy", "ProfilerError", "profiler_start", "profiler_stop", "read_xspaces", "trace_me",
     # tf.data
-    "variant_tensor_of", "dataset_functions", "dataset_inputs", "is_map_dataset", "is_generator_dataset",
+    "variant_tensor_of", "dataset_functions", "unreadable_functions", "dataset_inputs", "is_map_dataset", "is_generator_dataset",
     "is_cache_dataset", "reads_inputs_to_end", "rewrites_input_graph", "is_parallel_interleave",
     # a cluster: collectives, function calls as they start, the coordination service's key-value store
     "CALL_FLAT", "CLOSURE_INIT", "running_closure", "COLLECTIVE_OPS", "Collective", "collectives_in", "call_name", "call_definition", "call_graph", "store_set",

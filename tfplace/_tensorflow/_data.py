@@ -45,16 +45,29 @@ def dataset_of_variant(variant: Any, depth: int) -> Optional[tf.data.Dataset]:
     return None
 
 
+# The tf.data service's cache of uncompress functions (2.18 and later; before, each dataset made its own and kept
+# it nowhere: `unreadable_functions` says so).
+_UNCOMPRESS = getattr(_data_service_ops, "_get_uncompress_func", None)
+
+
+def unreadable_functions(dataset: tf.data.Dataset) -> str:
+    """Why a function an iterator of `dataset` itself instantiates cannot be read ("" when they all can)."""
+    if _UNCOMPRESS is None and isinstance(dataset, _data_service_ops._DataServiceDatasetV2):  # pylint: disable=protected-access
+        return (f"the block iterated a dataset read through the tf.data service, whose uncompress function every "
+                f"iterator instantiates; TensorFlow {tf.__version__} keeps that function nowhere tfplace reads (2.18 "
+                "and later do), so this log lacks its nodes")
+    return ""
+
+
 def dataset_functions(dataset: tf.data.Dataset) -> list[Any]:
     """The functions of a dataset itself: its `map`/`filter`/... functions, and those it keeps as
     attributes (a `MultiDeviceIterator`'s per-device generators, whose init and finalize functions
     an iterator instantiates when it is made; their next function runs through the source device's
     iterator and is never placed with them)."""
     functions = [wrapper.function for wrapper in dataset._functions()]  # pylint: disable=protected-access
-    if isinstance(dataset, _data_service_ops._DataServiceDatasetV2):  # pylint: disable=protected-access
+    if isinstance(dataset, _data_service_ops._DataServiceDatasetV2) and _UNCOMPRESS is not None:  # pylint: disable=protected-access
         # its `uncompress_fn`, which every iterator instantiates, kept in the module's cache per element spec
-        spec = _data_service_ops.HashableElementSpec(dataset.element_spec)
-        functions.append(_data_service_ops._get_uncompress_func(spec).function)  # pylint: disable=protected-access
+        functions.append(_UNCOMPRESS(_data_service_ops.HashableElementSpec(dataset.element_spec)).function)
     return functions + [value for key, value in vars(dataset).items()
                         if isinstance(value, tf.types.experimental.ConcreteFunction) and key != "_next_func"]
 

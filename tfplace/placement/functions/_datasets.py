@@ -170,6 +170,7 @@ def _pipeline(dataset: Any, own: tuple[str, ...] = (), iterator: Any = None,
     caches: list[Any] = []
     more: dict[str, int] = {}  # function -> rewrites of its graph by datasets made over it
     uncertain: list[str] = []  # functions a parallel interleave's threads instantiate
+    unreadable: list[str] = []  # why functions an iterator instantiates cannot be read
     todo: list[tuple[Any, int, bool]] = [(dataset, 0, True)]  # (dataset, rewrites above it, read whole)
     seen: set[int] = set()
     generator = False
@@ -181,6 +182,9 @@ def _pipeline(dataset: Any, own: tuple[str, ...] = (), iterator: Any = None,
         seen.add(id(current))
         functions = _functions(current)
         found.update(functions)
+        reason = _tensorflow.unreadable_functions(current)
+        if reason:
+            unreadable.append(reason)
         for name, _ in functions if above else ():
             more[name] = max(more.get(name, 0), above)
         if _tensorflow.is_parallel_interleave(current):
@@ -210,5 +214,6 @@ def _pipeline(dataset: Any, own: tuple[str, ...] = (), iterator: Any = None,
     return _pipelines.Pipeline(tuple(found), own, allowed and not generator,
                            tuple((name, kinds) for name, kinds in found.items() if any(kinds)), tuple(maps),
                            tuple(sorted(more.items())),
-                           _PARALLEL_INTERLEAVE.format(", ".join(dict.fromkeys(uncertain))) if uncertain else "",
+                           "; ".join([_PARALLEL_INTERLEAVE.format(", ".join(dict.fromkeys(uncertain)))] * bool(uncertain)
+                                     + list(dict.fromkeys(unreadable))),
                            tuple(dict.fromkeys(uncertain)), tuple(elsewhere))
