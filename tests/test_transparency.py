@@ -37,7 +37,7 @@ REPORT = "== tfplace trace:"
 # What differs between two runs of the same program under `python` alone: seconds per epoch, and the
 # figures of a training from random weights.
 TIMES = re.compile(r"\d+(\.\d+)? sec")
-FIGURES = re.compile(r"\d+\.\d+")
+FIGURES = re.compile(r"\d+\.\d+|\d+%")  # a training's losses, accuracies and step shares
 OWN_FAILURE = re.compile(r"tfplace's .* failed \(")  # `tfplace._contained.failed`
 
 MODES = {"b_keras_dense": ["--memory"], "d_tf_data": ["--timing"], "h_mirrored": ["--perfetto={tmp}/t.json.gz"],
