@@ -69,21 +69,20 @@ def test_the_metapackages_are_those_the_wheels_declare():
 
 
 # release -> (the runtime and cuDNN it loads, what cuDNN it accepts, the fix where its libraries do not load)
+def _conda(cuda: str, cudnn: str) -> str:
+    """The fix TensorFlow's install guide of 2.13 and older gives: CUDA and cuDNN from conda-forge."""
+    return (f"conda install -y -c conda-forge cudatoolkit={cuda} cudnn={cudnn} && "
+            "export LD_LIBRARY_PATH=$CONDA_PREFIX/lib:$LD_LIBRARY_PATH")
+
+
 DERIVED = {
-    "tensorflow-gpu-1.15.5": ("libcudart.so.10.0", "libcudnn.so.7", "", "conda install -y -c conda-forge "
-                              "cudatoolkit=10.0 cudnn=7.4 && export LD_LIBRARY_PATH=$CONDA_PREFIX/lib:$LD_LIBRARY_PATH"),
-    "tensorflow-2.3.4": ("libcudart.so.10.1", "libcudnn.so.7", "", "conda install -y -c conda-forge cudatoolkit=10.1 "
-                         "cudnn=7.6 && export LD_LIBRARY_PATH=$CONDA_PREFIX/lib:$LD_LIBRARY_PATH"),
-    "tensorflow-2.10.1": ("libcudart.so.11.0", "libcudnn.so.8", "", "conda install -y -c conda-forge cudatoolkit=11.2 "
-                          "cudnn=8.1 && export LD_LIBRARY_PATH=$CONDA_PREFIX/lib:$LD_LIBRARY_PATH"),
-    "tensorflow-gpu-2.10.1": ("libcudart.so.11.0", "libcudnn.so.8", "", "conda install -y -c conda-forge "
-                              "cudatoolkit=11.2 cudnn=8.1 && export LD_LIBRARY_PATH=$CONDA_PREFIX/lib:$LD_LIBRARY_PATH"),
-    "tensorflow-2.11.1": ("libcudart.so.11.0", "libcudnn.so.8", "", "conda install -y -c conda-forge cudatoolkit=11.2 "
-                          "cudnn=8.1 && export LD_LIBRARY_PATH=$CONDA_PREFIX/lib:$LD_LIBRARY_PATH"),
-    "tensorflow-2.12.1": ("libcudart.so.11.0", "libcudnn.so.8", "", "conda install -y -c conda-forge cudatoolkit=11.8 "
-                          "cudnn=8.6 && export LD_LIBRARY_PATH=$CONDA_PREFIX/lib:$LD_LIBRARY_PATH"),
-    "tensorflow-2.13.1": ("libcudart.so.11.0", "libcudnn.so.8", "", "conda install -y -c conda-forge cudatoolkit=11.8 "
-                          "cudnn=8.6 && export LD_LIBRARY_PATH=$CONDA_PREFIX/lib:$LD_LIBRARY_PATH"),
+    "tensorflow-gpu-1.15.5": ("libcudart.so.10.0", "libcudnn.so.7", "", _conda("10.0", "7.4")),
+    "tensorflow-2.3.4": ("libcudart.so.10.1", "libcudnn.so.7", "", _conda("10.1", "7.6")),
+    "tensorflow-2.10.1": ("libcudart.so.11.0", "libcudnn.so.8", "", _conda("11.2", "8.1")),
+    "tensorflow-gpu-2.10.1": ("libcudart.so.11.0", "libcudnn.so.8", "", _conda("11.2", "8.1")),
+    "tensorflow-2.11.1": ("libcudart.so.11.0", "libcudnn.so.8", "", _conda("11.2", "8.1")),
+    "tensorflow-2.12.1": ("libcudart.so.11.0", "libcudnn.so.8", "", _conda("11.8", "8.6")),
+    "tensorflow-2.13.1": ("libcudart.so.11.0", "libcudnn.so.8", "", _conda("11.8", "8.6")),
     "tensorflow-2.14.1": ("libcudart.so.11.0", "libcudnn.so.8", "==8.7.0.84", "pip install 'tensorflow[and-cuda]==2.14.1'"),
     "tensorflow-2.15.1": ("libcudart.so.12", "libcudnn.so.8", "==8.9.4.25", "pip install 'tensorflow[and-cuda]==2.15.1'"),
     "tensorflow-2.16.1": ("libcudart.so.12", "libcudnn.so.8", "==8.9.7.29", "pip install 'tensorflow[and-cuda]==2.16.1'"),

@@ -6,9 +6,9 @@ the machine's platform, Python and release. `tests/fixtures/releases/` holds wha
 declares (`tools/release_declarations.py` took it); `tests/test_doctor_releases.py` checks this table against it.
 
 Example:
-    >>> gpu_install("2.15.1", "Linux", "x86_64", "3.11", ["tensorflow-cpu"])
+    >>> gpu_install("2.15.1", "Linux", "x86_64", ["tensorflow-cpu"])
     "pip uninstall -y tensorflow-cpu && pip install 'tensorflow[and-cuda]==2.15.1'"
-    >>> gpu_install("1.15.2", "Linux", "x86_64", "3.7", ["tensorflow"]).split("  #")[0]
+    >>> gpu_install("1.15.2", "Linux", "x86_64", ["tensorflow"]).split("  #")[0]
     "pip uninstall -y tensorflow && pip install 'tensorflow-gpu==1.15.2'"
 """
 
@@ -81,7 +81,7 @@ def cuda_install(release: Release) -> str:
             "export LD_LIBRARY_PATH=$CONDA_PREFIX/lib:$LD_LIBRARY_PATH")
 
 
-def gpu_install(version: str, system: str, machine: str, python: str, installed: Sequence[str]) -> Optional[str]:
+def gpu_install(version: str, system: str, machine: str, installed: Sequence[str]) -> Optional[str]:
     """The command that puts the GPU build of TensorFlow `version` on this machine (`installed`: the
     TensorFlow distributions there now, removed first unless they are the one installed), or None where the
     release has none for this platform (macOS, Linux on ARM)."""

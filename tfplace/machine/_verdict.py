@@ -77,11 +77,11 @@ def _tensorflow_version(tensorflow: dict[str, Any]) -> Optional[str]:
 
 def _install(facts: dict[str, Any], version: Optional[str] = None) -> Optional[str]:
     """The command that installs the GPU build of `version` (else the installed release) on the machine of
-    `facts`: its platform, its Python, the distributions there now (None where none exists)."""
+    `facts`: its platform and the distributions there now (None where none exists)."""
     tensorflow = facts["tensorflow"] or {}
     version = version or (_tensorflow_version(tensorflow) if tensorflow else None) or ""
     system = facts["platform"]
-    return _releases.gpu_install(version, system.get("system", ""), system.get("machine", ""), facts["python"],
+    return _releases.gpu_install(version, system.get("system", ""), system.get("machine", ""),
                                  list(tensorflow.get("distributions", {})))
 
 

@@ -176,12 +176,10 @@ def _converted(value: Any, ctx: Any, dtype: Any = None) -> Any:
     a Python value of a dtype it is not made in directly (`tf.constant([1, 2], dtype=tf.uint8)`), which no
     op callback hears, told to this thread's hooks as an op on the host."""
     tensor = _tensorflow.CONVERT_TO_EAGER.original(value, ctx, dtype)
-    if dtype is not None:
-        callbacks = thread_hooks()
-        attrs = _tensorflow.conversion_cast(value, dtype) if callbacks else None
-        if attrs is not None:
-            for hook in callbacks:
-                hook.on_host(b"Cast", attrs)
+    attrs = _tensorflow.conversion_cast(value, dtype) if dtype is not None else None  # most conversions: None
+    if attrs is not None:
+        for hook in thread_hooks():
+            hook.on_host(b"Cast", attrs)
     return tensor
 
 
