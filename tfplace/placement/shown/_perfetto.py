@@ -178,27 +178,31 @@ def _matched(copies: Sequence[Any], copy_slots: Sequence[int], moves: list[tuple
     return found
 
 
+_GAP = 1e-6  # µs a step's slice ends before the next begins, and twice that a phase's: no rounding makes two touch
+
+
 def _steps(timeline: _Timeline, steps: Any, origin: float) -> None:
-    """The steps' process: a slice per step with its phases, and the phases end to end below it. A step ends
-    where the next begins (the same number, so that rounding never makes two steps overlap)."""
+    """The steps' process: a slice per step with its phases, and the phases end to end below it (each slice a
+    picosecond or two short of the next, so that float rounding never makes slices overlap)."""
     timed = [step for step in steps.steps if step.start_us is not None and step.phases is not None]
     for k, step in enumerate(timed):
         end = step.start_us + step.wall_us
         if k + 1 < len(timed) and end >= timed[k + 1].start_us:
             end = timed[k + 1].start_us
         start, stop = step.start_us - origin, end - origin
-        if stop <= start:
+        if stop - start <= 2 * _GAP:
             continue
         warm = step.index < steps.warmup
-        timeline.slice(_STEPS, 1, f"{'warm-up ' if warm else ''}step {step.index}", start, stop - start,
+        timeline.slice(_STEPS, 1, f"{'warm-up ' if warm else ''}step {step.index}", start, stop - start - _GAP,
                        "step", {"kind": steps.kind, "line": steps.source, "name": steps.name,
                                 **{f"{phase} us": round(us, 1) for phase, us in step.phases.items() if us}})
         at = start
         for phase, us in step.phases.items():
-            if us > 0 and at < stop:  # within the step's slice, whatever the rounding of the sum
-                timeline.slice(_STEPS, 2, phase, at, min(at + us, stop) - at, "phase",
+            width = min(at + us, stop) - at - 2 * _GAP
+            if us > 0 and width > 0:
+                timeline.slice(_STEPS, 2, phase, at, width, "phase",
                                {"us": round(us, 1), "share of the step": round(us / step.wall_us, 4)})
-                at += us
+            at += us
 
 
 def _timed(timeline: _Timeline, records: Sequence[Any], copies: Sequence[Any], copy_slots: Sequence[int],
