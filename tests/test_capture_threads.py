@@ -132,12 +132,70 @@ def test_captures_in_threads_keep_their_own_functions_under_concurrent_first_cal
     own = {("MatMul",), ("AddV2",), ("Mul",), ("Sub",)}
     # first calls one thread at a time, later calls at once: each log complete, with its own node only
     assert {tuple(ops) for ops, complete in out["apart"]} == own and all(complete for _, complete in out["apart"])
-    # first calls at the same instant: TensorFlow's collection may merge the threads' graphs; a log that may miss
-    # its function's nodes says so, never that the function was placed before the block, and no log holds
-    # another thread's function
+    # first calls at the same instant: TensorFlow's collection merges the threads' graphs and hands them to
+    # whichever call ends first; taken apart again, each log has its own function's nodes and no other's. A call
+    # that ended while another still held its graphs says so, never that its function was placed before the block
     for ops, complete, reason in out["together"]:
-        assert not ops or tuple(ops) in own  # its own node, or none
+        assert tuple(ops) in own if complete else not ops
         assert complete or reason.startswith("TensorFlow placed functions of several threads at the same time")
+    assert {tuple(ops) for ops, complete, _ in out["together"] if complete} == own
+
+
+def test_two_threads_each_with_its_own_capture_and_first_call_record_their_own_function(python):
+    # a server or a threaded test runner: each thread opens a capture and makes its function's first call in it
+    out = python("""
+        import collections, threading, tensorflow as tf, tfplace
+        x = tf.ones((8, 8))
+        found = collections.Counter()
+        for _ in range(40):
+            functions = [tf.function(lambda a: tf.add(a, a)), tf.function(lambda a: tf.matmul(a, a))]
+            start = threading.Barrier(2)
+
+            def work(index):
+                with tfplace.capture_placement(sources=True) as log:
+                    start.wait()
+                    functions[index](x)
+                ops = sorted({r.op for r in log.records if r.kind in ("place", "removed")} - {"_Arg", "_Retval"})
+                found[(index, log.complete, log.incomplete_reason.split(",")[0], tuple(ops))] += 1
+
+            threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        report(sorted([*key, count] for key, count in found.items()))
+    """)
+    assert out == [[0, True, "", ["AddV2", "Identity"], 40], [1, True, "", ["Identity", "MatMul"], 40]]
+
+
+def test_merged_graphs_pair_each_placed_graph_with_the_graph_it_was_written_as():
+    from tensorflow.core.framework import graph_pb2
+    from tfplace.placement.functions import _instances
+
+    def graph(*nodes):
+        made = graph_pb2.GraphDef()
+        for name, op in nodes:
+            made.node.add(name=name, op=op, device="/job:localhost/replica:0/task:0/device:CPU:0")
+        return made
+
+    class Entry:  # one entry of TensorFlow's collection: two threads' graphs as written, one placed graph
+        def __init__(self, written, placed):
+            self.pre_optimization_graph, self.post_optimization_graph, self.partition_graphs = written, placed, []
+
+    written = graph(("a", "_Arg"), ("MatMul", "MatMul"), ("Identity", "Identity"), ("identity_RetVal", "_Retval"),
+                    ("a", "_Arg"), ("Add", "AddV2"), ("Identity", "Identity"), ("identity_RetVal", "_Retval"))
+    # Grappler placed `Add` as a multiplication named after it
+    placed = graph(("a", "_Arg"), ("ArithmeticOptimizer/SimplifyAggregation_Mul_Add", "Mul"),
+                   ("identity_RetVal", "_Retval"))
+    unplaced = []
+    [instance] = _instances.split([Entry(written, placed)], unplaced)
+    assert [n.op for n in instance.pre_optimization_graph.node] == ["_Arg", "AddV2", "Identity", "_Retval"]
+    # the graph as written whose placed graph another thread's collection holds waits for it
+    [waiting] = unplaced
+    assert [n.op for n in waiting.pre_optimization_graph.node] == ["_Arg", "MatMul", "Identity", "_Retval"]
+    later = Entry(graph_pb2.GraphDef(), graph(("a", "_Arg"), ("MatMul", "MatMul"), ("identity_RetVal", "_Retval")))
+    [paired] = _instances.split([waiting, later], [])
+    assert [n.op for n in paired.pre_optimization_graph.node] == ["_Arg", "MatMul", "Identity", "_Retval"]
 
 
 

@@ -54,14 +54,15 @@ __all__ = ["attach", "detach", "collect", "collect_dtensor", "start"]
 # captures' logs and the guards (which read what `collect()` returns), in every thread, with whether
 # they keep sources and the thread that opened them (`logs`); graphs a call in another thread placed,
 # collected before that thread's own callback asked (`pending`: the functions traced with their
-# nodes, the graphs; oldest first, until that call collects them); functions whose graphs
-# TensorFlow's collection merged with another thread's (`merged`); whether collection is on
+# nodes, the graphs; oldest first, until that call collects them); graphs as written whose placed
+# graph another thread's collection holds (`unplaced`, for `unplaced_for` collections); functions whose
+# graphs another thread's call took and lost (`merged`); whether collection is on
 # (`collecting`), or waits for the runtime to start (`waiting`: the op callback starts it).
 _PENDING_LIMIT = 64
-_MERGED = ("TensorFlow placed functions of several threads at the same time, and its graph collection merged their "
-           "graphs into one, with nodes of several functions under the same names: the nodes of {} cannot be told "
-           "apart, so this log lacks them. Call each tf.function once before starting the threads (or one thread at "
-           "a time) to record them")
+_UNPLACED_COLLECTIONS = 16
+_MERGED = ("TensorFlow placed functions of several threads at the same time, and its graph collection gave the "
+           "graphs of {} to another thread's call, which ended later: this log lacks its nodes. Call each tf.function "
+           "once before starting the threads (or one thread at a time) to record them")
 
 
 def start() -> None:
@@ -137,23 +138,54 @@ def detach(log: object) -> None:
             session.collecting = False
 
 
+def _taken_apart(session: _session.Session, collected: Any) -> list[tuple[Any, bool]]:
+    """The functions of collected entries that are not eager ops' wrappers, each with whether it is whole.
+    Entries that merged several threads' functions (names repeat), entries with only a placed graph (its
+    graph as written went to another thread's collection) and the graphs as written that waited for their
+    placed graph (`session.unplaced`) are taken apart together (`_instances.split`); a function of them on
+    several devices is whole only if its partition per device came with it."""
+    found: list[tuple[Any, bool]] = []
+    merged = list(session.unplaced)
+    for graphs in collected:
+        names = [n.name for n in graphs.pre_optimization_graph.node]
+        if not names and not graphs.post_optimization_graph.node:
+            continue
+        if names and len(set(names)) == len(names):
+            found.append((graphs, True))
+        else:
+            merged.append(graphs)
+    if len(merged) > len(session.unplaced):
+        session.unplaced[:], session.unplaced_for = [], 0
+        for instance in _instances.split(merged, session.unplaced):
+            devices = {n.device for n in instance.post_optimization_graph.node if n.device}
+            found.append((instance, len(devices) <= max(1, len(instance.partition_graphs))))
+        del session.unplaced[:-_PENDING_LIMIT]
+    elif session.unplaced:  # their placed graphs come with one of the next collections, or never
+        session.unplaced_for += 1
+        if session.unplaced_for > _UNPLACED_COLLECTIONS:
+            session.unplaced[:] = []
+    return [(graphs, whole) for graphs, whole in found if not _collected.is_eager_op_wrapper(graphs.pre_optimization_graph)]
+
+
 def _ours(session: _session.Session, called: str, elsewhere: frozenset) -> list[Any]:
     """The graphs TensorFlow placed since the last collection that belong to the call of `called`: a graph
     whose nodes are those of a function another thread is calling now (`elsewhere`), and not `called`'s,
-    waits for that thread's collection; graphs that waited for `called` come back."""
-    fresh = [f for f in _tensorflow.export_run_metadata().function_graphs
-             if f.pre_optimization_graph.node and not _collected.is_eager_op_wrapper(f.pre_optimization_graph)]
+    waits for that thread's collection; graphs that waited for `called` come back. While threads place
+    functions at once, a graph of another function `called` does not call is never `called`'s: its own
+    call ended before TensorFlow's collection gave it up, and it waits in case that function runs again."""
     pending = session.pending
     mine = [graphs for owners, graphs in pending if called in owners]
     pending[:] = [(owners, graphs) for owners, graphs in pending if called not in owners]
-    for graphs in fresh:
-        names = [n.name for n in graphs.pre_optimization_graph.node]
-        if len(set(names)) < len(names):  # several threads' functions merged into one graph
-            session.merged.update({called, *elsewhere} - {""})
-            continue
+    taken = _taken_apart(session, _tensorflow.export_run_metadata().function_graphs)
+    at_once = bool(elsewhere) or any(isinstance(graphs, _instances.Instance) for graphs, _ in taken)
+    calls = {f.signature.name for graphs, _ in taken for f in graphs.pre_optimization_graph.library.function}
+    for graphs, whole in taken:
         owners = frozenset(_function_sources.functions_with_nodes(
             [n.name for n in graphs.pre_optimization_graph.node if n.op not in ARGUMENT_OPS]))
-        if called not in owners and owners & elsewhere:
+        if not whole:  # its transfers are in partitions another thread's collection holds
+            session.merged.update((owners or {called, *elsewhere}) - {""})
+            continue
+        if called not in owners and (owners & elsewhere or at_once and owners and not owners & calls):
             pending.append((owners, graphs))
         else:
             mine.append(graphs)
@@ -180,13 +212,16 @@ def collect(called: str = "", elsewhere: frozenset = frozenset(), call: Optional
     with session.graph_lock:
         if not session.collecting:
             return _collected.Placed()
+        first = call is not None and call not in session.collected
         if call is not None:
-            if call in session.collected and not session.pending and not session.merged:
+            if not first and not (session.pending or session.unplaced or session.merged):
                 return _collected.Placed()
             if len(session.collected) > 100_000:  # bounded: a kernel forgotten is only collected again
                 session.collected.clear()
             session.collected.add(call)
         functions = _ours(session, called, elsewhere)
+        if first and not functions and elsewhere and _function_sources.notes(called):
+            session.merged.add(called)  # traced in a capture, first called now: a call in flight holds its graphs
         if functions and _tensorflow.tensorboard_tracing():
             warnings.warn(
                 "tfplace: a placement capture and tf.summary.trace_on(graph=True) both read TensorFlow's "

@@ -7,11 +7,13 @@ instant, one entry can hold several functions' nodes, each graph's after the oth
 every graph has its own `op_input_0`, `Identity`, ...), its placed graph or partitions only some of
 them, and another entry the rest with an empty graph as written. DTensor's per-device threads do so for
 every op they run (`tfplace.placement.functions._dtensor`): a call's batch of entries holds one function per mesh
-device. `split()` takes such a batch apart: one `Instance` per placed function, with its graph as
-written (the chunk whose names it shares most), its placed graph and the partitions that hold its
-placed nodes. (First calls of different functions in several threads merge across batches too, with
-fewer placed graphs than graphs as written in one batch: `tfplace.placement.functions._graphs` says those logs are
-incomplete instead.)
+device. `split()` takes
+such a batch apart: one `Instance` per placed function, with its graph as written (the chunk whose
+names it shares most), its placed graph and the partitions that hold its placed nodes. First calls of
+different functions in several threads merge across batches too: one thread's entry holds both graphs
+as written and one placed graph, another thread's entry the other placed graph with an empty graph as
+written; `split()` hands back the graphs as written it could not pair, for `tfplace.placement.functions._graphs` to
+pair with the next batch.
 
 Example:
     >>> from tensorflow.core.framework import graph_pb2
@@ -25,7 +27,7 @@ Example:
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, Iterable, NamedTuple, Optional, Sequence
 
 from tensorflow.core.framework import graph_pb2
 
@@ -94,23 +96,35 @@ def _assign(partitions: Sequence[Any], placed: Sequence[list[Any]]) -> list[list
     return given
 
 
-def _pair(raw: Sequence[Any], placed: Sequence[list[Any]]) -> list[int]:
-    """For each placed function, the graph as written whose node names it shares most (one not yet
-    paired first; identical graphs, such as DTensor's instances of one function, pair in order)."""
+def _written_names(name: str) -> set[str]:
+    """The names a placed node may have had as written: its own, and each tail after a `/` or `_`
+    (Grappler names what it makes after the node it replaced: `ArithmeticOptimizer/..._Mul_Add` for `Add`)."""
+    return {name} | {name[k + 1:] for k, c in enumerate(name) if c in "/_"}
+
+
+def _pair(raw: Sequence[Any], placed: Sequence[list[Any]]) -> list[Optional[int]]:
+    """For each placed function, the graph as written it came from: the pairs sharing most node names
+    first (a placed node shares the name it had, or ends with it), each graph as written paired once
+    while one is left (identical graphs, such as DTensor's instances of one function, pair in order); a
+    placed function left over takes the graph it shares most with; None where no graph shares a name."""
     names = [{n.name for n in graph.node} for graph in raw]
-    used: Counter = Counter()
-    paired = []
-    for nodes in placed:
-        mine = {n.name for n in nodes}
-        best = max(range(len(raw)), key=lambda j: (len(mine & names[j]), -used[j], -j))
-        used[best] += 1
-        paired.append(best)
-    return paired
+    mine = [[_written_names(n.name) for n in nodes] for nodes in placed]
+    shared = [[sum(bool(was & names[j]) for was in mine[i]) for j in range(len(raw))] for i in range(len(placed))]
+    paired: dict[int, int] = {}
+    used: set[int] = set()
+    for _, i, j in sorted((-shared[i][j], i, j) for i in range(len(placed)) for j in range(len(raw))):
+        if i not in paired and j not in used:
+            paired[i] = j
+            used.add(j)
+    best = [max(range(len(raw)), key=lambda j: (shared[i][j], -j)) for i in range(len(placed))]
+    return [j if shared[i][j] else None for i, j in ((i, paired.get(i, best[i])) for i in range(len(placed)))]
 
 
-def split(collected: Sequence[Any]) -> list[Instance]:
+def split(collected: Sequence[Any], unplaced: Optional[list[Any]] = None) -> list[Instance]:
     """The functions in a batch of collected entries, one `Instance` per placed function, whether or not
-    the collection merged them (entries with only a placed graph included)."""
+    the collection merged them (entries with only a placed graph included, and `Instance`s with only a
+    graph as written). `unplaced`, where given, receives the graphs as written that no placed graph of
+    the batch came from (another thread's collection holds theirs) as `Instance`s to split again later."""
     raw: list[Any] = []
     placed: list[list[Any]] = []
     partitions: list[Any] = []
@@ -119,8 +133,9 @@ def split(collected: Sequence[Any]) -> list[Instance]:
         raw += [_graph(chunk, library) for chunk in chunks(entry.pre_optimization_graph.node)]
         placed += chunks(entry.post_optimization_graph.node)
         partitions += list(entry.partition_graphs)
-    if not raw or not placed:
-        return []
+    pairs = _pair(raw, placed) if raw else [None] * len(placed)
+    if unplaced is not None:
+        unplaced += [Instance(graph, graph_pb2.GraphDef(), (), "") for j, graph in enumerate(raw) if j not in pairs]
     given = _assign(partitions, placed)
     return [Instance(raw[j], _graph(nodes), tuple(given[i]), _device_of(nodes))
-            for i, (nodes, j) in enumerate(zip(placed, _pair(raw, placed)))]
+            for i, (nodes, j) in enumerate(zip(placed, pairs)) if j is not None]

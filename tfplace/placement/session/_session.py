@@ -55,10 +55,13 @@ class Session:
         self.sourced: dict[tuple, Any] = {}
         self.noted: dict[tuple, Any] = {}
         # Graph collection (`_graphs`): the logs and guards collecting, with their sources and thread,
-        # graphs another thread's call placed, functions whose graphs TensorFlow merged.
+        # graphs another thread's call placed, graphs as written whose placed graph another thread's
+        # collection holds (TensorFlow merged them), functions whose transfers are lost that way.
         self.graph_lock = threading.RLock()
         self.logs: list[tuple[Any, bool, int]] = []
         self.pending: list[Any] = []
+        self.unplaced: list[Any] = []
+        self.unplaced_for = 0  # collections read since
         self.merged: set[str] = set()
         self.collected: set[tuple] = set()  # the function kernels collected: their calls place nothing more
         self.collecting = False
