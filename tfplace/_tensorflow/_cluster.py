@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import sys
+from types import FrameType
 from typing import Any, NamedTuple, Optional
 
 import tensorflow as tf
@@ -26,7 +27,7 @@ CLOSURE_INIT = Patch(_cluster_coordinator.Closure, "__init__")
 def running_closure(depth: int = 2) -> Any:
     """The `ClusterCoordinator` closure the calling thread runs (its `execute_on` frame's `self`, from `depth`
     frames up), None outside one."""
-    frame = sys._getframe(depth)  # pylint: disable=protected-access
+    frame: Optional[FrameType] = sys._getframe(depth)  # pylint: disable=protected-access
     for _ in range(64):  # a tf.function's call path is some 20 frames deep
         if frame is None:
             return None

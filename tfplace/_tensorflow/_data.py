@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import sys
+from types import FrameType
 from typing import Any, Mapping, Optional
 
 import tensorflow as tf
@@ -27,7 +28,7 @@ def dataset_of_variant(variant: Any, depth: int) -> Optional[tf.data.Dataset]:
     """The Python dataset whose variant tensor is `variant`: one in the locals of the frames from
     `depth` out (0: the caller's; where `iter(dataset)` keeps it), else one of the objects referring
     to the tensor (Python's garbage collector); None when none holds it."""
-    frame = sys._getframe(depth + 1)  # pylint: disable=protected-access
+    frame: Optional[FrameType] = sys._getframe(depth + 1)  # pylint: disable=protected-access
     for _ in range(_STACK_DEPTH):
         if frame is None:
             break

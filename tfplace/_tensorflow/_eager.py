@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from types import FrameType
 from typing import Any, Callable, Iterable, Optional
 
 import tensorflow as tf
@@ -259,7 +260,7 @@ def mark_recorded(error: BaseException) -> None:
 
 def _frames_above(depth: int, count: int = 6) -> Iterable[Any]:
     """`count` frames from `depth` out (0: the caller's)."""
-    frame = sys._getframe(depth + 1)  # pylint: disable=protected-access
+    frame: Optional[FrameType] = sys._getframe(depth + 1)  # pylint: disable=protected-access
     for _ in range(count):
         if frame is None:
             return

@@ -122,9 +122,9 @@ def static_tensors(graph: Any, tensors: Iterable[str]) -> dict[str, tuple[str, O
     nodes = {node.name for node in graph.node}
     references = []
     for tensor in wanted:
-        name, colon, index = tensor.rpartition(":")
-        if colon and index.isdigit() and name in nodes:
-            references.append((tensor, name, int(index)))
+        name, colon, suffix = tensor.rpartition(":")
+        if colon and suffix.isdigit() and name in nodes:
+            references.append((tensor, name, int(suffix)))
     if not references:
         return found
     imported = tf.Graph()

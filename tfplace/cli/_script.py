@@ -39,7 +39,7 @@ import signal
 import sys
 import threading
 import traceback
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence, cast
 
 from tfplace import _contained
 from tfplace.placement.session._sources import end_at_user
@@ -69,7 +69,7 @@ def _raise_interrupted(signum: int, frame: Any) -> None:
 def stopping_signals() -> Iterator[None]:
     """In the block, SIGTERM and SIGHUP raise `Interrupted` in the main thread (where their handler is
     the default one); the previous handlers come back after it."""
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for signum in STOPPING:
             if signal.getsignal(signum) == signal.SIG_DFL:
@@ -254,7 +254,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             spec = finder.find_spec(fullname, path, target) if hasattr(finder, "find_spec") else None
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _Then(spec.loader, self)
+                    spec.loader = cast(importlib.abc.Loader, _Then(spec.loader, self))  # a Loader by duck typing
                 return spec
         return None
 

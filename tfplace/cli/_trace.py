@@ -26,8 +26,9 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import heapq
 import os
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Any, Callable, Iterator, NamedTuple, Optional, Sequence
 
 from tfplace import _files
@@ -271,13 +272,13 @@ def plot(log: PlacementLog, path: str, *, top: int = _report.ROWS, title: Option
     cost = log.cost()
     groups = [g for g in _groups.per_device(log.records, log.runs, cost.ops) if g.device]
     timed = bool(groups) and all(g.timed for g in groups if g.compute)
-    totals: Counter = Counter()
+    totals: defaultdict[str, float] = defaultdict(float)  # executions or ms: no Counter, whose counts are ints
     for group in groups:
         for op, amount in group.compute:
             totals[op] += amount
-    kept = [op for op, _ in totals.most_common(top)]
+    kept = [op for op, _ in heapq.nlargest(top, totals.items(), key=lambda item: item[1])]  # Counter.most_common's way
     devices = [g.device for g in groups]
-    counts = {g.device: Counter() for g in groups}
+    counts: dict[str, defaultdict[str, float]] = {g.device: defaultdict(float) for g in groups}
     for group in groups:
         for op, amount in group.compute:
             counts[group.device][op if op in kept else "other"] += amount

@@ -152,7 +152,8 @@ class Publisher:
                                       "named": {}, "remote": {}, "exit": None}
         self._known: dict[str, tuple[list, list]] = {}  # function -> (its groups, devices its nodes name)
         self._collectives: dict[str, tuple] = {}  # function -> its own nodes' collectives (`collectives_in`)
-        self._remote_keys: dict[tuple[str, str], list[str]] = {}  # (function, device asked) -> its "remote" keys
+        # (function, device asked: None outside any tf.device scope) -> its "remote" keys
+        self._remote_keys: dict[tuple[str, Optional[str]], list[str]] = {}
         self._lock = threading.Lock()
         self._changed = False
         self._stopped = threading.Event()
@@ -219,7 +220,7 @@ class Publisher:
                 for key in keys:
                     self.state["remote"][key]["count"] += 1
 
-    def _remote_accesses(self, function: Any, name: str, args: Sequence[Any], asked: str) -> list[str]:
+    def _remote_accesses(self, function: Any, name: str, args: Sequence[Any], asked: Optional[str]) -> list[str]:
         from tfplace import _tensorflow
         from tfplace._devices import local_task
         from tfplace.cluster._names import task_of, tensor_bytes

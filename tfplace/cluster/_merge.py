@@ -153,6 +153,12 @@ def _device_order(device: str) -> tuple:
     return (task_key(owner(device)), device)
 
 
+def _largest(values: Sequence[Optional[int]]) -> Optional[int]:
+    """The largest of `values`, None where one of them is None (not known)."""
+    known = [value for value in values if value is not None]
+    return max(known) if len(known) == len(values) else None
+
+
 def _collectives(tasks: Sequence[Mapping[str, Any]], moved: _Traffic) -> list[dict[str, Any]]:
     """One row per collective op node (its op, group and instance: a step's gradient all-reduce and its loss's
     are two rows, each with its own bytes and line), over the tasks that ran it; the bytes each member device
@@ -182,7 +188,7 @@ def _collectives(tasks: Sequence[Mapping[str, Any]], moved: _Traffic) -> list[di
         for task, c in members:
             per_device.setdefault(c["device"], []).append(c.get("bytes_per_call"))
             per_task.setdefault(task, []).extend([int(c["calls"])] if c.get("calls") is not None else [])
-        each = [None if None in sizes else max(sizes) for sizes in per_device.values()]
+        each = [_largest(sizes) for sizes in per_device.values()]
         calls_per_task = {t: max(per_task[t]) if per_task[t] else None for t in _ordered(per_task)}
         known = [n for n in calls_per_task.values() if n is not None]
         calls = max(known) if known else None
@@ -191,7 +197,7 @@ def _collectives(tasks: Sequence[Mapping[str, Any]], moved: _Traffic) -> list[di
         sources = Counter(c.get("source") for _, c in members if c.get("source"))
         rows.append({"op": op, "group_key": key, "group_size": size,
                      "dtype": ", ".join(sorted({str(c.get("dtype")) for _, c in members if c.get("dtype")})),
-                     "bytes_per_call": None if None in each else max(each), "calls": calls, "tasks": list(calls_per_task),
+                     "bytes_per_call": _largest(each), "calls": calls, "tasks": list(calls_per_task),
                      "devices": ring, "source": sources.most_common(1)[0][0] if sources else "", "kind": kind,
                      "instance_keys": sorted({c.get("instance_key") for _, c in members}, key=str),
                      "calls_per_task": calls_per_task,

@@ -134,9 +134,12 @@ def _findings(merged: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], top:
     for job in dict.fromkeys(t.partition(":")[0] for t in traced):
         tasks = [t for t in traced if t.partition(":")[0] == job and t in work]
         timed = all(work[t][1] is not None for t in tasks)
-        amount = {t: (work[t][1] / 1000 if timed else work[t][0]) for t in tasks}
+        amount: dict[str, float] = {}
+        for t in tasks:
+            runs, busy = work[t]
+            amount[t] = busy / 1000 if timed and busy is not None else runs  # (timed: every task's busy time known)
         if len(tasks) > 1 and 0 < max(amount.values()) >= _UNEVEN * min(amount.values()):
-            most, least = max(tasks, key=amount.get), min(tasks, key=amount.get)
+            most, least = max(tasks, key=amount.__getitem__), min(tasks, key=amount.__getitem__)
             unit = " ms busy" if timed else " op executions"
             lines.append(f"  uneven work among {job} tasks: {most} {amount[most]:g}{unit}, {least} "
                          f"{amount[least]:g}{unit}: balance the data (or the devices) each task gets")

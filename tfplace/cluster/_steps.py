@@ -17,7 +17,7 @@ Example:
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from statistics import median
 from typing import Any, Mapping, Optional, Sequence
 
@@ -63,7 +63,7 @@ def slowest(steps: Mapping[str, Mapping[str, Any]]) -> Optional[dict[str, Any]]:
 
 def _op_times(trace: Mapping[str, Any], count: int) -> dict[str, float]:
     """Op type -> µs per steady step, over the task's devices."""
-    times: Counter = Counter()
+    times: defaultdict[str, float] = defaultdict(float)
     for row in ((trace.get("cost") or {}).get("ops") or []):
         times[row.get("op", "")] += float(row.get("time_us") or 0.0) / count
     return dict(times)

@@ -18,7 +18,7 @@ _INT = ctypes.c_int
 _RTLD_NOW = 2
 # the version functions of each library (none initializes CUDA): name -> how many int out-arguments,
 # "size_t" for a function returning the version, "property" for the three MAJOR/MINOR/PATCH queries
-_VERSIONS = {
+_VERSIONS: "dict[str, dict[str, int | str]]" = {
     "libcuda": {"cuDriverGetVersion": 1},
     "libcudart": {"cudaRuntimeGetVersion": 1},
     "libcublas": {"cublasGetProperty": "property"},
@@ -70,10 +70,10 @@ def _ask(library, function, kind):
                 return None
             values.append(value.value)
         return values
-    values = [_INT(0) for _ in range(kind)]
-    if call(*(ctypes.byref(value) for value in values)) != 0:
+    outs = [_INT(0) for _ in range(kind)]
+    if call(*(ctypes.byref(out) for out in outs)) != 0:
         return None
-    return values[0].value if kind == 1 else [value.value for value in values]
+    return outs[0].value if kind == 1 else [out.value for out in outs]
 
 
 def _load(libdl, request):

@@ -295,8 +295,9 @@ class _Rules:
                 code = (gpu.compute_capability or "").replace(".", "")
                 newer = _releases.newest_for(gpu.compute_capability or "", self.facts["python"])
                 mine = _releases.release_of(_tensorflow_version(self.facts["tensorflow"]))
-                later = newer and mine and _releases.RELEASES.index(newer) > _releases.RELEASES.index(mine)
-                fix = (_install(self.facts, f"{newer.version}.*") if later else
+                later = (newer is not None and mine is not None
+                         and _releases.RELEASES.index(newer) > _releases.RELEASES.index(mine))
+                fix = (_install(self.facts, f"{newer.version}.*") if later and newer is not None else
                        f"build TensorFlow from source with HERMETIC_CUDA_COMPUTE_CAPABILITIES=compute_{code} "
                        "(https://www.tensorflow.org/install/source)")
                 self.add("compute-capability-unsupported", "error", f"{label} is {words}", fix, gpu=gpu.index,

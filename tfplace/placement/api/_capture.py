@@ -86,7 +86,9 @@ class _Recorder:
         """A variable creator (`tf.variable_creator_scope`): the block's variables are counted."""
         variable = next_creator(**kwargs)
         try:
-            self.census.add_variable(variable, user_line() if self.sources else "")
+            census = self.census
+            assert census is not None, "capture_into installs the creator only where a census counts memory"
+            census.add_variable(variable, user_line() if self.sources else "")
         except Exception as error:  # pylint: disable=broad-except
             _contained.failed("memory census of a variable", error)
         return variable

@@ -18,9 +18,9 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Sequence, Union
 
-from tfplace.placement.functions._collected import Placed
+from tfplace.placement.functions._collected import Later, Placed
 from tfplace.placement.session import _session
 
 __all__ = ["after", "argument_devices"]
@@ -30,7 +30,7 @@ _LIMIT = 1024  # (function, device) pairs remembered, oldest forgotten first
 # `_session.runtime().calls`, (function, device) -> argument devices -> Placed.
 
 
-def _merged(old: Placed, new: Placed) -> Placed:
+def _merged(old: Union[Placed, Later], new: Union[Placed, Later]) -> Placed:
     """`old` with what a later call placed (a branch function TensorFlow instantiates when first taken)."""
     runs = dict(old.runs)
     for key, count in new.runs:
@@ -45,7 +45,7 @@ def argument_devices(inputs: Sequence[Any]) -> tuple[str, ...]:
     return tuple(tensor.backing_device for tensor in inputs)
 
 
-def after(function: str, device: str, inputs: Sequence[Any], found: Placed) -> Placed:
+def after(function: str, device: str, inputs: Sequence[Any], found: Union[Placed, Later]) -> Union[Placed, Later]:
     """What the call of `function` on `device` (full name) with `inputs` just ran, given what
     `collect()` found after it (`found`: what TensorFlow placed for this call, if anything)."""
     key = (function, device)
@@ -61,9 +61,9 @@ def after(function: str, device: str, inputs: Sequence[Any], found: Placed) -> P
             if len(known) > _LIMIT:
                 del known[next(iter(known))]
         return entries[devices]
-    entries = _session.runtime().calls.get(key)
-    if not entries:
+    cached = _session.runtime().calls.get(key)
+    if not cached:
         return found
-    if len(entries) == 1:
-        return next(iter(entries.values()))
-    return entries.get(argument_devices(inputs), found)
+    if len(cached) == 1:
+        return next(iter(cached.values()))
+    return cached.get(argument_devices(inputs), found)

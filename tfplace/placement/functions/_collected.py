@@ -146,14 +146,17 @@ class Later:
                                                     or _kept_calls.present(graphs.post_optimization_graph)
                                                     for graphs, _, _ in parts)
         self._made: Optional[Placed] = None
-        self._parts: Optional[tuple] = (parts, tuple(names), tuple(instantiated))
+        self._parts: Optional[tuple[list[tuple[Any, Any, list[PlacementRecord]]], tuple[str, ...],
+                                    tuple[PlacementRecord, ...]]] = (parts, tuple(names), tuple(instantiated))
 
     def placed(self) -> Placed:
         """Every field, made now if not yet."""
         made, waiting = self._made, self._parts
         if made is None:
             if waiting is None:  # another thread made it meanwhile (it sets `_made` before it drops `_parts`)
-                return self._made
+                made = self._made
+                assert made is not None, "Later.placed: `_parts` is dropped only after `_made` is set"
+                return made
             made = self._made = _assembled(*waiting, self.unseen, self.dataset_transfers)
             self._parts = None
         return made

@@ -52,7 +52,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple, Optional
+from typing import Mapping, NamedTuple, Optional, Sequence
 
 from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, types_pb2
 
@@ -141,8 +141,8 @@ def _inline(graph: Graph, caller: Node, keep_fetchable: bool) -> None:
         for source in body[i].control_inputs:
             graph.edge(node_of[source], CONTROL, clone, CONTROL)
     if input_control_node is not None:
-        for node in inputs:
-            graph.edge(input_control_node, CONTROL, node, CONTROL)
+        for identity in inputs:
+            graph.edge(input_control_node, CONTROL, identity, CONTROL)
     outputs = []
     for _, (source, output), controls in sorted(returns, key=lambda r: r[0]):
         produced = (node_of[source], 0 if source in arguments else output)
@@ -156,8 +156,8 @@ def _inline(graph: Graph, caller: Node, keep_fetchable: bool) -> None:
                 raise ValueError(f"function {function_name!r}: control output {returned!r} is not a node of it")
             graph.edge(by_name[returned], CONTROL, output_control_node, CONTROL)
     else:
-        for node in outputs:
-            graph.edge(node, CONTROL, output_control_node, CONTROL)
+        for identity in outputs:
+            graph.edge(identity, CONTROL, output_control_node, CONTROL)
     if not output_control_node.controls and input_control_node is not None:
         graph.edge(input_control_node, CONTROL, output_control_node, CONTROL)
     graph.rewire_outputs(caller, lambda k: (outputs[k], 0), output_control_node)
@@ -289,7 +289,7 @@ def _lower_while(graph: Graph, node: Node, keep_fetchable: bool) -> None:
 
 def _internal_rewrite(graph: Graph, node: Node) -> None:
     """AccumulateNV2RemovePass (outside loops) and ParallelConcatRemovePass."""
-    def make(op: str, inputs: list = (), controls: list = ()) -> Node:
+    def make(op: str, inputs: Sequence[tuple[Node, int]] = (), controls: Sequence[Node] = ()) -> Node:
         return graph.add(graph.new_name(f"{node.name}/Internal"), op, device=node.device, inputs=inputs,
                          controls=controls)
     data = [(edge.source, edge.output) for edge in node.inputs if edge]
@@ -360,6 +360,7 @@ def placer_nodes(graph_def: graph_pb2.GraphDef, *,
                 raise ValueError(f"node {node_def.name!r}: control input {reference!r} is not a node of the graph")
             graph.edge(by_name[reference], CONTROL, by_name[node_def.name], CONTROL)
     keep_fetchable = not any(node.op in _ARGS + _RETS for node in graph.nodes if node)
+    node: Optional[Node]  # `graph.nodes` holds None where a node was removed
     for node in [node for node in graph.nodes if node and node.op == "AccumulateNV2"]:
         _internal_rewrite(graph, node)
     i = 2

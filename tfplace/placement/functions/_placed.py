@@ -32,7 +32,7 @@ from tfplace.placement.functions import _function_sources, _instantiation
 from tfplace.placement.functions._lowering import PlacerNode
 from tfplace.placement.ops import _kernels
 from tfplace.placement.records import _groups, _origins
-from tfplace.placement.records._records import ARGUMENT_OPS, Kind, PlacementRecord
+from tfplace.placement.records._records import ARGUMENT_OPS, Kind, Origin, PlacementRecord
 
 __all__ = ["placed_records", "noted", "without_sources", "function_def", "places_nothing", "is_xla",
            "compiled_records"]
@@ -109,7 +109,7 @@ def _absorbs(fused: Any, op: str) -> bool:
 
 def noted(record: PlacementRecord, note: "_function_sources.Note") -> PlacementRecord:
     """`record` with what the code that made its node says: its line, origin and who asked for its device."""
-    return record._replace(source=note.line, origin=_origins.of_op(record.op, note.origin),
+    return record._replace(source=note.line, origin=Origin(_origins.of_op(record.op, note.origin)),
                            requested_by=note.requested_by if record.requested else "")
 
 

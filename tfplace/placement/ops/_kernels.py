@@ -125,7 +125,8 @@ def is_wrapper_plumbing(node: str, op: str) -> bool:
 
 
 @functools.lru_cache(maxsize=4096)
-def _host_memory_args(op: str, device_type: str) -> frozenset[str]:
+def host_memory_args(op: str, device_type: str) -> frozenset[str]:
+    """The names of `op`'s arguments its `device_type` kernels keep in host memory."""
     return frozenset(
         arg for k in _tensorflow.registered_kernels(op) if k.device_type == device_type
         for arg in k.host_memory_arg)
@@ -140,7 +141,7 @@ def host_memory_inputs(op: str, device_type: str, count: int) -> frozenset[int]:
       device_type: where the op runs, e.g. "GPU".
       count: how many inputs this call has (list arguments take several).
     """
-    names = _host_memory_args(op, device_type)
+    names = host_memory_args(op, device_type)
     op_def = _tensorflow.op_def(op)
     if not names or op_def is None:
         return frozenset()

@@ -54,7 +54,7 @@ class Transfer(NamedTuple):
     source: str
     tensor: str
     dtype: str
-    count: int
+    count: int  # type: ignore[assignment]  # a field named as tuple.count(), which it hides (mypy: an override)
     bytes: Optional[int]
     total_bytes: Optional[int]
     time_us: Optional[float] = None
@@ -83,7 +83,7 @@ class OpCost(NamedTuple):
 class DirectionCost(NamedTuple):
     """Per (from_device, to_device): transfers, bytes (of those whose size is known) and time (µs)."""
 
-    count: int
+    count: int  # type: ignore[assignment]  # a field named as tuple.count(), which it hides (mypy: an override)
     bytes: Optional[int]
     time_us: Optional[float]
 

@@ -83,8 +83,10 @@ def per_device(records: Iterable[PlacementRecord], runs: Mapping[tuple[str, str,
     found = []
     for device in sorted(events, key=_device_key):
         groups = events[device]
-        amounts = {op: executions[(device, op, "compute")] or n for op, n in groups["compute"].items()}
-        rest = {name: {op: executions[(device, op, name)] for op in groups[name]} for name in CATEGORIES[1:]}
+        # executions, made ms below where the block was timed
+        amounts: dict[str, float] = {op: executions[(device, op, "compute")] or n for op, n in groups["compute"].items()}
+        rest: dict[str, dict[str, float]] = {name: {op: executions[(device, op, name)] for op in groups[name]}
+                                             for name in CATEGORIES[1:]}
         figures = {op: (ops or {}).get((device, op)) for op in amounts}
         timed = any(f.time_us is not None for f in (ops or {}).values())
         if timed:

@@ -142,7 +142,7 @@ def live(start: int = 1, shortcut: bool = True) -> str:
     every frame out to the deciding one: for callers whose innermost code is the same for every op
     (TensorFlow's op-making code), where those two frames do not tell two stacks apart.
     """
-    frame: Optional[FrameType] = sys._getframe(start + 1)
+    frame = sys._getframe(start + 1)
     innermost = frame.f_code
     session = _session._current  # pylint: disable=protected-access  # `_session.current()`, inlined: it runs per op
     shortcuts = session.origin_shortcuts if session is not None else {}

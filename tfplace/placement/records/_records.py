@@ -10,7 +10,7 @@ Example:
 from __future__ import annotations
 
 import enum
-from typing import Any, NamedTuple, Optional
+from typing import Any, Iterable, NamedTuple, Optional
 
 __all__ = ["PlacementRecord", "CopyRecord", "CONTROL", "CUSTOM_DEVICE", "input_label", "Kind", "Origin", "ARGUMENT_OPS", "is_function_call"]
 
@@ -145,8 +145,9 @@ class PlacementRecord(_RecordFields):
         return super().__new__(cls, op, name, device, kind, source, requested, dtypes, line, requested_by, origin,
                                error)
 
+    # `_replace` makes its result here: checked too (mypy synthesizes a named tuple's `_make` and takes no override)
     @classmethod
-    def _make(cls, iterable: Any) -> "PlacementRecord":  # `_replace` makes its result here: checked too
+    def _make(cls, iterable: Iterable[Any]) -> "PlacementRecord":  # type: ignore[override]
         return cls(*iterable)
 
     def to_json(self) -> dict[str, Any]:

@@ -128,7 +128,7 @@ def user_line() -> str:
             depths[_session.pin(innermost)] = (depth, inner)
             return f"{shown}:{frame.f_lineno}"
         inner = frame.f_code
-        frame, depth = frame.f_back, depth + 1  # type: ignore[assignment]
+        frame, depth = frame.f_back, depth + 1
     return getattr(_ON_BEHALF, "line", "")
 
 

@@ -267,7 +267,8 @@ def trace_events(records: Sequence[Any], copies: Sequence[Any], copy_slots: Sequ
                 "otherData": {"producer": "tfplace", "clock": _TIMED,
                               "devices": sorted((p for p in timeline.pids if p != _STEPS), key=_device_key)}}
     step_of: list[int] = []  # per record, the step it belongs to
-    step, nodes, call, called_on = -1, {}, None, ""
+    step, call, called_on = -1, None, ""
+    nodes: dict[str, list[Any]] = {}  # per device, the function nodes placed since the last eager op
     def flush_nodes() -> None:
         for device, placed in nodes.items():
             ops: dict[str, int] = {}

@@ -51,6 +51,8 @@ def remote_function(function: str, device: str, served_here: bool = False) -> st
 ROWS = 20
 
 _Row = TypeVar("_Row")
+_Key = TypeVar("_Key", bound=tuple)
+_Payload = TypeVar("_Payload")
 
 
 class Group(NamedTuple):
@@ -61,7 +63,7 @@ class Group(NamedTuple):
     device: str
     requested: str
     names: tuple[str, ...]
-    count: int
+    count: int  # type: ignore[assignment]  # a field named as tuple.count(), which it hides (mypy: an override)
 
 
 class Explained(NamedTuple):
@@ -74,15 +76,15 @@ class Explained(NamedTuple):
     requested: str
     reason: str
     names: tuple[str, ...]
-    count: int
+    count: int  # type: ignore[assignment]  # a field named as tuple.count(), which it hides (mypy: an override)
     message: str
 
 
-def _grouped(items: Iterable[tuple[tuple, str, Any]]) -> list[tuple[tuple, int, tuple[str, ...], Any]]:
+def _grouped(items: Iterable[tuple[_Key, str, _Payload]]) -> list[tuple[_Key, int, tuple[str, ...], _Payload]]:
     """(key, count, names, first payload) per key of `(key, node name, payload)` items, most first."""
-    counts: Counter = Counter()
-    names: dict[tuple, list[str]] = {}
-    payloads: dict[tuple, Any] = {}
+    counts: Counter[_Key] = Counter()
+    names: dict[_Key, list[str]] = {}
+    payloads: dict[_Key, _Payload] = {}
     for key, name, payload in items:
         counts[key] += 1
         payloads.setdefault(key, payload)

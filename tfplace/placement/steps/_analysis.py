@@ -54,18 +54,19 @@ def steps(records: Sequence[PlacementRecord], timing: Any, missing: str) -> Step
         layers["sync"] = layers["sync"] + [(c.start, c.duration) for c in events.calls if c.name == found.name]
     inside = [(start, duration) for start, duration, _ in timing.calls] + list(events.sessions)
     phases = _phases.split(found.spans, layers, inside)
-    every = tuple(Step(i, low, high - low, split) for i, ((low, high), split) in enumerate(zip(found.spans, phases)))
-    steady = every[found.warmup:]
-    walls = [step.wall_us for step in steady]
+    timed = list(zip(found.spans, phases))
+    every = tuple(Step(i, low, high - low, split) for i, ((low, high), split) in enumerate(timed))
+    walls = [high - low for (low, high), _ in timed[found.warmup:]]
+    splits = [split for _, split in timed[found.warmup:]]
     total = sum(walls)
-    shares = {phase: (sum(step.phases[phase] for step in steady) / total if total else 0.0) for phase in PHASES}
+    shares = {phase: (sum(split[phase] for split in splits) / total if total else 0.0) for phase in PHASES}
     work: dict[str, list] = {}
     for device, _, start, duration, _, _ in timing.events:
         work.setdefault(device, []).append((start, duration))
     spans = found.spans[found.warmup:]
     per_device = {device: (busy, busy / total if total else 0.0)
                   for device, busy in sorted(_phases.busy(spans, work).items())}
-    waited = sum(step.phases["input"] for step in steady)
+    waited = sum(split["input"] for split in splits)
     stage = _input.slowest(events.stages(), records, waited) if waited > 0 else None
     return Steps(count, found.warmup, found.kind, found.source, median(walls), _percentile(walls, 0.9), max(walls),
                  shares, per_device, every, stage, "", found.name, _reads(events.reads, spans),

@@ -78,7 +78,8 @@ def _source(records: Sequence[PlacementRecord]) -> str:
 
 def _top_level(calls: Sequence[Any]) -> list[Any]:
     """Calls not inside another call on their line (a function called while another traces)."""
-    out, ends = [], {}
+    out: list[Any] = []
+    ends: dict[tuple, float] = {}
     for call in sorted(calls):
         if call.start < ends.get(call.line, float("-inf")):
             continue

@@ -20,7 +20,7 @@ class Step(NamedTuple):
     """One step: its index among every step run (warm-up first), start (µs on the profile's clock), wall
     time (µs) and `phases` (phase -> µs, summing to `wall_us`; None without timing)."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # a field named as tuple.index(), which it hides (mypy: an override)
     start_us: Optional[float]
     wall_us: Optional[float]
     phases: Optional[dict[str, float]]
@@ -68,7 +68,7 @@ class Steps(NamedTuple):
         kernel running), `h2d_bytes` and `h2d_us` (copies from host memory), `pageable_bytes`, `pinned_bytes`.
     """
 
-    count: int
+    count: int  # type: ignore[assignment]  # a field named as tuple.count(), which it hides (mypy: an override)
     warmup: int
     kind: str
     source: str

@@ -146,10 +146,11 @@ def _compile(steps: Steps, changed: Sequence[tuple[str, str, str]]) -> list[Advi
     steady = steps.steps[steps.warmup:]
     if not steady or steady[0].phases is None:
         return []
-    compiling = [s for s in steady if s.phases["compile"] > 0]
+    # `_analysis.steps` times every step or none: past the check above, each has its phases and wall time
+    compiling = [s.phases for s in steady if s.phases is not None and s.phases["compile"] > 0]
     if len(compiling) < RETRACED:
         return []
-    share = sum(s.phases["compile"] for s in compiling) / sum(s.wall_us for s in steady)
+    share = sum(phases["compile"] for phases in compiling) / sum(s.wall_us or 0.0 for s in steady)
     every = len(compiling) >= max(2, 0.9 * len(steady))
     what = steps.name or "the step function"
     if changed:
@@ -217,7 +218,7 @@ def _skew(steps: Steps, ops: Mapping[tuple[str, str], Any], lines: Mapping[tuple
              for op, time in mine.items()}
     op = max(extra, key=extra.__getitem__) if extra else ""
     mine_lines = lines.get((slow, op), Counter())
-    theirs = Counter()
+    theirs: Counter[str] = Counter()
     for device in busy:
         if device != slow:
             theirs.update(lines.get((device, op), Counter()))
@@ -236,7 +237,8 @@ def _skew(steps: Steps, ops: Mapping[tuple[str, str], Any], lines: Mapping[tuple
 
 def _users(records: Sequence[Any]) -> tuple[set[str], dict[tuple[str, str], Counter]]:
     """The function nodes the user's code made, and per (device, op) the user's lines that placed it there."""
-    names, lines = set(), {}
+    names: set[str] = set()
+    lines: dict[tuple[str, str], Counter] = {}
     for record in records:
         if record.origin.users and record.kind.ran:
             if record.name:

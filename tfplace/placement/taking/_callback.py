@@ -16,7 +16,8 @@ Example:
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Optional, Sequence
+from types import CodeType
+from typing import Any, Callable, Optional, Sequence, cast
 
 from tfplace import _contained, _tensorflow
 from tfplace.placement.functions import _datasets, _graphs
@@ -67,8 +68,8 @@ class Hook:
         self.copies_only = bool(self.listeners) and all(getattr(listener, "copies_only", False)
                                                         for listener in self.listeners)
         self.later = bool(self.listeners) and all(getattr(listener, "later", False) for listener in self.listeners)
-        self.outputs = tuple((listener.on_outputs, listener.sources) for listener in self.listeners
-                             if getattr(listener, "memory", False))
+        self.outputs = tuple((cast(_events.CountingListener, listener).on_outputs, listener.sources)
+                             for listener in self.listeners if getattr(listener, "memory", False))
         self.counter = self.outputs[0] if len(self.outputs) == 1 else None
         self.sources = any(listener.sources for listener in self.listeners)
         self.sink = getattr(self.listeners[0], "sink", None) if len(self.listeners) == 1 else None
@@ -102,7 +103,7 @@ class Hook:
         for tensor in inputs:
             if tensor.backing_device != full:
                 return False
-        return True
+        return not _eager.copies_to_host(op_type, full)
 
     def on_host(self, op_type: bytes, attrs: tuple) -> None:
         """An op TensorFlow's C++ runs on the host where no op callback hears it (a conversion's `Cast`),
@@ -140,7 +141,9 @@ class Hook:
                 _graphs.start()
             if graph is not None:  # an op made while a function is traced: what its maker says, read here
                 if session.watchers:  # from the live stack, where repeated makers are known (`_function_sources`)
-                    made_in_graph(session, graph, outputs[0].op.name if outputs else op_name, op_type, _getframe(1))
+                    name = outputs[0].op.name if outputs else op_name
+                    assert name is not None, "TensorFlow names every op it makes in a graph (`op_name`)"
+                    made_in_graph(session, graph, name, op_type, _getframe(1))
                 return None
             if not self.calls:
                 return None
@@ -195,17 +198,16 @@ class Hook:
             except (KeyError, TypeError):
                 op, kind, record = _eager.described(session, op_type, full, requested, attrs)
             learn = (kind == _OP or kind == _EXPLICIT) and op not in _DATASET_OPS and _CUSTOM not in full
+            user: Optional[tuple[int, CodeType, int]]  # the user's frame (depth, code, instruction), if not `decider`
             decider = user = None
             source = ""
             if learn:  # read from the live stack, kept for the next time this line runs it (`_learn`)
                 origin, depth, decider = _origins.deciding(_getframe(1))
                 origin = origin or Origin.USER
                 if self.sources:
-                    user_depth, user, source = user_frame(_getframe(1))
-                    if user is not None and (user_depth != depth or user is not decider):
-                        user = (user_depth + 1, user.f_code, user.f_lasti)
-                    else:
-                        user = None
+                    user_depth, found, source = user_frame(_getframe(1))
+                    if found is not None and (user_depth != depth or found is not decider):
+                        user = (user_depth + 1, found.f_code, found.f_lasti)
             elif record.origin != _INPUT:  # read from the live stack: `_origins.live(1)`, its shortcut inlined
                 origin = ""
                 shortcut = session.origin_shortcuts.get(id(_getframe(1).f_code))
@@ -232,6 +234,9 @@ class Hook:
                     if tensor.backing_device != full:
                         copies = _eager.copies(op, inputs, full, record.device)
                         break
+                else:
+                    if inputs and _eager.copies_to_host(op, full):
+                        copies = _eager.copies(op, inputs, full, record.device)
                 if op in _DATASET_OPS:  # what fills a cache() (tfplace.placement.functions._datasets)
                     if op == "DatasetCardinality":
                         _datasets.cardinality(inputs[0], outputs[0])
@@ -318,4 +323,4 @@ def _same_call(depth: int, code: Any, lasti: int) -> bool:
 
 def thread_hooks() -> list[Hook]:
     """The hooks this thread runs: its own, or those it inherited (replica threads)."""
-    return [c.__self__ for c in _tensorflow.op_callbacks() if isinstance(getattr(c, "__self__", None), Hook)]
+    return [hook for hook in (getattr(c, "__self__", None) for c in _tensorflow.op_callbacks()) if isinstance(hook, Hook)]

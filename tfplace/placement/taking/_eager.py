@@ -70,6 +70,15 @@ def _host_of(full: str) -> str:
     return full.rpartition("/device:")[0] + "/device:CPU:0" if "/device:" in full else HOST
 
 
+@functools.lru_cache(maxsize=4096)
+def copies_to_host(op_type: Any, full: str) -> bool:
+    """True where an op of `op_type` (as its callback gets it, or its op type), run on `full`, has its int32
+    host-memory inputs copied to the host CPU even when they are on `full` itself: `full` is not the host
+    CPU, and the op's kernel there keeps some input in host memory."""
+    op = _kernels.op_type(op_type.decode() if isinstance(op_type, bytes) else op_type)
+    return full != _host_of(full) and bool(_kernels.host_memory_args(op, parse_device(full).device_type))
+
+
 def copies(op: str, inputs: Sequence[Any], full: str, device: str) -> list[CopyRecord]:
     """Inputs whose memory is elsewhere than where the op needs them."""
     found: list[CopyRecord] = []
@@ -80,17 +89,20 @@ def copies(op: str, inputs: Sequence[Any], full: str, device: str) -> list[CopyR
         dtype = dtype_enum(tensor)
         if dtype == _RESOURCE:
             continue
-        on_host = dtype in _ON_HOST or (dtype == _INT32 and device_type != "CPU") or index in host_inputs
+        # an int32 the kernel keeps in host memory (StridedSlice's begin, Reshape's shape) is copied to the host CPU
+        # from any other device, another CPU included; its other host-memory arguments are read where they are
+        kept_on_host = dtype == _INT32 and index in host_inputs
+        on_host = index in host_inputs or dtype in _ON_HOST or (dtype == _INT32 and device_type != "CPU")
         where = tensor.backing_device
-        if on_host and "/device:CPU:" in where:
-            continue  # host memory is any CPU's memory: TensorFlow reads it where it is
+        if on_host and not kept_on_host and "/device:CPU:" in where:
+            continue  # other host-memory values are read on whichever CPU holds them
         target = host if on_host else full
         # in a cluster's task, /job:localhost and the task's job name one device: compared by canonical name
         if where and where != target and canonical_name(where) != canonical_name(target):
-            dtype = _kernels.dtype_name(dtype)
-            size = _tensorflow.dtype_size(dtype)
+            dtype_name = _kernels.dtype_name(dtype)
+            size = _tensorflow.dtype_size(dtype_name)
             found.append(CopyRecord(op, index, canonical_name(where), canonical_name(target),
-                                    dtype=dtype, bytes=None if size is None else size * tensor.shape.num_elements()))
+                                    dtype=dtype_name, bytes=None if size is None else size * tensor.shape.num_elements()))
     return found
 
 

@@ -18,7 +18,7 @@ from tfplace.placement.records._records import CopyRecord, PlacementRecord
 if TYPE_CHECKING:
     from tfplace.placement.functions._collected import Placed
 
-__all__ = ["Listener", "Event", "EventKey"]
+__all__ = ["Listener", "CountingListener", "Event", "EventKey"]
 
 
 class Listener(Protocol):
@@ -38,6 +38,14 @@ class Listener(Protocol):
         ...
 
     def on_records(self, key: EventKey, records: Sequence[PlacementRecord]) -> None:
+        ...
+
+
+class CountingListener(Listener, Protocol):
+    """A listener whose class says `memory = True` (a capture that counts memory): it is also handed the
+    tensors each eager op returns."""
+
+    def on_outputs(self, record: PlacementRecord, outputs: Any) -> None:
         ...
 
 

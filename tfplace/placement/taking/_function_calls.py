@@ -10,7 +10,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 from tensorflow.core.framework import types_pb2
 
@@ -36,7 +36,8 @@ def called(hook: Any, session: _session.Session, op: str, kind: int, record: Pla
     iterator's making and an op on DTensor's device: what they placed, ran and moved, and the records of the
     datasets they read, told to its listeners."""
     placed = waiting = False
-    ran = found = NOTHING_PLACED
+    ran: Union[_collected.Placed, _collected.Later] = NOTHING_PLACED
+    found: Union[_collected.Placed, _collected.Later] = NOTHING_PLACED
     copies: Sequence[CopyRecord] = ()
     later: Optional[tuple[_events.EventKey, Sequence[PlacementRecord]]] = None
     unseen = ""

@@ -44,8 +44,8 @@ def gpu_plane(plane: Any, tally: Any, device: str, stats_of: Any) -> None:
                     continue  # host to host: no device's transfer
                 dest = details.get("dest", "")
                 target = _HOST if sides[1] else f"/device:GPU:{dest}" if dest.isdigit() else device
-                size = details.get("size", "")
-                size = int(size) if size.isdigit() else 0
+                written = details.get("size", "")
+                size = int(written) if written.isdigit() else 0
                 tally.moved(_HOST if sides[0] else device, target, size, start, duration)
                 if sides[0]:  # from host memory: pinned or pageable, for the steps' copies per GPU
                     memory = details.get("kind_src", "")

@@ -68,15 +68,16 @@ def _sized(dtype: Any, shape: Optional[tuple]) -> tuple[int, str, str]:
     """(bytes, dtype name, dimensions text) of a value of `dtype` and dimensions `shape` (None: unknown
     rank); cached, shapes repeat."""
     each = _tensorflow.dtype_size(dtype.name)
-    known = shape is not None and None not in shape
     dims = ",".join("?" if d is None else str(d) for d in shape) if shape is not None else "?"
-    return (math.prod(shape) * each if known and each else 0), dtype.name, dims
+    return (math.prod(shape) * each if shape is not None and None not in shape and each else 0), dtype.name, dims
 
 
 class _Counted(weakref.ref):
     """A weak reference to a counted tensor or variable, with its id (`key`) and its entry's `code`."""
 
     __slots__ = ("key", "code")
+    key: int
+    code: int
 
 
 # A change is one int: the log's length at the change (`_CLOCK` bits up) and the code of its entry: the
@@ -116,7 +117,7 @@ class Census:
         self._freed = self._on_free()  # the callback of every reference
         self.add_outputs = self._outputs_counter()
 
-    def _on_free(self) -> Callable[["_Counted"], None]:
+    def _on_free(self) -> Callable[["_Counted"], object]:
         """The callback of a counted object's reference: its change appended, its line dropped. It runs per
         tensor: what it reads is bound here."""
         pop, lines_pop, append, clock = self._entries.pop, self._sources.pop, self._changes.append, self.clock
