@@ -3,9 +3,9 @@
 Every `import` and `from ... import` of a tfplace module counts, those inside functions too. A part is a
 sub-package or a module of the package drawn; `tfplace`'s own `__init__` (the front module) is the part
 `tfplace`. `tests/test_layers.py` checks that the layers hold (no cycle, nothing imported from above) and that
-BUILD.md shows what this prints.
+docs/architecture.md shows what this prints.
 
-    python scripts/layers.py            # every package with sub-packages, as BUILD.md shows them
+    python scripts/layers.py            # every package with sub-packages, as docs/architecture.md shows them
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def summary(part: str, known: dict[str, Path], width: int = 92) -> str:
 
 
 def drawing() -> str:
-    """What BUILD.md shows: each drawn package's parts, top layer first, each with its docstring's summary."""
+    """What docs/architecture.md shows: each drawn package's parts, top layer first, each with its docstring's summary."""
     graph, known = imports(), modules()
     lines = []
     for package in DRAWN:

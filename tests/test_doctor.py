@@ -407,15 +407,6 @@ def test_doctor_on_this_machine_reads_tensorflow_in_a_child_only():
     assert summary == f"GPUs: 0 reported by the driver, 0 used by TensorFlow: {here}, TensorFlow runs on the CPU"
 
 
-def test_the_readmes_h200_example_is_what_the_doctor_says():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Why TensorFlow does not use the GPU"):readme.index("## Find where placement")]
-    shown = section.split("```\n")[1].splitlines()
-    text = str(diagnose(machines.h200(machines.tensorflow()))).splitlines()
-    assert shown[:8] == text[:8]
-    assert all(line in text for line in shown[8:] if line != "  ...")
-
-
 def test_save_here_then_explain_the_saved_facts(tmp_path):
     path = tmp_path / "here.json"
     saved = doctor_cli(f"--save={path}")

@@ -1,6 +1,6 @@
 """The package's layers hold: no import cycle at any level, no import from a lower layer up, no module over
 400 lines, each package's `__init__` saying what it may import (and its modules importing just that), and
-BUILD.md's drawing of the layers being what `scripts/layers.py` draws from the code today."""
+docs/architecture.md's drawing of the layers being what `scripts/layers.py` draws from the code today."""
 
 from __future__ import annotations
 
@@ -73,5 +73,5 @@ def test_a_cycle_and_an_upward_import_are_found(tmp_path):
 
 
 def test_build_md_shows_the_layers_as_the_code_draws_them():
-    build = (ROOT / "BUILD.md").read_text(encoding="utf-8")
-    assert layers.drawing() in build, "BUILD.md's layers are not what `python scripts/layers.py` prints: paste its output"
+    build = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert layers.drawing() in build, "docs/architecture.md's layers are not what `python scripts/layers.py` prints: paste its output"

@@ -154,14 +154,6 @@ CELLS = {
     "oom": "%%placement --memory --sources\nkept = tf.ones((512, 512))\ntf.zeros((2**40,))",
 }
 FAILING = ("copy", "bad_level", "bad_option", "bad_device", "bad_perfetto", "device_guard", "oom")
-# The README's example cell and what it says the magic shows.
-README_CELL, README_SHOWN = re.search(r"## Notebooks\n.*?```\n(%%placement.*?)```\n.*?```\n(PlacementLog: .*?)\n```",
-                                      (ROOT / "README.md").read_text(encoding="utf-8"), re.S).groups()
-CELLS.update({
-    "readme_setup": ("a = tf.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])\n"
-                     "b = tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])"),
-    "readme": README_CELL,
-})
 
 
 def executed_once(tmp_path_factory, name: str, run) -> nbformat.NotebookNode:
@@ -319,13 +311,6 @@ def test_the_kept_log_displays_as_html(magic):
     result, = outputs(magic["repr"], "execute_result")
     assert 'class="tfplace-placement"' in result.data["text/html"]
     assert result.data["text/plain"].startswith("<PlacementLog: ")
-
-
-def test_the_readme_cell_shows_what_the_readme_says(magic):
-    cell = magic["readme"]
-    assert value_text(stream(cell)) == "tf.Tensor( [[66. 84.] [147. 192.]], shape=(2, 2), dtype=float32) "
-    _, text = shown(cell)
-    assert text == README_SHOWN.replace("In[3]:", f"In[{cell.execution_count}]:")
 
 
 # --- the display and the DataFrame, in this process --------------------------------------------

@@ -1,5 +1,5 @@
 """`tfplace merge`: the traces of a cluster's tasks (`tfplace trace --json`, one file per task) read and
-merged into one JSON, `"format": "tfplace-cluster/1"` (DESIGN.md, "Clusters"). JSON only: no TensorFlow.
+merged into one JSON, `"format": "tfplace-cluster/1"` (docs/guides/clusters.md). JSON only: no TensorFlow.
 
 A task is named `job:index` ("worker:1", "ps:0"; "chief" for the chief): as the caller names it
 (`tfplace launch --trace`), as the trace's "cluster" section does, or else by the devices of its eager
@@ -302,7 +302,7 @@ def merge(traces: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
     Returns:
       {"format": "tfplace-cluster/1", "tasks", "collectives", "variables", "ps_bytes", "ps_imbalance" (only
       with ps tasks), "traffic", "matrix", "steps" (per task, `tfplace.cluster._steps`), "slowest" (the
-      worker computing most per step, or None), "advice" (across workers)}: see DESIGN.md, "Clusters".
+      worker computing most per step, or None), "advice" (across workers)}: see docs/guides/clusters.md.
 
     Raises:
       MergeError: a task name is not `job:index`, or two traces are of the same task.

@@ -23,7 +23,7 @@ SEVERITIES = ("error", "warning", "info")
 
 @dataclasses.dataclass(frozen=True)
 class Finding:
-    """One cause or observation: `code` (DESIGN.md's list), `severity` (`"error"`: a GPU will not be used;
+    """One cause or observation: `code` (one of the codes docs/guides/doctor.md lists), `severity` (`"error"`: a GPU will not be used;
     `"warning"`: it will, with a cost or risk; `"info"`), a one-line `message`, a `fix` that works when pasted
     (None when there is none to paste), and the `evidence` it rests on."""
 
