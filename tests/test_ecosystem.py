@@ -1,6 +1,7 @@
 """Programs of TensorFlow's ecosystem libraries recorded as TensorFlow logs them: the `Cast` TensorFlow's C++
-runs when it converts a Python value, and a library's own ops (`tf.load_op_library`) at the user's line. The
-conformance suite checks the same against TensorFlow's log (`tests/conformance/programs/zh_text_and_conversions.py`)."""
+runs when it converts a Python value, a library's own ops (`tf.load_op_library`) at the user's line, and the copy
+of a host-memory shape computed on another device. The conformance suite checks the same against TensorFlow's log
+(`tests/conformance/programs/zh_text_and_conversions.py`, `zl_host_memory_inputs.py`)."""
 
 import pytest
 
@@ -39,3 +40,29 @@ def test_a_librarys_own_op_has_the_line_that_called_it_not_its_generated_wrapper
         report(sorted({r.source.rpartition("/")[2] for r in log.records if r.op.startswith("TFText>")}))
     """))
     assert len(out) == 1 and out[0].startswith("whitespace_tokenizer.py:")  # tensorflow-text's call, not <string>
+
+
+def test_a_shape_computed_on_another_device_is_copied_to_the_host_and_a_transfer_guard_stops_there():
+    code = """
+        import tensorflow as tf, tfplace
+        tfplace.configure(logical_cpus=2)
+        with tf.device("/CPU:1"):
+            y = tf.ones((4, 6))
+            shape = tf.constant([6, 4]) + 0          # int32 on CPU:1
+            seed = tf.constant([1, 2], tf.int64) + 0
+        with tfplace.capture_placement(sources=True) as log:
+            with tf.device("/CPU:1"):
+                tf.reshape(y, shape)                 # Reshape's shape is wanted on the host
+                tf.raw_ops.StatelessRandomGetKeyCounter(seed=seed)   # an int64 host-memory seed: read where it is
+        copies = [[c.op, c.input_index, c.from_device, c.to_device, c.source] for c in log.copies]
+        try:
+            with tfplace.transfer_guard("disallow"), tf.device("/CPU:1"):
+                tf.reshape(y, shape)
+            stopped = ""
+        except tfplace.ImplicitCopyError as error:
+            stopped = str(error)
+        report([copies, stopped])
+    """
+    copies, stopped = result_of(run_python(code))
+    assert copies == [["Reshape", 1, "/device:CPU:1", "/device:CPU:0", line_of(code, "tf.reshape(y, shape)  ")]]
+    assert stopped.startswith("implicit copy at ") and "Reshape input #1 lives on /device:CPU:1" in stopped, stopped
