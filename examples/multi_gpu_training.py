@@ -116,7 +116,7 @@ def _print_steps(log, epoch: int) -> None:
         return
     replicas = ", ".join(f"{device.rpartition('device:')[2]} {busy / steps.count / 1000:.1f} ms"
                          for device, (busy, _) in steps.per_device.items())
-    rest = ", ".join(f"{phase} {share:.0%}" for phase, share in steps.shares.items() if share >= 0.005)
+    rest = ", ".join(f"{phase} {share:.0%}" for phase, share in (steps.shares or {}).items())  # every phase, in order
     print(f"steps (epoch {epoch}): {steps.count} x {steps.median_us / 1000:.1f} ms median; busy per step per "
           f"replica: {replicas}; {rest}")
     found = log.advice()
