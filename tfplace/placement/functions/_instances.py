@@ -7,13 +7,12 @@ instant, one entry can hold several functions' nodes, each graph's after the oth
 every graph has its own `op_input_0`, `Identity`, ...), its placed graph or partitions only some of
 them, and another entry the rest with an empty graph as written. DTensor's per-device threads do so for
 every op they run (`tfplace.placement.functions._dtensor`): a call's batch of entries holds one function per mesh
-device. `split()` takes
-such a batch apart: one `Instance` per placed function, with its graph as written (the chunk whose
-names it shares most), its placed graph and the partitions that hold its placed nodes. First calls of
-different functions in several threads merge across batches too: one thread's entry holds both graphs
-as written and one placed graph, another thread's entry the other placed graph with an empty graph as
-written; `split()` hands back the graphs as written it could not pair, for `tfplace.placement.functions._graphs` to
-pair with the next batch.
+device. `split()` takes such a batch apart: one `Instance` per placed function, with its graph as
+written (the chunk whose names it shares most), its placed graph and the partitions that hold its
+placed nodes. First calls of different functions in several threads merge across batches too: one
+thread's entry holds both graphs as written and one placed graph, another thread's entry the other
+placed graph with an empty graph as written; `split()` hands back the graphs as written it could not
+pair, for `tfplace.placement.functions._graphs` to pair with the next batch.
 
 Example:
     >>> from tensorflow.core.framework import graph_pb2
