@@ -36,6 +36,7 @@ _getframe = sys._getframe  # pylint: disable=protected-access
 _DATASET_OPS = _datasets.READS | {"DatasetCardinality"}
 _COPYING = (_OP, _EXPLICIT)  # what an op's kind may be when its inputs can be copied implicitly
 _KEPT = 8  # per op type, the deciding codes kept; per call, the (device, scope, attributes) kept
+_HOST_DEVICE = "/device:CPU:0"  # the host, where a kernel wants its int32 host-memory arguments (`_eager.copies_to_host`)
 
 
 class Hook:
@@ -103,7 +104,7 @@ class Hook:
         for tensor in inputs:
             if tensor.backing_device != full:
                 return False
-        return not _eager.copies_to_host(op_type, full)
+        return full.endswith(_HOST_DEVICE) or not _eager.copies_to_host(op_type, full)
 
     def on_host(self, op_type: bytes, attrs: tuple) -> None:
         """An op TensorFlow's C++ runs on the host where no op callback hears it (a conversion's `Cast`),
@@ -235,7 +236,7 @@ class Hook:
                         copies = _eager.copies(op, inputs, full, record.device)
                         break
                 else:
-                    if inputs and _eager.copies_to_host(op, full):
+                    if inputs and not full.endswith(_HOST_DEVICE) and _eager.copies_to_host(op, full):
                         copies = _eager.copies(op, inputs, full, record.device)
                 if op in _DATASET_OPS:  # what fills a cache() (tfplace.placement.functions._datasets)
                     if op == "DatasetCardinality":
