@@ -88,7 +88,8 @@ def test_an_op_on_dtensors_device_records_the_per_device_functions_and_their_cal
     with tfplace.capture_placement() as log:
         c = tf.matmul(a, b)
         c = tf.matmul(a, b)
-    copies = [[c.from_device, c.to_device, c.bytes, c.function, c.kind] for c in log.copies]
+    copies = [[c.from_device, c.to_device, c.bytes, c.function or c.op, c.kind, c.input_index, c.source]
+              for c in log.copies]
     report({"rows": rows(log), "complete": log.complete, "reason": log.incomplete_reason, "copies": copies,
             "summary": {d: dict(ops) for d, ops in log.summary().items()}})
     """)
@@ -105,7 +106,15 @@ def test_an_op_on_dtensors_device_records_the_per_device_functions_and_their_cal
     # the device id DTensor keeps on the host moves to CPU:1 for that device's function, at every call
     moved = [c for c in got["copies"] if c[4] == "function"]
     assert moved and all(c[:2] == ["/device:CPU:0", "/device:CPU:1"] and c[3].startswith("MatMul__func_") for c in moved)
-    assert len(moved) % 2 == 0 and moved[:len(moved) // 2] == moved[len(moved) // 2:]
+    assert len(moved) % 2 == 0 and [c[:6] for c in moved[:len(moved) // 2]] == [c[:6] for c in moved[len(moved) // 2:]]
+    # before each call, TensorFlow copies the CPU:1 function's device id (made on CPU:1) to the host, where
+    # that function's argument is placed: the "warn" policy logs "MatMul__func_... input #0 was expected to be on
+    # .../CPU:0 but is actually on .../CPU:1"
+    arguments = [c for c in got["copies"] if c[4] == "eager"]
+    assert [c[:2] + [c[2], c[5]] for c in arguments] == [["/device:CPU:1", "/device:CPU:0", 4, 0]] * 2
+    assert all(c[3].startswith("MatMul__func_") for c in arguments)
+    first, second = (int(c[6].rpartition(":")[2]) for c in arguments)
+    assert second == first + 1  # each call's own line
 
 
 @placement

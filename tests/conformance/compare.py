@@ -284,15 +284,11 @@ class Result:
 
 
 def exemption(copy: tflog.Copy) -> Optional[str]:
-    """Why DESIGN.md does not count a TensorFlow copy line as an implicit copy (or tfplace does not record it
-    yet, said as such), or None when it does."""
+    """Why DESIGN.md does not count a TensorFlow copy line as an implicit copy, or None when it does."""
     if copy.op in EXPLICIT_COPY_OPS:  # TensorFlow's line does not say whether a tf.device scope asked for it
         return "an identity's copy: explicit under a tf.device scope (a capture records those without one)"
     if copy.op == CONSTANT_OP:
         return "a Python value made into a constant on its device (TensorFlow's C layer)"
-    if "__func_" in copy.op and copy.to_device != copy.running:
-        return ("NOT RECORDED YET: an argument of a per-device function DTensor runs, which TensorFlow wants on "
-                "the host")
     return None
 
 

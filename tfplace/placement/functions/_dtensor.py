@@ -7,8 +7,9 @@ for the op on `CUSTOM:0`). TensorFlow places each instance at its first call and
 reports it; as DTensor's threads place the instances at the same time, the collection may merge
 them: one entry holding every instance's nodes under the same names, another holding only its
 placed graph (`tfplace.placement.functions._instances.split` takes such entries apart again); `function_name()`
-finds the name TensorFlow's log gives each instance; `after()` remembers what a call with the
-same inputs runs, for the calls that place nothing.
+finds the name TensorFlow's log gives each instance; `argument_copies()` the copies TensorFlow makes of
+its arguments before each call; `after()` remembers what a call with the same inputs runs, for the calls
+that place nothing.
 
 Example:
     >>> is_dtensor_device("/job:localhost/replica:0/task:0/device:CUSTOM:0"), is_dtensor_device("/device:CPU:1")
@@ -20,17 +21,22 @@ from __future__ import annotations
 import re
 from typing import Any, NamedTuple, Sequence
 
+from tensorflow.core.framework import types_pb2
+
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name
 from tfplace.placement.functions import _instances
-from tfplace.placement.records._records import CUSTOM_DEVICE, Kind, Origin, PlacementRecord
+from tfplace.placement.ops import _kernels
+from tfplace.placement.records._records import CUSTOM_DEVICE, CopyRecord, Kind, Origin, PlacementRecord
 from tfplace.placement.session import _session
 
-__all__ = ["is_dtensor_device", "function_name", "count_host_runs", "on_host", "key", "Ran", "execute_record", "after"]
+__all__ = ["is_dtensor_device", "function_name", "count_host_runs", "on_host", "key", "Ran", "execute_record",
+           "argument_copies", "after"]
 
 _LIMIT = 1024  # calls remembered (by op and inputs), oldest forgotten first
 _HOST_RUNS = "eager_pure_optimization.hit"  # DTensor's count of ops it ran as one eager op on the host
 _INNER = re.compile(r"^_func_\d+_\d+$")
+_RESOURCE = types_pb2.DT_RESOURCE
 
 
 def is_dtensor_device(device: str) -> bool:
@@ -91,16 +97,39 @@ def key(op: str, attrs: Any, inputs: Sequence[Any]) -> tuple:
 
 class Ran(NamedTuple):
     """What one call on DTensor's device runs: the nodes, transfers and node runs of its per-device
-    functions (`_collected.Placed`, transfers named after each instance) and their calls ("execute"
-    records on the mesh's devices, as TensorFlow's log prints them from DTensor's threads)."""
+    functions (`_collected.Placed`, transfers named after each instance), their calls ("execute"
+    records on the mesh's devices, as TensorFlow's log prints them from DTensor's threads) and the
+    copies of their arguments before those calls (`argument_copies`)."""
 
     placed: Any
     executed: tuple[PlacementRecord, ...] = ()
+    arguments: tuple[CopyRecord, ...] = ()
 
 
 def execute_record(name: str, device: str, origin: str) -> PlacementRecord:
     """The "execute" record of one call of a per-device function (a function call: `is_function_call`)."""
     return PlacementRecord(name, "", canonical_name(device), Kind.EXECUTE, origin=origin or Origin.USER)
+
+
+def argument_copies(name: str, instance: _instances.Instance) -> tuple[CopyRecord, ...]:
+    """The copies TensorFlow makes before each call of the per-device function `name` (`instance`):
+    DTensor gives an instance its arguments on the instance's device, and an argument TensorFlow
+    placed elsewhere (DTensor's int32 `device_id`, kept in host memory) is copied there first; the
+    "warn" policy logs `before computing <name> input #0 was expected to be on .../CPU:0 but is
+    actually on .../CPU:1`."""
+    graph = instance.post_optimization_graph
+    here = canonical_name(instance.device)
+    moved = [(node.attr["index"].i, canonical_name(node.device), node.attr["T"].type, node.name)
+             for node in graph.node if node.op == "_Arg" and node.device
+             and node.attr["T"].type != _RESOURCE and canonical_name(node.device) != here]
+    sizes = _tensorflow.static_sizes(graph, {f"{arg}:0" for *_, arg in moved}) if moved else {}
+    copies = []
+    for index, there, dtype, arg in sorted(moved):
+        dtype_name, elements = _kernels.dtype_name(dtype), sizes.get(f"{arg}:0")
+        size = _tensorflow.dtype_size(dtype_name)
+        copies.append(CopyRecord(name, index, here, there, dtype=dtype_name,
+                                 bytes=None if elements is None or size is None else elements * size))
+    return tuple(copies)
 
 
 def after(call_key: tuple, ran: Ran) -> Ran:

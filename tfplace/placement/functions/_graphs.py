@@ -237,7 +237,8 @@ def collect_dtensor(op: str, origin: str) -> _dtensor.Ran:
     """What a call of `op` on DTensor's device placed since the last collection (`tfplace.placement.functions._dtensor`):
     the nodes and transfers of its per-device functions, taken apart where TensorFlow's collection merged
     them (DTensor's threads place them at once), the constants DTensor made on each device for it
-    (`Const`, executed from C++: no hook sees them), and the per-device calls ("execute" records)."""
+    (`Const`, executed from C++: no hook sees them), the per-device calls ("execute" records) and the copies of
+    their arguments."""
     session = _session.current()
     if session is None:
         return _dtensor.Ran(_collected.Placed())
@@ -252,4 +253,5 @@ def collect_dtensor(op: str, origin: str) -> _dtensor.Ran:
         found = _instances.split([f for f, is_wrapper in zip(fresh, wrapper) if not is_wrapper])
         names = [_dtensor.function_name(op, instance) for instance in found]
         return _dtensor.Ran(_collected.placed_by(found, op, names, constants),
-                            tuple(_dtensor.execute_record(name, i.device, origin) for name, i in zip(names, found)))
+                            tuple(_dtensor.execute_record(name, i.device, origin) for name, i in zip(names, found)),
+                            tuple(c for name, i in zip(names, found) for c in _dtensor.argument_copies(name, i)))

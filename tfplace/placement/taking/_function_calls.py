@@ -51,7 +51,7 @@ def called(hook: Any, session: _session.Session, op: str, kind: int, record: Pla
             collected = _graphs.collect_dtensor(op, record.origin)
             mesh = _dtensor.after(_dtensor.key(op, attrs, inputs), collected)
             found, placed = collected.placed, collected.placed.functions > 0
-            ran, copies, executed = mesh.placed, mesh.placed.transfers, mesh.executed
+            ran, copies, executed = mesh.placed, mesh.placed.transfers + mesh.arguments, mesh.executed
             kind = _eager.FUNCTION  # listeners hear of it as of a function call (its records, its runs)
     elif kind == _eager.FUNCTION:
         if _placed.is_xla(op):
