@@ -1,4 +1,4 @@
-"""Every code block of the README and of the documentation site runs, and shows what running it shows.
+"""Every code block of the READMEs and of the documentation site runs, and shows what running it shows.
 
 A page's blocks run top to bottom in one fresh working directory (one test per page):
 
@@ -38,7 +38,7 @@ from conftest import ROOT
 
 pytestmark = pytest.mark.slow  # every program of the documentation, each a whole process
 
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "examples" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^```([\w-]*)[^\n]*\n(.*?)^```[ \t]*$", re.S | re.M)
 CHECKER = doctest.OutputChecker()
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
