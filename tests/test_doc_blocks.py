@@ -177,7 +177,7 @@ def run_page(page: Path, workdir: Path) -> int:
     notebook = None  # the page's notebook, run at its first cell
     ran = 0
     for i, block in enumerate(found):
-        where = f"{page.name}:{block.line}"
+        where = f"{page.relative_to(ROOT) if page.is_relative_to(ROOT) else page.name}:{block.line}"
         name = _file_name(block)
         if block.language in ("python", "ipython"):
             file = workdir / (name or f"block_{block.line}.py")
