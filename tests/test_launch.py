@@ -121,6 +121,29 @@ def test_the_first_failing_task_names_itself_and_gives_its_status(tmp_path):
     assert time.monotonic() - start < 20
 
 
+CRASHES_AT_PROFILER_STOP = """
+import os, signal
+import tensorflow as tf
+from tfplace import _tensorflow
+_tensorflow.profiler_stop = lambda: os.kill(os.getpid(), signal.SIGSEGV)  # as TensorFlow 2.21's can crash
+print("sum", float(tf.reduce_sum(tf.ones(3))))
+"""
+
+
+def test_a_task_whose_process_dies_after_its_script_ended_is_named_with_what_to_do(tmp_path):
+    done = launch("--workers=1", "--trace", "--timing", "--json=cluster.json",
+                  script(tmp_path, "crash.py", CRASHES_AT_PROFILER_STOP), cwd=tmp_path, timeout=120)
+    assert done.returncode == 139, done.stderr
+    assert "[worker 0] sum 3.0" in done.stdout.splitlines()
+    lines = done.stdout[done.stdout.index("what is uneven or costly"):].splitlines()
+    assert lines[1] == ("  worker:0: no trace: its script ended (status 0), then the process was killed by signal 11 "
+                        "as it closed its trace (with --timing, TensorFlow's profiler can crash as it stops: run again, "
+                        "or leave out --timing); its figures below are what its peers saw")
+    tasks = json.loads((tmp_path / "cluster.json").read_text())["tasks"]
+    assert [(t["task"], t["trace"], t["script_exit_status"]) for t in tasks if t["task"] == "worker:0"] == \
+        [("worker:0", None, 0)]
+
+
 def test_a_server_that_ends_before_the_script_is_a_failure(tmp_path):
     sleeper = script(tmp_path, "sleeps.py", "import time\ntime.sleep(120)\n")
     # the servers read the tfplace settings from the environment; this one cannot be read, so they end at once

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tfplace.cluster._merge import FORMAT, MergeError, merge, merge_files, trace_task
+from tfplace.cluster import _checks
 from tfplace.cluster._report import render
 
 W = "/job:worker/replica:0/task:{}/device:CPU:0"
@@ -354,3 +355,20 @@ def test_functions_another_traced_task_placed_are_one_line_not_an_incomplete_log
     assert findings.count("chief's log is incomplete") == 1 and "placed before the block opened" in findings
     untraced = render(merge([("chief", chief), ("worker:0", worker(0))]), top=5)  # worker:1's trace is missing
     assert "chief's log is incomplete: the block ran function __inference_step_7 on" in untraced
+
+
+def test_a_task_whose_script_ended_but_whose_trace_was_never_written_says_so(tmp_path):
+    # the launcher reads what each task published when its script ended (before its trace closes: under
+    # --timing, TensorFlow's profiler can crash the process as it stops)
+    for task, ended in (("worker:0", True), ("worker:1", False)):
+        publisher = _checks.Publisher(task, f"/job:worker/replica:0/task:{task[-1]}",
+                                      _checks._file_writer(str(tmp_path), task))
+        publisher.exited(0) if ended else publisher.publish()
+    assert _checks.script_statuses(str(tmp_path)) == {"worker:0": 0}
+    merged = merge_files({}, {"worker:0": 139, "worker:1": 137}, _checks.script_statuses(str(tmp_path)))
+    assert [t.get("script_exit_status") for t in merged["tasks"]] == [0, None]
+    text = render(merged)
+    assert ("  worker:0: no trace: its script ended (status 0), then the process was killed by signal 11 as it "
+            "closed its trace (with --timing, TensorFlow's profiler can crash as it stops: run again, or leave out "
+            "--timing)") in text
+    assert "  worker:1: no trace (exit status 137): it ended before writing one" in text

@@ -309,7 +309,8 @@ def _report(cluster: _Cluster) -> bool:
     try:
         from tfplace.cluster._merge import merge_files
         from tfplace.cluster._report import render
-        merged = merge_files(paths, statuses)
+        from tfplace.cluster._checks import script_statuses
+        merged = merge_files(paths, statuses, script_statuses(cluster.folder))
         for entry in merged["tasks"]:
             entry.pop("file", None)  # the tasks' files are temporary: removed once merged
         text = render(merged, top=cluster.options.top)

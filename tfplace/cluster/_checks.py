@@ -35,8 +35,8 @@ import os
 import threading
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-__all__ = ["DIRECTORY", "MISMATCH_STATUS", "Publisher", "mismatch", "watch", "publishing", "install", "uninstall",
-           "cluster_jobs", "last_state"]
+__all__ = ["DIRECTORY", "MISMATCH_STATUS", "Publisher", "mismatch", "watch", "script_statuses", "publishing",
+           "install", "uninstall", "cluster_jobs", "last_state"]
 
 DIRECTORY = "TFPLACE_CLUSTER_DIR"  # where tasks publish under `tfplace launch --trace`
 MISMATCH_STATUS = 3
@@ -340,6 +340,12 @@ def cluster_jobs() -> dict[str, int]:
 def watch(directory: str, statuses: dict[str, Optional[int]], jobs: Optional[dict[str, int]] = None) -> Optional[str]:
     """The launcher's check: what the tasks published in `directory`, compared (`mismatch`)."""
     return mismatch(_read_states(directory), statuses, jobs)
+
+
+def script_statuses(directory: str) -> dict[str, int]:
+    """The status each task's script ended with, as the task published it before it closed its trace
+    (`Publisher.exited`); a task whose script never ended is not in it."""
+    return {task: state["exit"] for task, state in _read_states(directory).items() if isinstance(state.get("exit"), int)}
 
 
 # --- in a task ---------------------------------------------------------------------------------------

@@ -341,12 +341,15 @@ def merge(traces: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
 
 
 def merge_files(paths: Union[Mapping[str, str], Sequence[str]],
-                statuses: Optional[Mapping[str, Optional[int]]] = None) -> dict[str, Any]:
+                statuses: Optional[Mapping[str, Optional[int]]] = None,
+                ended: Optional[Mapping[str, int]] = None) -> dict[str, Any]:
     """Reads and merges the traces at `paths`: task name -> path (as `tfplace launch --trace` passes), or a
     list of paths whose tasks come from each trace's "cluster" section or device names.
 
     `statuses` (task name -> exit status, None while unknown) overrides each trace's own; a task in it
-    without a trace is listed with `"trace": None`.
+    without a trace is listed with `"trace": None`, and where `ended` (task name -> the status its script
+    ended with, as the task published it: `tfplace.cluster._checks.script_statuses`) has it, with
+    `"script_exit_status"`: its process ended after its script, before its trace was written.
 
     Raises:
       MergeError: a file cannot be read or is not a trace, a list's trace names no cluster task, or two
@@ -375,5 +378,8 @@ def merge_files(paths: Union[Mapping[str, str], Sequence[str]],
             known[task] = {"task": task, "device_prefix": prefix_of(task), "exit_status": status, "trace": None}
         elif status is not None:  # the status the process ended with, not the one its trace wrote
             known[task]["exit_status"] = status
+    for entry in known.values():
+        if entry["trace"] is None and entry["task"] in (ended or {}):
+            entry["script_exit_status"] = (ended or {})[entry["task"]]
     merged["tasks"] = sorted(known.values(), key=lambda e: task_key(e["task"]))
     return merged

@@ -101,7 +101,13 @@ def _findings(merged: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], top:
         lines.append(f"      fix: {item['fix']}")
     for entry in merged.get("tasks") or []:
         status = entry.get("exit_status")
-        if entry.get("trace") is None:
+        if entry.get("trace") is None and entry.get("script_exit_status") is not None:
+            how = f"was killed by signal {status - 128}" if isinstance(status, int) and status > 128 else \
+                f"exited with status {status}"
+            lines.append(f"  {entry['task']}: no trace: its script ended (status {entry['script_exit_status']}), then "
+                         f"the process {how} as it closed its trace (with --timing, TensorFlow's profiler can crash as "
+                         "it stops: run again, or leave out --timing); its figures below are what its peers saw")
+        elif entry.get("trace") is None:
             lines.append(f"  {entry['task']}: no trace (exit status {status}): it ended before writing one; its "
                          "figures below are what its peers saw")
         elif isinstance(status, int) and status > 128 and entry["trace"].get("script") != "(server)":
@@ -214,7 +220,7 @@ def _per_task(merged: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> l
     unowned = [r for r in rows if not r["task"]]
     lines += [f"  (unknown device: {r['executions']} op execution(s), recorded by {', '.join(r['recorded_by'])})"
               for r in unowned]
-    if all(r["busy_us"] is None for r in rows):
+    if rows and all(r["busy_us"] is None for r in rows):
         lines.append("  (no times: trace each task with --timing for busy time per device)")
     return lines or ["  (no ops ran)"]
 
