@@ -319,12 +319,9 @@ def _file_writer(directory: str, task: str) -> Callable[[str], None]:
 def _read_states(directory: str) -> dict[str, dict[str, Any]]:
     states = {}
     for name in os.listdir(directory):
-        if name.endswith(".state.json"):
-            try:
-                with open(os.path.join(directory, name), encoding="utf-8") as f:
-                    states[name[:-len(".state.json")]] = json.load(f)
-            except (OSError, ValueError):
-                pass
+        if name.endswith(".state.json"):  # one that cannot be read now is left out
+            with contextlib.suppress(OSError, ValueError), open(os.path.join(directory, name), encoding="utf-8") as f:
+                states[name[:-len(".state.json")]] = json.load(f)
     return states
 
 
@@ -343,8 +340,7 @@ def watch(directory: str, statuses: dict[str, Optional[int]], jobs: Optional[dic
 
 
 def script_statuses(directory: str) -> dict[str, int]:
-    """The status each task's script ended with, as the task published it before it closed its trace
-    (`Publisher.exited`); a task whose script never ended is not in it."""
+    """Each task's script's exit status, published before its trace closes (`Publisher.exited`), if it ended."""
     return {task: state["exit"] for task, state in _read_states(directory).items() if isinstance(state.get("exit"), int)}
 
 
