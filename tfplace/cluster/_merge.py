@@ -378,8 +378,8 @@ def merge_files(paths: Union[Mapping[str, str], Sequence[str]],
             known[task] = {"task": task, "device_prefix": prefix_of(task), "exit_status": status, "trace": None}
         elif status is not None:  # the status the process ended with, not the one its trace wrote
             known[task]["exit_status"] = status
-    for entry in known.values():
-        if entry["trace"] is None and entry["task"] in (ended or {}):
-            entry["script_exit_status"] = (ended or {})[entry["task"]]
+    for task, status in (ended or {}).items():
+        if task in known and known[task]["trace"] is None:
+            known[task]["script_exit_status"] = status
     merged["tasks"] = sorted(known.values(), key=lambda e: task_key(e["task"]))
     return merged

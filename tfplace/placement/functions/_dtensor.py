@@ -25,7 +25,7 @@ from tensorflow.core.framework import types_pb2
 
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name
-from tfplace.placement.functions import _instances
+from tfplace.placement.functions import _instances, _transfers
 from tfplace.placement.ops import _kernels
 from tfplace.placement.records._records import CUSTOM_DEVICE, CopyRecord, Kind, Origin, PlacementRecord
 from tfplace.placement.session import _session
@@ -123,13 +123,9 @@ def argument_copies(name: str, instance: _instances.Instance) -> tuple[CopyRecor
              for node in graph.node if node.op == "_Arg" and node.device
              and node.attr["T"].type != _RESOURCE and canonical_name(node.device) != here]
     sizes = _tensorflow.static_sizes(graph, {f"{arg}:0" for *_, arg in moved}) if moved else {}
-    copies = []
-    for index, there, dtype, arg in sorted(moved):
-        dtype_name, elements = _kernels.dtype_name(dtype), sizes.get(f"{arg}:0")
-        size = _tensorflow.dtype_size(dtype_name)
-        copies.append(CopyRecord(name, index, here, there, dtype=dtype_name,
-                                 bytes=None if elements is None or size is None else elements * size))
-    return tuple(copies)
+    return tuple(CopyRecord(name, index, here, there, dtype=_kernels.dtype_name(dtype),
+                            bytes=_transfers.bytes_of(sizes.get(f"{arg}:0"), _kernels.dtype_name(dtype)))
+                 for index, there, dtype, arg in sorted(moved))
 
 
 def after(call_key: tuple, ran: Ran) -> Ran:

@@ -51,7 +51,7 @@ from tfplace.placement.functions._lowering import PlacerNode
 from tfplace.placement.ops import _kernels
 from tfplace.placement.records._records import CONTROL, CopyRecord
 
-__all__ = ["function_transfers", "placed_transfers", "EXPLICIT_COPIES"]
+__all__ = ["function_transfers", "placed_transfers", "bytes_of", "EXPLICIT_COPIES"]
 
 EXPLICIT_COPIES = frozenset({"Identity", "IdentityN"})
 _SENDS = frozenset({"_Send", "_HostSend"})
@@ -211,7 +211,7 @@ def function_transfers(partitions: Sequence[Any], placer: Mapping[str, PlacerNod
                           dtype=_kernels.dtype_name(dtype), in_loop=in_loop)
         found.append((copy, tensor))
     sizes = _tensorflow.static_sizes(graph, {tensor for _, tensor in found}) if graph is not None else {}
-    return [copy._replace(bytes=_bytes(sizes.get(tensor), copy.dtype)) for copy, tensor in found] + controls
+    return [copy._replace(bytes=bytes_of(sizes.get(tensor), copy.dtype)) for copy, tensor in found] + controls
 
 
 def placed_transfers(function: str, graph: Any, nodes: Sequence[PlacerNode], devices: Sequence[str],
@@ -273,13 +273,14 @@ def placed_transfers(function: str, graph: Any, nodes: Sequence[PlacerNode], dev
             continue  # the user's tf.identity under a device
         found.append(CopyRecord(node.op, index, where[producer], to_device, source=sources.get(node.name, ""),
                                 kind="function", function=function, node=node.name, tensor=tensor, dtype=dtype,
-                                bytes=_bytes(elements, dtype), in_loop=True))
+                                bytes=bytes_of(elements, dtype), in_loop=True))
     return found
 
 
 _REPLICATED_ELEMENTS = 16  # ReplicateConstantsPass replicates CPU constants of at most this many elements
 
 
-def _bytes(elements: Optional[int], dtype: str) -> Optional[int]:
+def bytes_of(elements: Optional[int], dtype: str) -> Optional[int]:
+    """Bytes of a tensor of `elements` elements of `dtype` (a name); None where either is unknown."""
     size = _tensorflow.dtype_size(dtype)
     return None if elements is None or size is None else elements * size
