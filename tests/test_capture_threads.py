@@ -199,6 +199,101 @@ def test_merged_graphs_pair_each_placed_graph_with_the_graph_it_was_written_as()
 
 
 
+def test_an_entry_whose_placed_graph_holds_two_functions_gives_each_its_own_graph_as_written():
+    # TensorFlow's collection gave one thread's entry its own graph as written and two placed graphs: the
+    # other thread's graph as written waited (`unplaced`) for its placed graph, which came merged with this one
+    from tensorflow.core.framework import graph_pb2
+    from tfplace.placement.functions import _graphs, _instances
+    from tfplace.placement.session import _session
+
+    def graph(*nodes):
+        made = graph_pb2.GraphDef()
+        for name, op in nodes:
+            made.node.add(name=name, op=op, device="/job:localhost/replica:0/task:0/device:CPU:0")
+        return made
+
+    class Entry:
+        def __init__(self, written, placed):
+            self.pre_optimization_graph, self.post_optimization_graph, self.partition_graphs = written, placed, []
+
+    matmul = (("a", "_Arg"), ("MatMul", "MatMul"), ("Identity", "Identity"), ("identity_RetVal", "_Retval"))
+    sub = (("a", "_Arg"), ("Sub", "Sub"), ("Identity", "Identity"), ("identity_RetVal", "_Retval"))
+    session = _session.Session()
+    session.unplaced.append(_instances.Instance(graph(*sub), graph_pb2.GraphDef(), (), ""))
+    found = _graphs._taken_apart(session, [Entry(graph(*matmul), graph(*matmul[:2], matmul[3], *sub[:2], sub[3]))])
+    assert sorted(([n.op for n in g.pre_optimization_graph.node], [n.op for n in g.post_optimization_graph.node], whole)
+                  for g, whole in found) == [(["_Arg", "MatMul", "Identity", "_Retval"], ["_Arg", "MatMul", "_Retval"], True),
+                                            (["_Arg", "Sub", "Identity", "_Retval"], ["_Arg", "Sub", "_Retval"], True)]
+    assert session.unplaced == []
+
+
+LATE_GRAPH = """
+    import sys, threading, warnings, tensorflow as tf, tfplace
+    from tensorflow.core.protobuf import config_pb2
+    from tensorflow.python.framework import op_callbacks
+    from tfplace import _tensorflow
+    mode, calls = sys.argv[1], int(sys.argv[2])
+    x = tf.ones((4, 4))
+    in_g, done = threading.Event(), threading.Event()
+
+    def pause(op_type, inputs, attrs, outputs, op_name=None, graph=None):
+        name = op_type.decode() if isinstance(op_type, bytes) else op_type
+        if graph is None and name.startswith("__inference_g"):
+            in_g.set()       # g's call stays in flight while the main thread calls f
+            done.wait(30)
+
+    @tf.function
+    def g(a):
+        return tf.matmul(a, a)
+
+    def other():
+        op_callbacks.add_op_callback(pause)   # runs before the capture's own callback
+        with tfplace.capture_placement():
+            g(x)
+
+    # TensorFlow's collection hands f's graphs to a later collection ("later") or to none ("never")
+    real, held = _tensorflow.export_run_metadata, []
+    def export():
+        metadata = real()
+        entries = list(metadata.function_graphs)
+        own = [e for e in entries if any(n.op == "Sub" for n in e.pre_optimization_graph.node)]
+        shown = config_pb2.RunMetadata()
+        shown.function_graphs.extend([e for e in entries if e not in own] + (held if mode == "later" else []))
+        held[:] = own
+        return shown
+    _tensorflow.export_run_metadata = export
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    in_g.wait(30)
+    f = tf.function(lambda a: tf.subtract(a, a))
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        with tfplace.capture_placement() as log:
+            for _ in range(calls):
+                f(x)
+    done.set()
+    thread.join()
+    report({"ops": sorted({r.op for r in log.records if r.kind in ("place", "removed")} - {"_Arg", "_Retval", "Identity"}),
+            "complete": log.complete, "reason": log.incomplete_reason, "warned": [str(w.message) for w in warned]})
+"""
+
+
+@pytest.mark.parametrize("calls", [1, 2])
+def test_a_first_call_whose_graph_comes_with_a_later_collection_keeps_its_nodes_and_the_log_stays_complete(python, calls):
+    # its first call, while another thread's call is in flight, finds no graph; the next call's collection
+    # (or the block's last, at its end) brings it
+    out = python(LATE_GRAPH, args=["later", str(calls)])
+    assert out == {"ops": ["Sub"], "complete": True, "reason": "", "warned": []}
+
+
+def test_a_first_call_whose_graph_never_comes_makes_the_log_incomplete_at_the_end_of_the_block(python):
+    out = python(LATE_GRAPH, args=["never", "1"])
+    assert out["ops"] == [] and not out["complete"]
+    assert out["reason"].startswith("TensorFlow placed functions of several threads at the same time, and its graph "
+                                    "collection gave the graphs of __inference_<lambda>_")
+    assert out["warned"] == ["tfplace: incomplete placement log: " + out["reason"]]
+
 def test_a_capture_closing_while_another_thread_is_in_its_first_call_leaves_that_call_its_function(python):
     out = python("""
         import threading, tensorflow as tf, tfplace

@@ -48,7 +48,7 @@ from tfplace.placement.records._records import ARGUMENT_OPS, Kind, Origin, Place
 from tfplace.placement.session import _session
 from tfplace.placement.session._sources import user_stacklevel
 
-__all__ = ["attach", "detach", "collect", "collect_dtensor", "start"]
+__all__ = ["attach", "awaits", "detach", "collect", "collect_dtensor", "start"]
 
 # Graph collection's state is the capture session's (`tfplace.placement.session._session`): the open
 # captures' logs and the guards (which read what `collect()` returns), in every thread, with whether
@@ -56,7 +56,9 @@ __all__ = ["attach", "detach", "collect", "collect_dtensor", "start"]
 # collected before that thread's own callback asked (`pending`: the functions traced with their
 # nodes, the graphs; oldest first, until that call collects them); graphs as written whose placed
 # graph another thread's collection holds (`unplaced`, for `unplaced_for` collections); functions whose
-# graphs another thread's call took and lost (`merged`); whether collection is on
+# transfers another thread's call took and lost (`merged`); per log, the functions whose first call found
+# no graph while other threads called (`awaited`: they may come with a later collection; the log is
+# incomplete at its end for those that did not); whether collection is on
 # (`collecting`), or waits for the runtime to start (`waiting`: the op callback starts it).
 _PENDING_LIMIT = 64
 _UNPLACED_COLLECTIONS = 16
@@ -119,7 +121,8 @@ def in_flight_elsewhere(session: _session.Session) -> frozenset:
 def detach(log: object) -> None:
     """Collects what this thread's calls placed and no callback collected yet (functions placed since the
     last function call: their records, and their transfers, which ran at least once) for the logs this
-    thread opened, then stops feeding `log` (and collecting, after the last log)."""
+    thread opened, then stops feeding `log` (and collecting, after the last log). A function whose first
+    call in the block found no graph, and whose graph has not come since, makes `log` incomplete."""
     session = _session.current()
     if session is None:
         return
@@ -129,6 +132,9 @@ def detach(log: object) -> None:
         for other, sources, thread in session.logs if pending.functions else ():
             if isinstance(other, Recorder) and thread == here:
                 other.add(pending.instantiated if sources else _placed.without_sources(pending.instantiated), pending.transfers)
+        missing = session.awaited.pop(id(log), set())
+        if missing and isinstance(log, Recorder):
+            log.mark_incomplete(_MERGED.format(", ".join(sorted(missing))), stacklevel=user_stacklevel())
         session.logs[:] = [entry for entry in session.logs if entry[0] is not log]
         session.waiting = session.waiting and bool(session.logs)
         _await_runtime(session, session.waiting)
@@ -140,17 +146,19 @@ def detach(log: object) -> None:
 
 def _taken_apart(session: _session.Session, collected: Any) -> list[tuple[Any, bool]]:
     """The functions of collected entries that are not eager ops' wrappers, each with whether it is whole.
-    Entries that merged several threads' functions (names repeat), entries with only a placed graph (its
-    graph as written went to another thread's collection) and the graphs as written that waited for their
-    placed graph (`session.unplaced`) are taken apart together (`_instances.split`); a function of them on
-    several devices is whole only if its partition per device came with it."""
+    Entries that merged several threads' functions (names repeat in the graph as written or in the placed
+    graph), entries with only a placed graph (its graph as written went to another thread's collection) and
+    the graphs as written that waited for their placed graph (`session.unplaced`) are taken apart together
+    (`_instances.split`); a function of them on several devices is whole only if its partition per device
+    came with it."""
     found: list[tuple[Any, bool]] = []
     merged = list(session.unplaced)
     for graphs in collected:
         names = [n.name for n in graphs.pre_optimization_graph.node]
-        if not names and not graphs.post_optimization_graph.node:
+        placed = [n.name for n in graphs.post_optimization_graph.node]
+        if not names and not placed:
             continue
-        if names and len(set(names)) == len(names):
+        if names and len(set(names)) == len(names) and len(set(placed)) == len(placed):
             found.append((graphs, True))
         else:
             merged.append(graphs)
@@ -167,15 +175,28 @@ def _taken_apart(session: _session.Session, collected: Any) -> list[tuple[Any, b
     return [(graphs, whole) for graphs, whole in found if not _collected.is_eager_op_wrapper(graphs.pre_optimization_graph)]
 
 
-def _ours(session: _session.Session, called: str, elsewhere: frozenset) -> list[Any]:
+def _awaited(session: _session.Session, here: int) -> tuple[set[str], set[str]]:
+    """The functions whose graphs the logs of this thread (`here`) await, and those other threads' logs await."""
+    mine: set[str] = set()
+    others: set[str] = set()
+    for log, _, thread in session.logs if session.awaited else ():
+        (mine if thread == here else others).update(session.awaited.get(id(log), ()))
+    return mine, others
+
+
+def _ours(session: _session.Session, called: str, elsewhere: frozenset, waits: tuple[set[str], set[str]]) -> list[Any]:
     """The graphs TensorFlow placed since the last collection that belong to the call of `called`: a graph
-    whose nodes are those of a function another thread is calling now (`elsewhere`), and not `called`'s,
-    waits for that thread's collection; graphs that waited for `called` come back. While threads place
-    functions at once, a graph of another function `called` does not call is never `called`'s: its own
-    call ended before TensorFlow's collection gave it up, and it waits in case that function runs again."""
+    whose nodes are those of a function another thread is calling now (`elsewhere`), or whose graph
+    another thread's log awaits (`waits`: this thread's, the others'), and not `called`'s, waits for that
+    thread's collection; graphs that waited for `called` or a function this thread awaits come back, and
+    this thread's logs await them no more. While threads place functions at once, a graph of another
+    function `called` does not call is never `called`'s: its own call ended before TensorFlow's
+    collection gave it up, and it waits in case that function runs again."""
     pending = session.pending
-    mine = [graphs for owners, graphs in pending if called in owners]
-    pending[:] = [(owners, graphs) for owners, graphs in pending if called not in owners]
+    wanted = waits[0] | {called}
+    mine = [graphs for owners, graphs in pending if owners & wanted]
+    came = {name for owners, _ in pending if owners & wanted for name in owners}
+    pending[:] = [(owners, graphs) for owners, graphs in pending if not owners & wanted]
     taken = _taken_apart(session, _tensorflow.export_run_metadata().function_graphs)
     at_once = bool(elsewhere) or any(isinstance(graphs, _instances.Instance) for graphs, _ in taken)
     calls = {f.signature.name for graphs, _ in taken for f in graphs.pre_optimization_graph.library.function}
@@ -185,12 +206,25 @@ def _ours(session: _session.Session, called: str, elsewhere: frozenset) -> list[
         if not whole:  # its transfers are in partitions another thread's collection holds
             session.merged.update((owners or {called, *elsewhere}) - {""})
             continue
-        if called not in owners and (owners & elsewhere or at_once and owners and not owners & calls):
+        if not owners & wanted and (owners & (elsewhere | waits[1]) or at_once and owners and not owners & calls):
             pending.append((owners, graphs))
         else:
             mine.append(graphs)
+            came.update(owners)
     del pending[:-_PENDING_LIMIT]  # a call that never collects (a thread without a capture) leaves them
+    if came & waits[0]:
+        here = threading.get_ident()
+        for log, _, thread in session.logs:
+            if thread == here and id(log) in session.awaited:
+                session.awaited[id(log)] -= came
+                if not session.awaited[id(log)]:  # while none is awaited, later calls skip collection
+                    del session.awaited[id(log)]
     return mine
+
+
+def awaits(session: _session.Session, called: str) -> bool:
+    """Whether a log of this thread awaits the graphs of `called` (its first call found none)."""
+    return called in _awaited(session, threading.get_ident())[0]
 
 
 def collect(called: str = "", elsewhere: frozenset = frozenset(), call: Optional[tuple] = None,
@@ -214,14 +248,19 @@ def collect(called: str = "", elsewhere: frozenset = frozenset(), call: Optional
             return _collected.Placed()
         first = call is not None and call not in session.collected
         if call is not None:
-            if not first and not (session.pending or session.unplaced or session.merged):
+            if not first and not (session.pending or session.unplaced or session.merged or session.awaited):
                 return _collected.Placed()
             if len(session.collected) > 100_000:  # bounded: a kernel forgotten is only collected again
                 session.collected.clear()
             session.collected.add(call)
-        functions = _ours(session, called, elsewhere)
+        functions = _ours(session, called, elsewhere, _awaited(session, threading.get_ident()))
         if first and not functions and elsewhere and _function_sources.notes(called):
-            session.merged.add(called)  # traced in a capture, first called now: a call in flight holds its graphs
+            # traced in a capture, first called now while other threads call: another thread's collection,
+            # or a later one of this thread's, holds its graphs; the log is incomplete if they never come
+            here = threading.get_ident()
+            for log, _, thread in session.logs:
+                if thread == here and isinstance(log, Recorder):
+                    session.awaited.setdefault(id(log), set()).add(called)
         if functions and _tensorflow.tensorboard_tracing():
             warnings.warn(
                 "tfplace: a placement capture and tf.summary.trace_on(graph=True) both read TensorFlow's "

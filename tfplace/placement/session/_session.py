@@ -56,13 +56,16 @@ class Session:
         self.noted: dict[tuple, Any] = {}
         # Graph collection (`_graphs`): the logs and guards collecting, with their sources and thread,
         # graphs another thread's call placed, graphs as written whose placed graph another thread's
-        # collection holds (TensorFlow merged them), functions whose transfers are lost that way.
+        # collection holds (TensorFlow merged them), functions whose transfers are lost that way, and per
+        # log (by id), the functions whose first call in its thread found no graph while other threads were
+        # calling (another thread's collection may hold it, or a later one of this thread's).
         self.graph_lock = threading.RLock()
         self.logs: list[tuple[Any, bool, int]] = []
         self.pending: list[Any] = []
         self.unplaced: list[Any] = []
         self.unplaced_for = 0  # collections read since
         self.merged: set[str] = set()
+        self.awaited: dict[int, set[str]] = {}
         self.collected: set[tuple] = set()  # the function kernels collected: their calls place nothing more
         self.collecting = False
         self.waiting = False

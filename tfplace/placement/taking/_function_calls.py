@@ -61,7 +61,7 @@ def called(hook: Any, session: _session.Session, op: str, kind: int, record: Pla
         else:
             found = _graphs.collect(op, _graphs.in_flight_elsewhere(session), (op, full, _calls.argument_devices(inputs)),
                                     later=hook.later)
-            placed = found.functions > 0 or bool(found.unseen)
+            placed = found.functions > 0 or bool(found.unseen) or bool(session.awaited) and _graphs.awaits(session, op)
             unseen = found.unseen
             ran = _calls.after(op, full, inputs, found)
             # a call that can move tensors, whose records wait for its listeners' logs: its transfers too
