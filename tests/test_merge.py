@@ -372,3 +372,8 @@ def test_a_task_whose_script_ended_but_whose_trace_was_never_written_says_so(tmp
             "closed its trace (with --timing, TensorFlow's profiler can crash as it stops: run again, or leave out "
             "--timing)") in text
     assert "  worker:1: no trace (exit status 137): it ended before writing one" in text
+    # a peer's trace shows the run was not timed: the profiler is not what crashed it
+    tasks = [entry for entry in merged["tasks"] if entry["task"] == "worker:0"] + merge([("worker:1", worker(1))])["tasks"]
+    untimed = render({**merged, "tasks": tasks})
+    assert ("  worker:0: no trace: its script ended (status 0), then the process was killed by signal 11 as it "
+            "closed its trace; its figures below are what its peers saw") in untimed

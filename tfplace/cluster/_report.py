@@ -99,14 +99,18 @@ def _findings(merged: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], top:
     for item in merged.get("advice") or []:
         lines.append(f"  [{item['severity']}] {item['rule']} on {item['task']} at {item['source']}: {item['message']}")
         lines.append(f"      fix: {item['fix']}")
+    traced = [entry["trace"] for entry in merged.get("tasks") or [] if entry.get("trace")]
+    # TensorFlow's profiler can crash a process as it stops: said unless the peers' traces show an untimed run
+    profiled = not traced or any((trace.get("cost") or {}).get("timed") for trace in traced)
     for entry in merged.get("tasks") or []:
         status = entry.get("exit_status")
         if entry.get("trace") is None and entry.get("script_exit_status") is not None:
             how = f"was killed by signal {status - 128}" if isinstance(status, int) and status > 128 else \
                 f"exited with status {status}"
             lines.append(f"  {entry['task']}: no trace: its script ended (status {entry['script_exit_status']}), then "
-                         f"the process {how} as it closed its trace (with --timing, TensorFlow's profiler can crash as "
-                         "it stops: run again, or leave out --timing); its figures below are what its peers saw")
+                         f"the process {how} as it closed its trace" +
+                         (" (with --timing, TensorFlow's profiler can crash as it stops: run again, or leave out "
+                          "--timing)" if profiled else "") + "; its figures below are what its peers saw")
         elif entry.get("trace") is None:
             lines.append(f"  {entry['task']}: no trace (exit status {status}): it ended before writing one; its "
                          "figures below are what its peers saw")
