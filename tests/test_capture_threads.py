@@ -258,7 +258,7 @@ LATE_GRAPH = """
         entries = list(metadata.function_graphs)
         own = [e for e in entries if any(n.op == "Sub" for n in e.pre_optimization_graph.node)]
         shown = config_pb2.RunMetadata()
-        shown.function_graphs.extend([e for e in entries if e not in own] + (held if mode == "later" else []))
+        shown.function_graphs.extend([e for e in entries if e not in own] + (held if mode != "never" else []))
         held[:] = own
         return shown
     _tensorflow.export_run_metadata = export
@@ -267,15 +267,22 @@ LATE_GRAPH = """
     thread.start()
     in_g.wait(30)
     f = tf.function(lambda a: tf.subtract(a, a))
+    h = tf.function(lambda a: tf.matmul(a, a))
     with warnings.catch_warnings(record=True) as warned:
         warnings.simplefilter("always")
         with tfplace.capture_placement() as log:
             for _ in range(calls):
                 f(x)
+            for _ in range(3 if mode == "other" else 0):
+                h(x)   # another function's calls, while f's graphs come: they are never h's
     done.set()
     thread.join()
+    runs = {}
+    for (device, op, category), count in log.runs.items():
+        runs[op] = runs.get(op, 0) + count
     report({"ops": sorted({r.op for r in log.records if r.kind in ("place", "removed")} - {"_Arg", "_Retval", "Identity"}),
-            "complete": log.complete, "reason": log.incomplete_reason, "warned": [str(w.message) for w in warned]})
+            "complete": log.complete, "reason": log.incomplete_reason, "warned": [str(w.message) for w in warned],
+            "runs": {op: count for op, count in runs.items() if not op.startswith("_")}})
 """
 
 
@@ -284,7 +291,18 @@ def test_a_first_call_whose_graph_comes_with_a_later_collection_keeps_its_nodes_
     # its first call, while another thread's call is in flight, finds no graph; the next call's collection
     # (or the block's last, at its end) brings it
     out = python(LATE_GRAPH, args=["later", str(calls)])
-    assert out == {"ops": ["Sub"], "complete": True, "reason": "", "warned": []}
+    assert {key: out[key] for key in ("ops", "complete", "reason", "warned")} == \
+        {"ops": ["Sub"], "complete": True, "reason": "", "warned": []}
+    assert out["runs"] == ({"Sub": 1} if calls == 2 else {})  # counted from the call whose collection brought them
+
+
+def test_a_first_calls_late_graph_is_never_another_functions_and_comes_at_the_end_of_the_block(python):
+    # f's graphs come with the read after h's first call: they wait for the capture's end, and none of h's
+    # calls counts f's nodes as its own
+    out = python(LATE_GRAPH, args=["other", "1"])
+    assert {key: out[key] for key in ("ops", "complete", "reason", "warned")} == \
+        {"ops": ["MatMul", "Sub"], "complete": True, "reason": "", "warned": []}
+    assert out["runs"] == {"MatMul": 3}
 
 
 def test_a_first_call_whose_graph_never_comes_makes_the_log_incomplete_at_the_end_of_the_block(python):

@@ -185,15 +185,16 @@ def _awaited(session: _session.Session, here: int) -> tuple[set[str], set[str]]:
 
 
 def _ours(session: _session.Session, called: str, elsewhere: frozenset, waits: tuple[set[str], set[str]]) -> list[Any]:
-    """The graphs TensorFlow placed since the last collection that belong to the call of `called`: a graph
-    whose nodes are those of a function another thread is calling now (`elsewhere`), or whose graph
-    another thread's log awaits (`waits`: this thread's, the others'), and not `called`'s, waits for that
-    thread's collection; graphs that waited for `called` or a function this thread awaits come back, and
-    this thread's logs await them no more. While threads place functions at once, a graph of another
-    function `called` does not call is never `called`'s: its own call ended before TensorFlow's
-    collection gave it up, and it waits in case that function runs again."""
+    """The graphs TensorFlow placed since the last collection that belong to the call of `called` (or, with
+    no call, to a capture's end): a graph whose nodes are those of a function another thread is calling now
+    (`elsewhere`), or whose graph a log awaits (`waits`: this thread's logs', the other threads'), and not
+    `called`'s, waits for that function's next call or the end of the capture that awaits it (its runs and
+    transfers are never another function's); the graphs that waited for `called` (at a capture's end: for
+    the functions this thread awaits) come back, and this thread's logs await them no more. While threads
+    place functions at once, a graph of another function `called` does not call is never `called`'s: its
+    own call ended before TensorFlow's collection gave it up, and it waits in case that function runs again."""
     pending = session.pending
-    wanted = waits[0] | {called}
+    wanted = {called} if called else waits[0]
     mine = [graphs for owners, graphs in pending if owners & wanted]
     came = {name for owners, _ in pending if owners & wanted for name in owners}
     pending[:] = [(owners, graphs) for owners, graphs in pending if not owners & wanted]
@@ -206,7 +207,7 @@ def _ours(session: _session.Session, called: str, elsewhere: frozenset, waits: t
         if not whole:  # its transfers are in partitions another thread's collection holds
             session.merged.update((owners or {called, *elsewhere}) - {""})
             continue
-        if not owners & wanted and (owners & (elsewhere | waits[1]) or at_once and owners and not owners & calls):
+        if not owners & wanted and (owners & (elsewhere | waits[0] | waits[1]) or at_once and owners and not owners & calls):
             pending.append((owners, graphs))
         else:
             mine.append(graphs)
