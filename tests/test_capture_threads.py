@@ -168,20 +168,28 @@ def test_two_threads_each_with_its_own_capture_and_first_call_record_their_own_f
     assert out == [[0, True, "", ["AddV2", "Identity"], 40], [1, True, "", ["Identity", "MatMul"], 40]]
 
 
+def graph(*nodes):
+    """A GraphDef of (name, op) nodes on CPU:0."""
+    from tensorflow.core.framework import graph_pb2
+
+    made = graph_pb2.GraphDef()
+    for name, op in nodes:
+        made.node.add(name=name, op=op, device="/job:localhost/replica:0/task:0/device:CPU:0")
+    return made
+
+
+class Entry:
+    """One entry of TensorFlow's graph collection (`FunctionGraphs`): graphs as written and placed, no partitions."""
+
+    def __init__(self, written, placed):
+        self.pre_optimization_graph, self.post_optimization_graph, self.partition_graphs = written, placed, []
+
+
 def test_merged_graphs_pair_each_placed_graph_with_the_graph_it_was_written_as():
     from tensorflow.core.framework import graph_pb2
     from tfplace.placement.functions import _instances
 
-    def graph(*nodes):
-        made = graph_pb2.GraphDef()
-        for name, op in nodes:
-            made.node.add(name=name, op=op, device="/job:localhost/replica:0/task:0/device:CPU:0")
-        return made
-
-    class Entry:  # one entry of TensorFlow's collection: two threads' graphs as written, one placed graph
-        def __init__(self, written, placed):
-            self.pre_optimization_graph, self.post_optimization_graph, self.partition_graphs = written, placed, []
-
+    # one entry of TensorFlow's collection: two threads' graphs as written, one placed graph
     written = graph(("a", "_Arg"), ("MatMul", "MatMul"), ("Identity", "Identity"), ("identity_RetVal", "_Retval"),
                     ("a", "_Arg"), ("Add", "AddV2"), ("Identity", "Identity"), ("identity_RetVal", "_Retval"))
     # Grappler placed `Add` as a multiplication named after it
@@ -198,23 +206,12 @@ def test_merged_graphs_pair_each_placed_graph_with_the_graph_it_was_written_as()
     assert [n.op for n in paired.pre_optimization_graph.node] == ["_Arg", "MatMul", "Identity", "_Retval"]
 
 
-
 def test_an_entry_whose_placed_graph_holds_two_functions_gives_each_its_own_graph_as_written():
     # TensorFlow's collection gave one thread's entry its own graph as written and two placed graphs: the
     # other thread's graph as written waited (`unplaced`) for its placed graph, which came merged with this one
     from tensorflow.core.framework import graph_pb2
     from tfplace.placement.functions import _graphs, _instances
     from tfplace.placement.session import _session
-
-    def graph(*nodes):
-        made = graph_pb2.GraphDef()
-        for name, op in nodes:
-            made.node.add(name=name, op=op, device="/job:localhost/replica:0/task:0/device:CPU:0")
-        return made
-
-    class Entry:
-        def __init__(self, written, placed):
-            self.pre_optimization_graph, self.post_optimization_graph, self.partition_graphs = written, placed, []
 
     matmul = (("a", "_Arg"), ("MatMul", "MatMul"), ("Identity", "Identity"), ("identity_RetVal", "_Retval"))
     sub = (("a", "_Arg"), ("Sub", "Sub"), ("Identity", "Identity"), ("identity_RetVal", "_Retval"))
