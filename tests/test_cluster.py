@@ -112,13 +112,63 @@ def test_cluster_guard_names_a_group_size_that_differs_between_workers(tmp_path)
 
 
 def test_cluster_guard_names_uneven_steps_with_both_workers_and_their_calls(tmp_path):
-    done = run_workers([sys.executable, LOOP, "--guard", "--steps_for_worker_1=4"], tmp_path, timeout=90)
+    # worker 1 reads the store every 2 s: worker 0, which hosts it, must stay until worker 1 has read its exit
+    done = run_workers([sys.executable, LOOP, "--guard", "--guard_period=2", "--steps_for_worker_1=4"], tmp_path,
+                       timeout=90)
     lines = _mismatch_line(done)
     assert lines, [d.stderr[-2000:] for d in done]
     assert lines[0].startswith(f"tfplace: uneven calls of collective group 1 (CollectiveReduceV2 at "
                                f"{line('train_step(batches)')}): worker:0 exited after 3 call(s), worker:1 waits in call 4")
     assert [d.returncode for d in done] == [0, 3]
     assert "crashed" not in done[1].stderr  # stopped before TensorFlow's own late error
+
+
+def _stored_peers(monkeypatch) -> dict[str, str]:
+    """The cluster's key-value store as a dict (what `_tensorflow.store_set`/`store_get` reach)."""
+    from tfplace import _tensorflow
+
+    store: dict[str, str] = {}
+    monkeypatch.setattr(_tensorflow, "store_set", store.__setitem__)
+    monkeypatch.setattr(_tensorflow, "store_get", lambda key, timeout_ms=1: store.get(key))
+    return store
+
+
+def _peers(task: str, peer: str):
+    from tfplace.cluster import _guard
+    from tfplace.cluster._checks import Publisher
+
+    prefix = f"/job:worker/replica:0/task:{task[-1]}"
+    return _guard._Peers(Publisher(task, prefix, _guard._store_writer(task)), [peer], {"worker": 2})
+
+
+def test_a_task_leaving_the_guard_stays_until_its_peer_has_read_its_exit(monkeypatch):
+    # The task that hosts the coordination service takes the store with it: a peer waiting in a collective
+    # that reads the store a moment later finds nothing, and the uneven-steps line above never comes.
+    import threading
+
+    store = _stored_peers(monkeypatch)
+    leaving, waiting = _peers("worker:0", "worker:1"), _peers("worker:1", "worker:0")
+    waiting.publisher.publish()
+    reader = threading.Timer(0.4, waiting.check)
+    reader.start()
+    start = time.monotonic()
+    leaving.leave(0, wait=5.0)
+    took = time.monotonic() - start
+    reader.join()
+    assert 0.35 < took < 2.0, took
+    assert waiting.last["worker:0"]["exit"] == 0 and "tfplace/seen/worker:0/worker:1" in store
+
+
+def test_a_task_leaving_the_guard_waits_no_longer_than_it_must(monkeypatch):
+    _stored_peers(monkeypatch)
+    leaving, peer = _peers("worker:0", "worker:1"), _peers("worker:1", "worker:0")
+    start = time.monotonic()
+    leaving.leave(0, wait=0.3)  # a peer that never reads: at most `wait`
+    assert 0.3 <= time.monotonic() - start < 1.0
+    peer.publisher.exited(0)  # a peer that has left too: at once
+    start = time.monotonic()
+    leaving.leave(0, wait=5.0)
+    assert time.monotonic() - start < 0.2
 
 
 @pytest.mark.placement

@@ -6,6 +6,7 @@ model whose gradient (a 4x2 float32 kernel: 32 bytes) is all-reduced across the 
     --group_size_for_worker_1=N   worker 1 also all-reduces with collective ops in a group of size N
     --extra_work_for_worker_1=N   worker 1 multiplies N more 256x256 matrices per step (a slower worker)
     --guard                  run the loop under tfplace.cluster_guard()
+    --guard_period=S         the guard reads its peers every S seconds (default 0.5)
 """
 import argparse
 import contextlib
@@ -21,6 +22,7 @@ parser.add_argument("--steps_for_worker_1", type=int, default=0)
 parser.add_argument("--group_size_for_worker_1", type=int, default=0)
 parser.add_argument("--extra_work_for_worker_1", type=int, default=0)
 parser.add_argument("--guard", action="store_true")
+parser.add_argument("--guard_period", type=float, default=0.5)
 flags = parser.parse_args()
 index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 
@@ -57,7 +59,7 @@ def extra_all_reduce(x):
 steps = flags.steps_for_worker_1 if index == 1 and flags.steps_for_worker_1 else flags.steps
 if flags.guard:
     import tfplace
-with tfplace.cluster_guard() if flags.guard else contextlib.nullcontext():
+with tfplace.cluster_guard(period=flags.guard_period) if flags.guard else contextlib.nullcontext():
     if flags.group_size_for_worker_1:
         extra_all_reduce(tf.ones(4))
     for step in range(steps):

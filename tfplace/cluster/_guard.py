@@ -3,7 +3,9 @@
 Each task publishes its state (`_checks.Publisher`) into the cluster's coordination-service key-value
 store and reads its peers'; before a function first joins its collective groups it waits briefly for
 every peer's groups and compares, and a thread compares again every `period` seconds. On a mismatch
-the task prints the one line and exits with status 3.
+the task prints the one line and exits with status 3. A task that leaves the guard waits until each
+peer has read its exit (or left too): the task that hosts the coordination service takes the store
+with it, and a peer left waiting in a collective must learn why before it goes.
 
 Example:
     >>> import tfplace
@@ -28,6 +30,7 @@ from tfplace.cluster._checks import MISMATCH_STATUS, Publisher, mismatch
 __all__ = ["cluster_guard"]
 
 _STORE_KEY = "tfplace/check/"
+_SEEN_KEY = "tfplace/seen/"  # + "<task that left>/<peer that read it>"
 
 
 def _store_writer(task: str) -> Callable[[str], None]:
@@ -42,15 +45,20 @@ class _Peers:
     def __init__(self, publisher: Publisher, peers: list[str], jobs: dict[str, int]) -> None:
         self.publisher, self.peers, self.jobs = publisher, peers, jobs
         self.last: dict[str, dict[str, Any]] = {}
+        self.seen: set[str] = set()  # the peers whose exit this task read (and said so in the store)
 
     def check(self) -> None:
-        """Reads the peers' states; on a mismatch prints its line and ends the task with status 3."""
+        """Reads the peers' states (saying in the store which exits it read); on a mismatch prints its line
+        and ends the task with status 3."""
         from tfplace import _tensorflow
 
         for peer in self.peers:
             text = _tensorflow.store_get(_STORE_KEY + peer)
             if text is not None:
                 self.last[peer] = json.loads(text)
+                if self.last[peer].get("exit") is not None and peer not in self.seen:
+                    self.seen.add(peer)
+                    _tensorflow.store_set(f"{_SEEN_KEY}{peer}/{self.publisher.task}", "1")
         states = {self.publisher.task: self.publisher.state, **self.last}
         found = mismatch(states, {task: state.get("exit") for task, state in states.items()}, self.jobs)
         if found is not None:
@@ -69,6 +77,20 @@ class _Peers:
             if len(joined) == len(self.peers) or time.monotonic() > deadline:
                 return
             time.sleep(0.05)
+
+    def leave(self, status: int, wait: float) -> None:
+        """Publishes this task's exit `status`, then waits (up to `wait` s) until every peer has read it or
+        published its own exit."""
+        from tfplace import _tensorflow
+
+        self.publisher.exited(status)
+        pending = list(self.peers)
+        deadline = time.monotonic() + wait
+        while pending and time.monotonic() < deadline:
+            pending = [p for p in pending if _tensorflow.store_get(f"{_SEEN_KEY}{self.publisher.task}/{p}") is None
+                       and json.loads(_tensorflow.store_get(_STORE_KEY + p) or "{}").get("exit") is None]
+            if pending:
+                time.sleep(0.05)
 
 
 def _guard_thread(peers: _Peers, period: float, stop: threading.Event) -> None:
@@ -114,18 +136,21 @@ def cluster_guard(*, period: float = 0.5) -> Iterator[None]:
     stop = threading.Event()
     thread = threading.Thread(target=_guard_thread, args=(watching, period, stop), name="tfplace-cluster-guard",
                               daemon=True)
+    wait = max(2.0, 4 * period)  # a peer blocked in a collective reads within `period`
     _checks.install(publisher)
     publisher.publish()
-    atexit.register(publisher.exited, 0)
+    atexit.register(watching.leave, 0, wait)  # the process ends inside the block (os._exit excepted)
     thread.start()
+    status = 1
     try:
         yield
-    except BaseException:
-        publisher.exited(1)
+        status = 0
+    except SystemExit as exiting:
+        status = exiting.code if isinstance(exiting.code, int) else int(exiting.code is not None)
         raise
     finally:
         stop.set()
         _checks.uninstall(publisher)
         publisher.stop()
-    publisher.exited(0)
-    atexit.unregister(publisher.exited)
+        atexit.unregister(watching.leave)
+        watching.leave(status, wait)
