@@ -349,10 +349,21 @@ def test_a_functions_collectives_are_read_once_and_its_callers_keep_their_static
     assert out["alone"] == ["CollectiveReduceV2"]
 
 
+def launch_timed(args: list[str], cwd, tries: int = 3) -> subprocess.CompletedProcess:
+    """`tfplace launch --trace --timing` with `args`, run again (up to `tries` runs) while a task dies as it
+    closes its trace: TensorFlow's profiler crashes a process, as it stops, in about one run of eight of this
+    loop (docs/guides/clusters.md); the figures under test need every task's profile."""
+    for _ in range(tries):
+        done = subprocess.run([sys.executable, "-m", "tfplace", "launch", "--trace", "--timing", *args],
+                              cwd=cwd, capture_output=True, text=True, timeout=300)
+        if "as it closed its trace" not in done.stderr:
+            break
+    return done
+
+
 def test_launch_with_timing_gives_each_workers_steps_and_names_the_slower_worker_and_its_line(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "tfplace", "launch", "--workers=2", "--trace", "--timing",
-                           "--json=cluster.json", LOOP, "--steps=12", "--extra_work_for_worker_1=8"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    done = launch_timed(["--workers=2", "--json=cluster.json", LOOP, "--steps=12", "--extra_work_for_worker_1=8"],
+                        tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     merged = json.loads((tmp_path / "cluster.json").read_text())
     steps = merged["steps"]

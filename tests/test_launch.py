@@ -122,10 +122,13 @@ def test_the_first_failing_task_names_itself_and_gives_its_status(tmp_path):
 
 
 CRASHES_AT_PROFILER_STOP = """
-import os, signal
+import json, os, signal, time
 import tensorflow as tf
 from tfplace import _tensorflow
-_tensorflow.profiler_stop = lambda: os.kill(os.getpid(), signal.SIGSEGV)  # as TensorFlow 2.21's can crash
+if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 0:  # as TensorFlow 2.21's can crash
+    _tensorflow.profiler_stop = lambda: os.kill(os.getpid(), signal.SIGSEGV)
+else:
+    time.sleep(3)  # still running when worker 0 dies
 print("sum", float(tf.reduce_sum(tf.ones(3))))
 """
 
@@ -142,6 +145,20 @@ def test_a_task_whose_process_dies_after_its_script_ended_is_named_with_what_to_
     tasks = json.loads((tmp_path / "cluster.json").read_text())["tasks"]
     assert [(t["task"], t["trace"], t["script_exit_status"]) for t in tasks if t["task"] == "worker:0"] == \
         [("worker:0", None, 0)]
+
+
+def test_a_task_dying_as_it_closes_its_trace_leaves_the_others_to_end_with_their_traces(tmp_path):
+    done = launch("--workers=2", "--trace", "--timing", "--json=cluster.json",
+                  script(tmp_path, "crash.py", CRASHES_AT_PROFILER_STOP), cwd=tmp_path, timeout=120)
+    assert done.returncode == 139, done.stderr
+    assert ("tfplace launch: worker 0 was killed by SIGSEGV (status 139) as it closed its trace, after its script "
+            "ended (status 0); the other tasks go on") in done.stderr.splitlines()
+    assert "[worker 1] sum 3.0" in done.stdout.splitlines()
+    tasks = {t["task"]: t for t in json.loads((tmp_path / "cluster.json").read_text())["tasks"]}
+    assert (tasks["worker:0"]["trace"], tasks["worker:1"]["exit_status"]) == (None, 0)
+    assert tasks["worker:1"]["trace"]["cost"]["timed"]
+    findings = done.stdout[done.stdout.index("what is uneven or costly"):].split("where the time")[0]
+    assert "worker:0: no trace: its script ended (status 0)" in findings and "worker:1" not in findings
 
 
 def test_a_server_that_ends_before_the_script_is_a_failure(tmp_path):

@@ -198,14 +198,11 @@ class _Cluster:
     def statuses(self) -> dict[str, Optional[int]]:
         return {task.name: task.status for task in self.tasks}
 
-    def failure(self) -> Optional[tuple[Task, int]]:
-        """The first task that failed, with the launcher's exit status for it (a server that ended: its
-        status, 1 for 0); None when none did."""
-        for task in self.tasks:
-            status = task.status
-            if status is not None and (status != 0 or not task.runs_script):
-                return task, status or 1
-        return None
+    def failures(self) -> list[tuple[Task, int]]:
+        """The tasks that failed, each with the launcher's exit status for it (a server that ended: its
+        status, 1 for 0)."""
+        return [(task, task.status or 1) for task in self.tasks
+                if task.status is not None and (task.status != 0 or not task.runs_script)]
 
     def stop(self, signum: int) -> None:
         """Sends `signum` to the running tasks' process groups, waits up to `kill_after` seconds (or until a
@@ -255,6 +252,7 @@ def _run(cluster: _Cluster) -> int:
             pass
     jobs = {task.job: task.index + 1 for task in cluster.tasks}  # a device of no task of these is a mismatch
     deadline = None if options.timeout is None else time.monotonic() + options.timeout
+    closing: dict[str, int] = {}  # tasks that died as they closed their traces, after their scripts ended
     while True:
         if received:
             signum = received[0] if received[0] == signal.SIGINT else int(signal.SIGTERM)
@@ -262,14 +260,21 @@ def _run(cluster: _Cluster) -> int:
                  f"SIGKILL after --kill_after={options.kill_after:g} s)")
             status = 128 + received[0]
             break
-        failed = cluster.failure()
+        failed = [(task, status) for task, status in cluster.failures() if task.name not in closing]
+        script = _script_statuses(cluster.folder) if failed and watch is not None else {}
+        for task, status in failed:
+            if task.runs_script and task.name in script:  # its work is done: the others' traces are still wanted
+                closing[task.name] = status
+                say(f"{task.label} {task.ended()} as it closed its trace, after its script ended (status "
+                    f"{script[task.name]}); the other tasks go on")
+        failed = [(task, status) for task, status in failed if task.name not in closing]
         if failed:
-            task, status = failed
+            task, status = failed[0]
             server = "" if task.runs_script else ", but a server runs until the script's tasks end"
             say(f"{task.label} {task.ended()}{server}; stopping the other tasks")
             break
-        if all(task.status == 0 for task in cluster.tasks if task.runs_script):
-            status = 0
+        if all(task.status is not None for task in cluster.tasks if task.runs_script):
+            status = next(iter(closing.values()), 0)
             break
         if watch is not None:
             try:
@@ -295,6 +300,13 @@ def _run(cluster: _Cluster) -> int:
     return status
 
 
+def _script_statuses(folder: str) -> dict[str, int]:
+    """The tasks whose scripts ended, with their statuses, as they published them under --trace."""
+    from tfplace.cluster._checks import script_statuses
+
+    return script_statuses(folder)
+
+
 def _report(cluster: _Cluster) -> bool:
     """Under --trace, once the tasks ended: each server's trace from its log, then the merged report and
     `--json`; or the list of the tasks' trace files where they cannot be merged (then False: they are kept)."""
@@ -309,8 +321,7 @@ def _report(cluster: _Cluster) -> bool:
     try:
         from tfplace.cluster._merge import merge_files
         from tfplace.cluster._report import render
-        from tfplace.cluster._checks import script_statuses
-        merged = merge_files(paths, statuses, script_statuses(cluster.folder))
+        merged = merge_files(paths, statuses, _script_statuses(cluster.folder))
         for entry in merged["tasks"]:
             entry.pop("file", None)  # the tasks' files are temporary: removed once merged
         text = render(merged, top=cluster.options.top)
