@@ -377,3 +377,14 @@ def test_a_task_whose_script_ended_but_whose_trace_was_never_written_says_so(tmp
     untimed = render({**merged, "tasks": tasks})
     assert ("  worker:0: no trace: its script ended (status 0), then the process was killed by signal 11 as it "
             "closed its trace; its figures below are what its peers saw") in untimed
+
+
+def test_a_group_with_fewer_traced_members_than_its_size_names_the_tasks_without_a_trace(tmp_path):
+    path = tmp_path / "worker-0.json"
+    path.write_text(json.dumps(worker(0)))
+    missing = render(merge_files({"worker:0": str(path)}, {"worker:0": 0, "worker:1": 134}, {"worker:1": 0}))
+    assert (f"  collective group 1 has size 2, but the traces show 1 member device(s) ({W.format(0)}): worker:1 left "
+            "no trace") in missing
+    alone = render(merge([("worker:0", worker(0))]))  # every task traced: one that ran elsewhere, or never ran it
+    assert (f"  collective group 1 has size 2, but the traces show 1 member device(s) ({W.format(0)}): a task was "
+            "not traced, or never ran it") in alone

@@ -129,10 +129,12 @@ def _findings(merged: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], top:
                          "peers waiting in the collective; give every worker the same number of steps")
         size_, devices = by_group.get(c["group_key"], (c["group_size"] or 0, set()))
         by_group[c["group_key"]] = (size_, devices | set(c["devices"]))
+    untraced = [entry["task"] for entry in merged.get("tasks") or [] if entry.get("trace") is None]
+    why = f"{', '.join(untraced)} left no trace" if untraced else "a task was not traced, or never ran it"
     for key, (members, devices) in by_group.items():
         if key is not None and 0 < len(devices) < members:
             lines.append(f"  collective group {key} has size {members}, but the traces show {len(devices)} member "
-                         f"device(s) ({', '.join(sorted(devices))}): a task was not traced, or never ran it")
+                         f"device(s) ({', '.join(sorted(devices))}): {why}")
     ps = merged.get("ps_bytes") or {}
     if merged.get("ps_imbalance", 1.0) >= _UNEVEN and sum(ps.values()):
         largest = max(ps, key=lambda p: ps[p])
