@@ -160,12 +160,17 @@ def test_a_task_leaving_the_guard_stays_until_its_peer_has_read_its_exit(monkeyp
 
 
 def test_a_task_leaving_the_guard_waits_no_longer_than_it_must(monkeypatch):
-    _stored_peers(monkeypatch)
+    store = _stored_peers(monkeypatch)
     leaving, peer = _peers("worker:0", "worker:1"), _peers("worker:1", "worker:0")
     start = time.monotonic()
     leaving.leave(0, wait=0.3)  # a peer that never reads: at most `wait`
     assert 0.3 <= time.monotonic() - start < 1.0
     peer.publisher.exited(0)  # a peer that has left too: at once
+    start = time.monotonic()
+    leaving.leave(0, wait=5.0)
+    assert time.monotonic() - start < 0.2
+    leaving.check()  # a peer whose exit it read, and which may have taken the store with it: at once
+    store.clear()
     start = time.monotonic()
     leaving.leave(0, wait=5.0)
     assert time.monotonic() - start < 0.2

@@ -80,11 +80,11 @@ class _Peers:
 
     def leave(self, status: int, wait: float) -> None:
         """Publishes this task's exit `status`, then waits (up to `wait` s) until every peer has read it or
-        published its own exit."""
+        published its own exit (a peer whose exit this task read already may have taken the store with it)."""
         from tfplace import _tensorflow
 
         self.publisher.exited(status)
-        pending = list(self.peers)
+        pending = [p for p in self.peers if p not in self.seen]
         deadline = time.monotonic() + wait
         while pending and time.monotonic() < deadline:
             pending = [p for p in pending if _tensorflow.store_get(f"{_SEEN_KEY}{self.publisher.task}/{p}") is None
