@@ -155,7 +155,7 @@ def test_a_task_leaving_the_guard_stays_until_its_peer_has_read_its_exit(monkeyp
     leaving.leave(0, wait=5.0)
     took = time.monotonic() - start
     reader.join()
-    assert 0.35 < took < 2.0, took
+    assert 0.35 < took < 3.0, took  # (a loaded machine may start the reader late; without it: 5 s)
     assert waiting.last["worker:0"]["exit"] == 0 and "tfplace/seen/worker:0/worker:1" in store
 
 
@@ -164,16 +164,16 @@ def test_a_task_leaving_the_guard_waits_no_longer_than_it_must(monkeypatch):
     leaving, peer = _peers("worker:0", "worker:1"), _peers("worker:1", "worker:0")
     start = time.monotonic()
     leaving.leave(0, wait=0.3)  # a peer that never reads: at most `wait`
-    assert 0.3 <= time.monotonic() - start < 1.0
+    assert 0.3 <= time.monotonic() - start < 1.5
     peer.publisher.exited(0)  # a peer that has left too: at once
     start = time.monotonic()
     leaving.leave(0, wait=5.0)
-    assert time.monotonic() - start < 0.2
+    assert time.monotonic() - start < 0.5  # (else 5 s)
     leaving.check()  # a peer whose exit it read, and which may have taken the store with it: at once
     store.clear()
     start = time.monotonic()
     leaving.leave(0, wait=5.0)
-    assert time.monotonic() - start < 0.2
+    assert time.monotonic() - start < 0.5  # (else 5 s)
 
 
 @pytest.mark.placement
