@@ -239,6 +239,35 @@ def test_functions_placed_before_and_inside_the_block(python):
     assert ["MatMul", "MatMul", "place"] in places and ["Mul", "mul", "place"] in places
 
 
+@pytest.mark.parametrize("returns", ["none", "its own ops"])
+def test_another_op_callback_before_the_captures_leaves_the_log_complete_with_each_nodes_line(python, returns):
+    # TensorFlow hands each graph op callback what the one before returned: None from one that only looks (a
+    # debugger's), tensors of ops it made itself from one that instruments (a numerics checker's); a constant
+    # `convert_to_tensor` makes comes with no name
+    out = python("""
+        import sys, tensorflow as tf, tfplace
+        from tensorflow.python.framework import op_callbacks
+
+        def looks(op_type, inputs, attrs, outputs, op_name=None, graph=None):
+            if sys.argv[1] == "none" or graph is None or not outputs or outputs[0].dtype != tf.float32:
+                return None
+            return [tf.identity(t) for t in outputs]   # replaces a float op's outputs with its own ops'
+        op_callbacks.add_op_callback(looks)
+
+        @tf.function
+        def f(x):
+            one = tf.cast(tf.convert_to_tensor(1), tf.float32)  # line 16
+            return x + one                                      # line 17
+
+        with tfplace.capture_placement(sources=True) as log:
+            f(tf.ones((2, 2)))
+        report({"complete": log.complete, "reason": log.incomplete_reason,
+                "nodes": sorted({(r.op, r.source.rsplit(":", 1)[-1]) for r in log.records
+                                 if r.kind in ("place", "removed") and r.op in ("Const", "Cast", "AddV2")})})
+    """, args=[returns])
+    assert out == {"complete": True, "reason": "", "nodes": [["AddV2", "17"], ["Cast", "16"], ["Const", "16"]]}
+
+
 def test_eager_ops_are_recorded_once_and_a_pinned_one_op_function_is_kept(python):
     out = python("""
         import tensorflow as tf, tfplace

@@ -1,6 +1,8 @@
 """Captures side by side: a capture's op callback belongs to the threads it was given and goes with the block;
 each capture keeps its own sources, and each function its own lines."""
 
+from unittest import mock
+
 import pytest
 
 from conftest import line_of
@@ -166,6 +168,62 @@ def test_two_threads_each_with_its_own_capture_and_first_call_record_their_own_f
         report(sorted([*key, count] for key, count in found.items()))
     """)
     assert out == [[0, True, "", ["AddV2", "Identity"], 40], [1, True, "", ["Identity", "MatMul"], 40]]
+
+
+FIRST_CALLS = """
+    import collections, sys, threading, tensorflow as tf, tfplace
+    same = sys.argv[1] == "same"
+    x = tf.ones((8, 8))
+    found = collections.Counter()
+    ops = [tf.matmul, tf.add, tf.multiply, tf.subtract]
+    for _ in range(20):
+        start = threading.Barrier(4)
+
+        def work(index):
+            op = tf.multiply if same else ops[index]
+            f = tf.function(lambda a: op(a, a))   # a new function, traced and placed in the block, called once
+            with tfplace.capture_placement() as log:
+                start.wait()
+                f(x)
+            own = sorted({r.op for r in log.records if r.kind in ("place", "removed")} - {"_Arg", "_Retval", "Identity"})
+            found[(index, log.complete, log.incomplete_reason.split(",")[0], tuple(own))] += 1
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    report(sorted([*key, count] for key, count in found.items()))
+"""
+
+
+@pytest.mark.parametrize("functions", ["distinct", "same"])
+def test_four_threads_each_calling_a_new_function_once_in_its_own_capture_record_its_nodes_every_time(python, functions):
+    # a server or a threaded test runner capturing per request: 80 first calls released together, each log
+    # complete with its own function's node; where the four functions have the same code, TensorFlow's
+    # graphs cannot be told apart by their nodes, and each call still gets one of them
+    out = python(FIRST_CALLS, args=[functions])
+    own = ["MatMul", "AddV2", "Mul", "Sub"] if functions == "distinct" else ["Mul"] * 4
+    assert out == [[index, True, "", [own[index]], 20] for index in range(4)]
+
+
+def test_a_call_of_a_kernel_collected_before_takes_no_graph_another_threads_function_of_the_same_code_awaits():
+    # h's first call takes one of two graphs with the same nodes (g's, whose call is in flight, and its own);
+    # h's next call places nothing and leaves the other to g
+    from tfplace.placement.functions import _graphs
+    from tfplace.placement.session import _session
+
+    nodes = (("a", "_Arg"), ("MatMul", "MatMul"), ("Identity", "Identity"), ("identity_RetVal", "_Retval"))
+    session = _session.Session()
+    owners = frozenset({"__inference_g_1", "__inference_h_2"})
+    session.pending[:] = [(owners, Entry(graph(*nodes), graph(*nodes)))] * 2
+    empty = type("Metadata", (), {"function_graphs": []})()
+    with mock.patch.object(_graphs._tensorflow, "export_run_metadata", return_value=empty), \
+            mock.patch.object(_graphs._function_sources, "functions_with_nodes", return_value=sorted(owners)):
+        first = _graphs._ours(session, "__inference_h_2", frozenset({"__inference_g_1"}), (set(), set()), True)
+        again = _graphs._ours(session, "__inference_h_2", frozenset({"__inference_g_1"}), (set(), set()), False)
+        g_call = _graphs._ours(session, "__inference_g_1", frozenset(), (set(), set()), True)
+    assert (len(first), len(again), len(g_call), session.pending) == (1, 0, 1, [])
 
 
 def graph(*nodes):

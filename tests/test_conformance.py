@@ -170,3 +170,13 @@ def test_capture_matches_tensorflow_log(program, mode):
     if result.problems():
         pytest.fail(compare.describe(result) + "\n(CONFORMANCE_KEEP=DIR keeps each run's stderr and capture JSON; stderr line numbers refer to it)",
                     pytrace=False)
+
+
+@conformance
+@pytest.mark.parametrize("program", [pytest.param(p, id=p.stem) for p in compare.programs()])
+def test_capture_matches_tensorflow_log_with_another_op_callback_before_its_own(program):
+    # a debugger's or a numerics checker's callback that only looks runs first: TensorFlow then hands the
+    # capture's callback None for a graph op's outputs (and no name for an unnamed constant or placeholder)
+    result = compare.run_program(program, callback_first=True)
+    if result.problems():
+        pytest.fail(compare.describe(result) + "\n(with another op callback before the capture's)", pytrace=False)

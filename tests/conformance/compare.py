@@ -414,10 +414,14 @@ def compare_logs(result: Result, log: tflog.TfLog, capture: dict, sends: Optiona
     return result
 
 
-def harness_env(onednn: Optional[str], graphs: Optional[Path] = None) -> dict[str, str]:
+def harness_env(onednn: Optional[str], graphs: Optional[Path] = None, callback_first: bool = False) -> dict[str, str]:
     """The environment of a harness run: TensorFlow's logging on, tfplace's settings off; with `graphs`,
-    TensorFlow's graph dumper writes every function's graphs there (the oracle of tf.data functions' edges)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TFPLACE_", "TF_CPP_", "TF_DUMP_GRAPH"))}
+    TensorFlow's graph dumper writes every function's graphs there (the oracle of tf.data functions' edges);
+    with `callback_first`, another op callback runs before the capture's (`harness.py`)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("TFPLACE_", "TF_CPP_", "TF_DUMP_GRAPH", "CONFORMANCE_CALLBACK_FIRST"))}
+    if callback_first:
+        env["CONFORMANCE_CALLBACK_FIRST"] = "1"
     env["TF_CPP_MIN_LOG_LEVEL"] = "0"
     if graphs is not None:
         env.update(TF_DUMP_GRAPH_PREFIX=str(graphs), TF_DUMP_GRAPH_NAME_FILTER="*", TF_DUMP_GRAPH_GROUPS="main")
@@ -428,11 +432,12 @@ def harness_env(onednn: Optional[str], graphs: Optional[Path] = None) -> dict[st
 
 
 def run_program(program: Path | str, onednn: Optional[str] = None, timeout: float = 180,
-                keep: Optional[Path] = None) -> Result:
+                keep: Optional[Path] = None, callback_first: bool = False) -> Result:
     """Runs `program` under the harness in a subprocess and compares (see the module doc).
 
     `onednn`: "0" or "1" for TF_ENABLE_ONEDNN_OPTS, None to inherit. `keep`: a folder that
-    receives the run's stdout, stderr and capture JSON (also `CONFORMANCE_KEEP=folder`)."""
+    receives the run's stdout, stderr and capture JSON (also `CONFORMANCE_KEEP=folder`). `callback_first`:
+    another library's op callback, which only looks, runs before the capture's."""
     program = Path(program)
     keep = keep or (Path(os.environ["CONFORMANCE_KEEP"]) if os.environ.get("CONFORMANCE_KEEP") else None)
     mode = onednn if onednn is not None else os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default")
@@ -442,7 +447,7 @@ def run_program(program: Path | str, onednn: Optional[str] = None, timeout: floa
         start = time.perf_counter()
         try:
             done = subprocess.run([sys.executable, str(HARNESS), str(program), str(out)], cwd=ROOT,
-                                  env=harness_env(onednn, Path(tmp) / "graphs"), capture_output=True, text=True,
+                                  env=harness_env(onednn, Path(tmp) / "graphs", callback_first), capture_output=True, text=True,
                                   errors="replace",
                                   timeout=timeout)
         except subprocess.TimeoutExpired as expired:

@@ -19,6 +19,10 @@ The edges come from `sends.SendOracle`, which reads TensorFlow's partitioned gra
 for the functions graph collection never reports, from the partitions TensorFlow's graph dumper writes
 when the caller sets `TF_DUMP_GRAPH_PREFIX` (`sends.dumped_sends`).
 
+With `CONFORMANCE_CALLBACK_FIRST=1` in its environment, the harness first installs an op callback of its own
+that only looks and returns None (as a debugger's or a numerics checker's does): it runs before the capture's,
+and TensorFlow then hands the capture's callback None where it would have handed it a graph op's outputs.
+
 A program whose text mentions `__warmup__` is first run as `__warmup__` *before* the capture
 opens (its globals carry over to the main run): that is how a program calls a function that
 TensorFlow placed before the capture.
@@ -54,6 +58,11 @@ def _setup() -> None:
     tf.config.experimental.set_device_policy("warn")
 
 
+def _looks(op_type, inputs, attrs, outputs, op_name=None, graph=None):  # pylint: disable=unused-argument
+    """Another library's op callback that only looks (`CONFORMANCE_CALLBACK_FIRST=1`)."""
+    return None
+
+
 def _from_records(log) -> dict:
     """The contract's JSON shape from `log.records` / `log.copies`, for a tfplace without `to_json()`."""
     records = [{"op": r.op, "name": r.name, "device": r.device, "kind": r.kind, "source": r.source,
@@ -78,6 +87,10 @@ def main(argv: list[str]) -> int:
         return 2
     program, out = os.path.abspath(argv[1]), argv[2]
     _setup()
+    if os.environ.get("CONFORMANCE_CALLBACK_FIRST") == "1":
+        from tensorflow.python.framework import op_callbacks
+
+        op_callbacks.add_op_callback(_looks)
     import tfplace
 
     with open(program, encoding="utf-8") as f:

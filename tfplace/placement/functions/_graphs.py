@@ -37,6 +37,7 @@ Example:
 from __future__ import annotations
 
 import threading
+import time
 import warnings
 from typing import Any, Optional, Union
 
@@ -62,6 +63,10 @@ __all__ = ["attach", "awaits", "detach", "collect", "collect_dtensor", "start"]
 # (`collecting`), or waits for the runtime to start (`waiting`: the op callback starts it).
 _PENDING_LIMIT = 64
 _UNPLACED_COLLECTIONS = 16
+# A capture ending while it awaits a first call's graphs, and other threads are calling functions, collects
+# again every `_AWAIT_POLL` s for up to `_AWAIT_SECONDS` s: the graphs come with one of those calls.
+_AWAIT_SECONDS = 1.0
+_AWAIT_POLL = 0.002
 _MERGED = ("TensorFlow placed functions of several threads at the same time, and its graph collection gave the "
            "graphs of {} to another thread's call, which ended later: this log lacks its nodes. Call each tf.function "
            "once before starting the threads (or one thread at a time) to record them")
@@ -122,16 +127,21 @@ def detach(log: object) -> None:
     """Collects what this thread's calls placed and no callback collected yet (functions placed since the
     last function call: their records, and their transfers, which ran at least once) for the logs this
     thread opened, then stops feeding `log` (and collecting, after the last log). A function whose first
-    call in the block found no graph, and whose graph has not come since, makes `log` incomplete."""
+    call in the block found no graph, and whose graph has not come since, makes `log` incomplete, after
+    waiting up to `_AWAIT_SECONDS` while other threads' calls, with which it may come, are in flight."""
     session = _session.current()
     if session is None:
         return
+    deadline = time.monotonic() + _AWAIT_SECONDS
     with session.graph_lock:
-        here = threading.get_ident()
-        pending = collect(elsewhere=in_flight_elsewhere(session))
-        for other, sources, thread in session.logs if pending.functions else ():
-            if isinstance(other, Recorder) and thread == here:
-                other.add(pending.instantiated if sources else _placed.without_sources(pending.instantiated), pending.transfers)
+        _collect_for_logs(session)
+        while session.awaited.get(id(log)) and in_flight_elsewhere(session) and time.monotonic() < deadline:
+            session.graph_lock.release()  # the graphs it awaits come with a call another thread is making
+            try:
+                time.sleep(_AWAIT_POLL)
+            finally:
+                session.graph_lock.acquire()
+            _collect_for_logs(session)
         missing = session.awaited.pop(id(log), set())
         if missing and isinstance(log, Recorder):
             log.mark_incomplete(_MERGED.format(", ".join(sorted(missing))), stacklevel=user_stacklevel())
@@ -142,6 +152,15 @@ def detach(log: object) -> None:
             if not _tensorflow.tensorboard_tracing():  # TensorBoard's trace keeps collecting after the capture
                 _tensorflow.disable_graph_collection()
             session.collecting = False
+
+
+def _collect_for_logs(session: _session.Session) -> None:
+    """Collects what this thread's calls placed and no callback collected yet for the logs this thread opened."""
+    here = threading.get_ident()
+    pending = collect(elsewhere=in_flight_elsewhere(session))
+    for other, sources, thread in session.logs if pending.functions else ():
+        if isinstance(other, Recorder) and thread == here:
+            other.add(pending.instantiated if sources else _placed.without_sources(pending.instantiated), pending.transfers)
 
 
 def _taken_apart(session: _session.Session, collected: Any) -> list[tuple[Any, bool]]:
@@ -184,7 +203,8 @@ def _awaited(session: _session.Session, here: int) -> tuple[set[str], set[str]]:
     return mine, others
 
 
-def _ours(session: _session.Session, called: str, elsewhere: frozenset, waits: tuple[set[str], set[str]]) -> list[Any]:
+def _ours(session: _session.Session, called: str, elsewhere: frozenset, waits: tuple[set[str], set[str]],
+          first: bool = True) -> list[Any]:
     """The graphs TensorFlow placed since the last collection that belong to the call of `called` (or, with
     no call, to a capture's end): a graph whose nodes are those of a function another thread is calling now
     (`elsewhere`), or whose graph a log awaits (`waits`: this thread's logs', the other threads'), and not
@@ -192,26 +212,47 @@ def _ours(session: _session.Session, called: str, elsewhere: frozenset, waits: t
     transfers are never another function's); the graphs that waited for `called` (at a capture's end: for
     the functions this thread awaits) come back, and this thread's logs await them no more. While threads
     place functions at once, a graph of another function `called` does not call is never `called`'s: its
-    own call ended before TensorFlow's collection gave it up, and it waits in case that function runs again."""
+    own call ended before TensorFlow's collection gave it up, and it waits in case that function runs again.
+
+    Functions with the same nodes (each thread's `tf.function` of the same code) place graphs no node tells
+    apart: a call takes one of them per function it wants (none for a call of a kernel collected before,
+    `first` False, unless its log awaits its graph), and leaves the others to the functions of the same nodes
+    that other threads call or await."""
     pending = session.pending
     wanted = {called} if called else waits[0]
-    mine = [graphs for owners, graphs in pending if owners & wanted]
-    came = {name for owners, _ in pending if owners & wanted for name in owners}
-    pending[:] = [(owners, graphs) for owners, graphs in pending if not owners & wanted]
+    others = elsewhere | waits[0] | waits[1]
+    # functions traced since a graph began to wait may have its nodes too
+    waited = [(owners | frozenset(_function_sources.functions_with_nodes(_node_names(graphs))), graphs)
+              for owners, graphs in pending]
+    found = [(owners, graphs) for owners, graphs in waited if owners & wanted]  # (owners, graphs) this call may take
+    pending[:] = [(owners, graphs) for owners, graphs in waited if not owners & wanted]
     taken = _taken_apart(session, _tensorflow.export_run_metadata().function_graphs)
     at_once = bool(elsewhere) or any(isinstance(graphs, _instances.Instance) for graphs, _ in taken)
     calls = {f.signature.name for graphs, _ in taken for f in graphs.pre_optimization_graph.library.function}
     for graphs, whole in taken:
-        owners = frozenset(_function_sources.functions_with_nodes(
-            [n.name for n in graphs.pre_optimization_graph.node if n.op not in ARGUMENT_OPS]))
+        owners = frozenset(_function_sources.functions_with_nodes(_node_names(graphs)))
         if not whole:  # its transfers are in partitions another thread's collection holds
             session.merged.update((owners or {called, *elsewhere}) - {""})
             continue
-        if not owners & wanted and (owners & (elsewhere | waits[0] | waits[1]) or at_once and owners and not owners & calls):
+        if not owners & wanted and (owners & others or at_once and owners and not owners & calls):
             pending.append((owners, graphs))
         else:
-            mine.append(graphs)
-            came.update(owners)
+            found.append((owners, graphs))
+    mine: list[Any] = []
+    came: set[str] = set()
+    # per node names that functions other threads call or await share, the graphs taken: one per function that
+    # awaits its graph, or whose kernel is new (a kernel collected before places nothing)
+    shared: dict[tuple[str, ...], int] = {}
+    for owners, graphs in found:
+        if owners & wanted and owners - wanted & others:
+            nodes = _node_names(graphs)
+            if shared.get(nodes, 0) >= (len(owners & wanted) if first or not called else 0):
+                pending.append((owners, graphs))
+                continue
+            shared[nodes] = shared.get(nodes, 0) + 1
+            owners = owners & wanted
+        mine.append(graphs)
+        came.update(owners)
     del pending[:-_PENDING_LIMIT]  # a call that never collects (a thread without a capture) leaves them
     if came & waits[0]:
         here = threading.get_ident()
@@ -221,6 +262,11 @@ def _ours(session: _session.Session, called: str, elsewhere: frozenset, waits: t
                 if not session.awaited[id(log)]:  # while none is awaited, later calls skip collection
                     del session.awaited[id(log)]
     return mine
+
+
+def _node_names(graphs: Any) -> tuple[str, ...]:
+    """The names of a collected function's nodes as written, its arguments and results left out, sorted."""
+    return tuple(sorted(n.name for n in graphs.pre_optimization_graph.node if n.op not in ARGUMENT_OPS))
 
 
 def awaits(session: _session.Session, called: str) -> bool:
@@ -254,7 +300,8 @@ def collect(called: str = "", elsewhere: frozenset = frozenset(), call: Optional
             if len(session.collected) > 100_000:  # bounded: a kernel forgotten is only collected again
                 session.collected.clear()
             session.collected.add(call)
-        functions = _ours(session, called, elsewhere, _awaited(session, threading.get_ident()))
+        waits = _awaited(session, threading.get_ident())
+        functions = _ours(session, called, elsewhere, waits, first or call is None or called in waits[0])
         if first and not functions and elsewhere and _function_sources.notes(called):
             # traced in a capture, first called now while other threads call: another thread's collection,
             # or a later one of this thread's, holds its graphs; the log is incomplete if they never come

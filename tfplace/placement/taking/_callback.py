@@ -36,6 +36,7 @@ _getframe = sys._getframe  # pylint: disable=protected-access
 _DATASET_OPS = _datasets.READS | {"DatasetCardinality"}
 _COPYING = (_OP, _EXPLICIT)  # what an op's kind may be when its inputs can be copied implicitly
 _KEPT = 8  # per op type, the deciding codes kept; per call, the (device, scope, attributes) kept
+_RECENT = 64  # the graph's last ops searched for one another op callback made its outputs hide (`_made_name`)
 _HOST_DEVICE = "/device:CPU:0"  # the host, where a kernel wants its int32 host-memory arguments (`_eager.copies_to_host`)
 
 
@@ -142,9 +143,8 @@ class Hook:
                 _graphs.start()
             if graph is not None:  # an op made while a function is traced: what its maker says, read here
                 if session.watchers:  # from the live stack, where repeated makers are known (`_function_sources`)
-                    name = outputs[0].op.name if outputs else op_name
-                    assert name is not None, "TensorFlow names every op it makes in a graph (`op_name`)"
-                    made_in_graph(session, graph, name, op_type, _getframe(1))
+                    made_in_graph(session, graph, _made_name(op_type, outputs, op_name, graph), op_type,
+                                  _getframe(1))
                 return None
             if not self.calls:
                 return None
@@ -311,6 +311,28 @@ class Hook:
             sourced = (id(record), source)
             record = session.sourced.get(sourced) or session.sourced.setdefault(sourced, record._replace(source=source))
         return record, copies
+
+
+def _made_name(op_type: str, outputs: Any, op_name: Optional[str], graph: Any) -> str:
+    """The name of the op of type `op_type` just made in `graph`. Its outputs' op where they are its own; but
+    another op callback may run before this one and hand on what it returned instead: None, or tensors of
+    ops it made itself (a numerics checker's). Then the op TensorFlow named (`op_name`; a constant or
+    placeholder made without a name comes with None), else the graph's last op of that type."""
+    if outputs:
+        op = outputs[0].op
+        if op.type == op_type:
+            return str(op.name)
+    if op_name is not None:
+        try:
+            if graph.get_operation_by_name(op_name).type == op_type:
+                return op_name
+        except (KeyError, ValueError):  # a name asked for, which the graph made unique or put in a name scope
+            pass
+    operations = graph.get_operations()
+    for op in reversed(operations[-_RECENT:]):
+        if op.type == op_type:
+            return str(op.name)
+    return op_name or ""
 
 
 def _same_call(depth: int, code: Any, lasti: int) -> bool:
