@@ -163,6 +163,23 @@ def test_steps_read_back_from_json():
     assert Steps.from_json(steps.to_json()) == steps
 
 
+def test_a_long_loops_json_stays_small_with_rows_only_for_timed_steps_and_the_count_left_out():
+    import json
+
+    from tfplace.placement.steps._model import JSON_STEPS, Step
+
+    untimed = Steps(99_999, 1, "eager-loop", "loop.py:3", steps=tuple(Step(i, None, None, None) for i in range(100_000)),
+                    reason="times: the block ran without timing")
+    data = untimed.to_json()
+    assert (data["steps"], data["steps_left_out"], data["count"]) == ([], 100_000, 99_999)
+    assert len(json.dumps(data)) < 1000
+    timed = Steps(4_999, 1, "function", "loop.py:3",
+                  steps=tuple(Step(i, 10.0 * i, 9.0, {"compute": 9.0}) for i in range(5_000)))
+    rows = timed.to_json()["steps"]
+    assert [row["index"] for row in rows] == [*range(JSON_STEPS // 2), *range(5_000 - JSON_STEPS // 2, 5_000)]
+    assert timed.to_json()["steps_left_out"] == 4_000 and all(row["wall_us"] is not None for row in rows)
+
+
 spans = st.lists(st.tuples(st.floats(0, 1000), st.floats(0, 200)), max_size=30)
 
 

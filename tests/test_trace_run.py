@@ -187,3 +187,15 @@ def test_one_file_for_two_outputs_is_refused_before_the_script_runs(tmp_path):
     assert done.stderr.splitlines()[-1] == (
         f"tfplace trace: error: --json='out.png' and --plot='{tmp_path}/out.png' (from options --json and --plot) "
         f"name the same file {os.path.realpath(tmp_path / 'out.png')}: allowed are two different files, one per output")
+
+
+def test_a_trace_of_a_long_eager_loop_writes_a_small_json_without_rows_of_nulls(tmp_path):
+    (tmp_path / "loop.py").write_text("import tensorflow as tf\nx = tf.ones((2, 2))\nfor _ in range(20000):\n"
+                                      "    x = x * 1.0\n    x = x + 0.0\n")
+    done = subprocess.run([sys.executable, "-m", "tfplace", "trace", "--quiet", "--json=out.json", "loop.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = json.loads((tmp_path / "out.json").read_text())["steps"]
+    assert (steps["kind"], steps["count"] + steps["warmup"], steps["steps"], steps["steps_left_out"]) == \
+        ("eager-loop", 20000, [], 20000)
+    assert (tmp_path / "out.json").stat().st_size < 20_000

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional
 
-__all__ = ["PHASES", "Step", "InputStage", "Steps", "Advice"]
+__all__ = ["JSON_STEPS", "PHASES", "Step", "InputStage", "Steps", "Advice"]
 
+# The most per-step rows `Steps.to_json()` holds (a loop of a million eager steps stays a small file).
+JSON_STEPS = 1000
 # Every phase a step's wall time is split into, in the order a report shows them.
 PHASES = ("input", "compute", "transfer", "sync", "host", "compile", "idle")
 
@@ -85,10 +87,16 @@ class Steps(NamedTuple):
     gpus: dict[str, dict[str, float]] = {}
 
     def to_json(self) -> dict[str, Any]:
-        """A dict keyed by the attribute names (steps and the input stage as dicts)."""
+        """A dict keyed by the attribute names (steps and the input stage as dicts), compact at any length:
+        `steps` holds the timed steps only, at most `JSON_STEPS` of them (the first and the last halves), and
+        `steps_left_out` says how many steps have no row (every one, without timing)."""
         data = self._asdict()
         data["per_device"] = {d: {"busy_us": b, "share": s} for d, (b, s) in self.per_device.items()}
-        data["steps"] = [step._asdict() for step in self.steps]
+        timed = [step for step in self.steps if step.wall_us is not None]
+        if len(timed) > JSON_STEPS:
+            timed = timed[:JSON_STEPS // 2] + timed[-(JSON_STEPS - JSON_STEPS // 2):]
+        data["steps"] = [step._asdict() for step in timed]
+        data["steps_left_out"] = len(self.steps) - len(timed)
         data["input"] = self.input._asdict() if self.input else None
         data["reads"] = {line: {"steps": n, "us": us} for line, (n, us) in self.reads.items()}
         return data
