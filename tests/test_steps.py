@@ -15,11 +15,11 @@ from xspace import Plane
 STEP_US, CALL_US = 1000.0, 900.0
 
 
-def _profile(n=6, traced=(0,), marks=False, stages=True, graph_building=(), reads=(), scale=1.0):
+def _profile(n=6, traced=(0,), marks=False, stages=True, graph_building=(), reads=(), scale=1.0, pause=(-1, 0.0)):
     """`n` calls of a tf.function `step` 1 ms apart, each waiting 500 µs for input inside its call, then
     computing 200 µs; the pipeline's Map (after a tensor slice, under a fused MapAndBatch) works 390 µs per
-    element. The steps in `reads` read a tensor's value for 40 µs after their call, at train.py:10. Every time
-    is multiplied by `scale`."""
+    element. The steps in `reads` read a tensor's value for 40 µs after their call, at train.py:10. `pause`: (a
+    step, µs of Python after its call, before the next). Every time is multiplied by `scale`."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     from tfplace.placement.taking import _profile
@@ -33,7 +33,7 @@ def _profile(n=6, traced=(0,), marks=False, stages=True, graph_building=(), read
 
     getnext, producer = host.line("tf_data_iterator_get_next/2"), host.line("tf_data_iterator_resource/3")
     for i in range(n):
-        at = i * STEP_US
+        at = i * STEP_US + (pause[1] if i > pause[0] >= 0 else 0.0)
         if marks:
             event(python, "train", at, CALL_US, step_num=i, _r=1)
         event(python, "step", at, CALL_US, tf_function_call="traced-nonXla" if i in traced else "notTraced-nonXla",
@@ -109,10 +109,46 @@ def test_a_function_traced_again_in_steady_steps_is_compile_time_and_retracing()
     assert [a.rule for a in _rules.advice(steps, [], {}) if a.rule != "input-bound"] == ["retracing"]
     once = _analysis.steps(RECORDS, _profile(traced=(0, 3), graph_building=(0, 3)), "")  # a new shape traces once
     assert once.steps[3].phases["compile"] > 0 and _rules.advice(once, [], {}) == []
-    every = _analysis.steps(RECORDS, _profile(traced=range(6)), "")
-    assert every.warmup == 5 and every.count == 1  # a call that traced is warm-up until one does not
+    # a new Python value at every call traces a new concrete function each time: one warm-up step, then
+    # steady steps whose tracing is compile time (retracing), never nine warm-up steps and one steady
+    each = RECORDS[:3] + [PlacementRecord(f"__inference_step_{i}", "", "/device:CPU:0", "execute", "train.py:9")
+                          for i in range(6)]
+    every = _analysis.steps(each, _profile(traced=range(6), graph_building=range(6)), "")
+    assert (every.warmup, every.count) == (1, 5) and all(s.phases["compile"] > 0 for s in every.steps[1:])
+    assert "compile-every-step" in [a.rule for a in _rules.advice(every, [], {})]
     again = _analysis.steps(RECORDS, _profile(n=12, traced=(0, *range(2, 12))), "")  # 10 of 11 steady steps
     assert "compile-every-step" in [a.rule for a in _rules.advice(again, [], {})]
+
+
+def test_one_unusual_step_is_reported_apart_and_neither_fires_nor_hides_a_rule():
+    from tfplace.placement.shown import _steps_view
+
+    records = RECORDS[:3] + [RECORDS[3]] * 20
+    calm = _analysis.steps(records, _profile(n=20, stages=False), "")
+    odd = _analysis.steps(records, _profile(n=20, stages=False, pause=(10, 30_000.0)), "")  # an epoch's end: 31 ms
+    assert [s.index for s in odd.outliers] == [10] and calm.outliers == ()
+    assert odd.shares == pytest.approx(calm.shares, abs=0.005) and odd.median_us == calm.median_us
+    assert [a.rule for a in _rules.advice(odd, [], {})] == [a.rule for a in _rules.advice(calm, [], {})]
+    assert "unusual step, left out of the shares: #10 31.0 ms (host 97%)" in _steps_view.text(odd, [])[1]
+    assert Steps.from_json(odd.to_json()).outliers == odd.outliers
+
+
+def test_calls_that_repeat_nothing_from_one_place_are_no_loop_and_fits_validation_steps_are_not_training_steps():
+    def calls(*ops_and_lines):
+        return RECORDS[:3] + [PlacementRecord(op, "", "/device:CPU:0", "execute", line) for op, line in ops_and_lines]
+
+    # one function called once from each of two lines; two functions of the same name, each called once
+    twice = calls(("__inference_step_5", "train.py:9"), ("__inference_step_5", "train.py:12"))
+    assert _analysis.steps(twice, _profile(n=2, traced=(0,)), "").count == 0
+    two = calls(("__inference_step_5", "train.py:9"), ("__inference_step_7", "train.py:9"))
+    assert _analysis.steps(two, _profile(n=2, traced=(0, 1)), "").count == 0
+    # fit's training calls and its validation calls, both `multi_step_on_iterator` from the fit line, take turns
+    train, test = "__inference_step_10", "__inference_step_20"  # (the profile's calls are named `step`)
+    order = [train] * 3 + [test] * 2 + [train] * 3 + [test] * 2
+    fit = calls(*[(op, "train.py:9") for op in order])
+    steps = _analysis.steps(fit, _profile(n=10, traced=(0, 3)), "")
+    assert (steps.count + steps.warmup, steps.warmup) == (6, 1)
+    assert [s.start_us - steps.steps[0].start_us for s in steps.steps] == [i * STEP_US for i in (0, 1, 2, 5, 6, 7)]
 
 
 def test_a_read_in_every_step_is_sync_time_and_host_sync_at_its_line():

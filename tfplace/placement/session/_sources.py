@@ -1,4 +1,5 @@
-"""Where in the user's code an op came from: the first frame outside TensorFlow, Keras and tfplace.
+"""Where in the user's code an op came from: the first frame outside TensorFlow, Keras, tfplace and every other
+installed library (a frame in site-packages is climbed past to the line that called the library).
 
 Example:
     >>> from tfplace.placement.session._sources import user_line
@@ -11,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import site
 import sys
+import sysconfig
 import threading
 from types import CodeType, FrameType, TracebackType
 from typing import Any, Iterator, Optional, Sequence
@@ -32,7 +35,20 @@ def _package_dir(name: str) -> str:
 # The standard library's context managers, threads and pools (TensorFlow runs some of its own work on them).
 _PLUMBING = tuple(os.path.join(os.path.dirname(os.__file__), name) for name in (
     "threading.py", "contextlib.py", os.path.join("multiprocessing", ""), os.path.join("concurrent", "")))
-_INTERNAL = tuple(d for d in map(_package_dir, ("tensorflow", "keras", "tf_keras", "tfplace", "optree")) if d) + _PLUMBING
+def _library_dirs() -> tuple[str, ...]:
+    """The folders installed distributions live in (site-packages, dist-packages, the user's site): code there
+    is a library's (tensorflow_text, keras_hub, tensorflow_probability, ...), never the user's own line."""
+    found = {sysconfig.get_paths().get(key, "") for key in ("purelib", "platlib")}
+    found.update(getattr(site, "getsitepackages", lambda: [])())
+    found.add(getattr(site, "getusersitepackages", lambda: "")() or "")
+    found.update(entry for entry in sys.path if os.path.basename(entry.rstrip(os.sep)) in ("site-packages", "dist-packages"))
+    found = {d for d in found if d and os.path.isdir(d)}
+    return tuple(sorted({os.path.join(path, "") for d in found for path in (d, os.path.realpath(d))}))
+
+
+_LIBRARIES = _library_dirs()
+_INTERNAL = tuple(d for d in map(_package_dir, ("tensorflow", "keras", "tf_keras", "tfplace", "optree")) if d) + \
+    _PLUMBING + _LIBRARIES
 _TFPLACE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "")
 _FRAMEWORKS = tuple(d for d in map(_package_dir, ("tensorflow", "keras", "tf_keras")) if d)
 _STDLIB = os.path.join(os.path.dirname(os.__file__), "")

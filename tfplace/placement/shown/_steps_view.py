@@ -32,6 +32,13 @@ def shares(figures: dict[str, float]) -> str:
     return ", ".join(f"{phase} {100 * figures[phase]:.1f}%" for phase in PHASES if figures.get(phase, 0.0) >= 0.0005)
 
 
+def _most(phases: dict[str, float]) -> str:
+    """What filled a step: its largest phase and that phase's share of the step."""
+    phase = max(PHASES, key=lambda name: phases.get(name, 0.0))
+    wall = sum(phases.values())
+    return f"{phase} {100 * phases[phase] / wall:.0f}%" if wall else phase
+
+
 def _what(steps: Any) -> str:
     what = steps.kind + (f" {steps.name}" if steps.kind in ("function", "marked") and steps.name else "")
     warm = f"; {steps.warmup} warm-up step{'s' if steps.warmup != 1 else ''} left out" if steps.warmup else ""
@@ -46,6 +53,10 @@ def text(steps: Any, advice: Sequence[Any]) -> list[str]:
         return [f"steps: {steps.count} ({_what(steps)}); no times: {steps.reason}"]
     lines = [f"steps: {steps.count} x {_ms(steps.median_us)} median (p90 {_ms(steps.p90_us)}, max "
              f"{_ms(steps.max_us)}): {shares(steps.shares)} ({_what(steps)})"]
+    if steps.outliers:
+        lines.append(f"  unusual step{'s' if len(steps.outliers) != 1 else ''}, left out of the shares: " + ", ".join(
+            f"#{step.index} {_ms(step.wall_us)} ({_most(step.phases)})" for step in steps.outliers[:5])
+            + (f" and {len(steps.outliers) - 5} more" if len(steps.outliers) > 5 else ""))
     if steps.per_device:
         lines.append("  busy in steady steps: " + ", ".join(
             f"{device.rpartition('/')[2] if device.startswith('/device:') else device} {_ms(busy)} "

@@ -16,7 +16,9 @@ from tfplace.placement.records._records import Kind, PlacementRecord, is_functio
 from tfplace.placement.steps import _find, _input, _phases
 from tfplace.placement.steps._model import PHASES, Step, Steps
 
-__all__ = ["steps"]
+__all__ = ["steps", "OUTLIER"]
+
+OUTLIER = 3.0  # a steady step longer than this many times the median is an unusual step, reported apart
 
 
 def _percentile(values: Sequence[float], fraction: float) -> float:
@@ -57,9 +59,14 @@ def steps(records: Sequence[PlacementRecord], timing: Any, missing: str) -> Step
     timed = list(zip(found.spans, phases))
     every = tuple(Step(i, low, high - low, split) for i, ((low, high), split) in enumerate(timed))
     walls = [high - low for (low, high), _ in timed[found.warmup:]]
-    splits = [split for _, split in timed[found.warmup:]]
-    total = sum(walls)
+    typical = median(walls)
+    # the typical steps decide the shares: a step over OUTLIER x the median (an epoch's end: a test loop, a
+    # checkpoint, a new iterator) is reported apart (`Steps.outliers`) and neither fires nor hides a rule
+    unusual = {i for i, wall in enumerate(walls) if len(walls) >= 3 and wall > OUTLIER * typical}
+    splits = [split for i, (_, split) in enumerate(timed[found.warmup:]) if i not in unusual]
+    total = sum(wall for i, wall in enumerate(walls) if i not in unusual)
     shares = {phase: (sum(split[phase] for split in splits) / total if total else 0.0) for phase in PHASES}
+    outliers = tuple(every[found.warmup + i] for i in sorted(unusual))
     work: dict[str, list] = {}
     for device, _, start, duration, _, _ in timing.events:
         work.setdefault(device, []).append((start, duration))
@@ -68,9 +75,9 @@ def steps(records: Sequence[PlacementRecord], timing: Any, missing: str) -> Step
                   for device, busy in sorted(_phases.busy(spans, work).items())}
     waited = sum(split["input"] for split in splits)
     stage = _input.slowest(events.stages(), records, waited) if waited > 0 else None
-    return Steps(count, found.warmup, found.kind, found.source, median(walls), _percentile(walls, 0.9), max(walls),
+    return Steps(count, found.warmup, found.kind, found.source, typical, _percentile(walls, 0.9), max(walls),
                  shares, per_device, every, stage, "", found.name, _reads(events.reads, spans),
-                 _gpus(spans, work, events.host_copies, count))
+                 _gpus(spans, work, events.host_copies, count), outliers)
 
 
 def _gpus(spans: Sequence[tuple[float, float]], work: dict[str, list], copies: Sequence[tuple],

@@ -4,8 +4,11 @@ In this order, the first that holds: a step marker's events (tf_keras' own, or a
 `tf.profiler.experimental.Trace("train", step_num=i)`), the Python calls of the `tf.function` called most
 (Keras 3's `multi_step_on_iterator`, tf_keras' `train_function`, a custom loop's step; at least twice),
 `Session.run` calls, an eager loop (the user's line that ran most eager ops, at least three times, needing
-`sources=True`). A step spans from its call or marker to the next one (the last: to its end). The first
-steps whose call traced are warm-up.
+`sources=True`). One loop is one thing repeated from one place: a function's calls from the user's line that
+made most of them (of two concrete functions taking turns from that line, as `fit`'s training and validation
+steps do, the one that ran most); a training loop is preferred over an evaluation's. A step spans from its
+call to the next one (the last: to its end); a marked step spans its marker. The first steps whose call traced
+a function that runs again are warm-up; a function traced anew later is retracing inside a steady step.
 
 Example:
     >>> found = find([], None)
@@ -92,11 +95,67 @@ def _spans(starts: Sequence[float], last_end: float) -> list[tuple[float, float]
     return [(start, starts[i + 1] if i + 1 < len(starts) else max(last_end, start)) for i, start in enumerate(starts)]
 
 
-def _warm(traced: Sequence[bool]) -> int:
+def _warm(traced: Sequence[bool], concrete: Optional[Sequence[str]] = None) -> int:
+    """The first steps that are warm-up: those that traced, from the first, while the concrete function each
+    traced runs again later (`concrete`: each step's; a function traced anew at a later step, as a new Python
+    value makes it, is retracing inside a steady step, not warm-up). At least one step is left."""
+    last = {name: i for i, name in enumerate(concrete)} if concrete is not None else {}
     warm = 0
-    while warm < len(traced) - 1 and traced[warm]:
+    while warm < len(traced) - 1 and traced[warm] and (
+            warm == 0 or concrete is None or last[concrete[warm]] > warm):
         warm += 1
     return warm
+
+
+def _runs(concrete: Sequence[str]) -> dict[str, list[int]]:
+    """Per concrete function, the lengths of its runs of consecutive steps."""
+    runs: dict[str, list[int]] = {}
+    for i, name in enumerate(concrete):
+        if i and concrete[i - 1] == name:
+            runs[name][-1] += 1
+        else:
+            runs.setdefault(name, []).append(1)
+    return runs
+
+
+def _loop(name: str, ran: Sequence[PlacementRecord], mine: Sequence[Any], untimed: bool) -> Optional[Found]:
+    """The loop of the `tf.function` called as `name` (its records `ran`, its profile's calls `mine`): its
+    calls from the user's line that made most of them (one place), and of those, where two concrete
+    functions take turns in runs (Keras 3's training and validation steps, both `multi_step_on_iterator`
+    from the `fit` line), the calls of the one that ran most; None where that leaves fewer than two calls,
+    or one steady call that traced (a function called once from each of two lines is no loop)."""
+    aligned = untimed or len(ran) == len(mine)  # the k-th call is the k-th record
+    pairs = list(zip(ran, mine if not untimed else ran)) if aligned else []
+    lines = Counter(r.source for r in ran)
+    if aligned and len(lines) > 1:
+        source = lines.most_common(1)[0][0]  # the line that ran most (fit's, not its evaluate's, same name)
+        pairs = [(record, call) for record, call in pairs if record.source == source]
+    else:
+        source = _source(ran)
+    if aligned:
+        runs = _runs([record.op for record, _ in pairs])
+        turns = [op for op, lengths in runs.items() if sum(1 for n in lengths if n >= 2) >= 2]
+        if len(runs) > 1 and turns:
+            kept = max(turns, key=lambda op: sum(runs[op]))
+            pairs = [(record, call) for record, call in pairs if record.op == kept]
+        if len(pairs) < 2:
+            return None
+    kind = _keras_kind(name, source)
+    concrete = [record.op for record, _ in pairs] if aligned else None
+    if untimed:
+        ops = [record.op for record, _ in pairs]
+        first = {op: i for i, op in reversed(list(enumerate(ops)))}
+        traced = [first[op] == i for i, op in enumerate(ops)]  # a concrete function's first call traced it
+        warm = _warm(traced, concrete)
+        return None if len(ops) - warm == 1 and traced[-1] else Found(kind, name, source, [], len(ops), warm)
+    calls = [call for _, call in pairs] if aligned else list(mine)
+    if len(calls) < 2:
+        return None
+    warm = _warm([call.traced for call in calls], concrete)
+    if len(calls) - warm == 1 and calls[-1].traced:
+        return None
+    spans = _spans([c.start for c in calls], calls[-1].start + calls[-1].duration)
+    return Found(kind, name, source, spans, len(calls), warm)
 
 
 def find(records: Sequence[PlacementRecord], events: Optional[Any],
@@ -115,25 +174,12 @@ def find(records: Sequence[PlacementRecord], events: Optional[Any],
     top = _top_level(events.calls) if events is not None else []
     named = Counter(call.name for call in top)
     counted = named if events is not None else Counter({name: len(rs) for name, rs in calls.items()})
-    if counted and counted.most_common(1)[0][1] >= 2:
-        name = counted.most_common(1)[0][0]
-        ran = calls.get(name, [])
-        mine = [call for call in top if call.name == name]
-        lines = Counter(r.source for r in ran)
-        if len(lines) > 1 and (events is None or len(ran) == len(mine)):  # the k-th call is the k-th record:
-            source = lines.most_common(1)[0][0]  # the line that ran most (fit's, not its evaluate's, same name)
-            mine = [call for call, record in zip(mine, ran) if record.source == source]
-            ran = [record for record in ran if record.source == source]
-        else:
-            source = _source(ran)
-        kind = _keras_kind(name, source)
-        if events is None:
-            warm = _warm([i == 0 or r.op != ran[i - 1].op and r.op not in {x.op for x in ran[:i]}
-                          for i, r in enumerate(ran)])
-            return Found(kind, name, source, [], len(ran), warm)
-        warm = _warm([call.traced for call in mine])
-        spans = _spans([c.start for c in mine], mine[-1].start + mine[-1].duration)
-        return Found(kind, name, source, spans, len(mine), warm)
+    loops = [loop for name, n in counted.most_common() if n >= 2
+             for loop in [_loop(name, calls.get(name, []), [c for c in top if c.name == name], events is None)]
+             if loop is not None]
+    if loops:  # the loop that ran most steps, a training loop before an evaluation's
+        return max(loops, key=lambda loop: (loop.kind != "keras-evaluate" and loop.kind != "keras-predict",
+                                            loop.total))
     if events is not None and len(events.sessions) >= 2:
         runs = sorted(events.sessions)
         return Found("session", "Session.run", "", _spans([s for s, _ in runs], runs[-1][0] + runs[-1][1]),

@@ -68,6 +68,8 @@ class Steps(NamedTuple):
         (the steady steps with such a read, the µs those reads took in them).
       gpus: per GPU timed from its own plane, per steady step: `compute_us` (kernels running), `idle_us` (no
         kernel running), `h2d_bytes` and `h2d_us` (copies from host memory), `pageable_bytes`, `pinned_bytes`.
+      outliers: the steady steps over three times the median (an epoch's end: a test loop, a checkpoint, a new
+        iterator), left out of `shares` so that one unusual step neither fires nor hides a rule.
     """
 
     count: int  # type: ignore[assignment]  # a field named as tuple.count(), which it hides (mypy: an override)
@@ -85,6 +87,7 @@ class Steps(NamedTuple):
     name: str = ""
     reads: dict[str, tuple[int, float]] = {}
     gpus: dict[str, dict[str, float]] = {}
+    outliers: tuple[Step, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """A dict keyed by the attribute names (steps and the input stage as dicts), compact at any length:
@@ -99,6 +102,7 @@ class Steps(NamedTuple):
         data["steps_left_out"] = len(self.steps) - len(timed)
         data["input"] = self.input._asdict() if self.input else None
         data["reads"] = {line: {"steps": n, "us": us} for line, (n, us) in self.reads.items()}
+        data["outliers"] = [step._asdict() for step in self.outliers]
         return data
 
     @classmethod
@@ -109,6 +113,7 @@ class Steps(NamedTuple):
         values["steps"] = tuple(Step(**step) for step in data.get("steps") or ())
         values["input"] = InputStage(**data["input"]) if data.get("input") else None
         values["reads"] = {line: (v["steps"], v["us"]) for line, v in (data.get("reads") or {}).items()}
+        values["outliers"] = tuple(Step(**step) for step in data.get("outliers") or ())
         return cls(**{k: v for k, v in values.items() if k in cls._fields})
 
 
