@@ -103,6 +103,18 @@ def test_marked_steps_win_over_function_calls():
     assert steps.steps[1].wall_us == CALL_US  # a marked step is its marker's span
 
 
+def test_marks_of_two_fits_of_two_models_are_two_loops_and_a_one_step_fit_per_model_is_none():
+    def records(*ops_and_lines):
+        return RECORDS[:3] + [PlacementRecord(op, "", "/device:CPU:0", "execute", line) for op, line in ops_and_lines]
+
+    two = records(*[("__inference_step_5", "train.py:9")] * 4, *[("__inference_step_8", "train.py:12")] * 2)
+    steps = _analysis.steps(two, _profile(marks=True, traced=(0, 4)), "")
+    assert (steps.kind, steps.count + steps.warmup, steps.source) == ("marked", 4, "train.py:9")
+    each = records(*[(f"__inference_step_{i}", "train.py:9") for i in range(6)])  # six models, one step each
+    alone = _analysis.steps(each, _profile(marks=True, traced=range(6)), "")
+    assert alone.kind != "marked"
+
+
 def test_a_function_traced_again_in_steady_steps_is_compile_time_and_retracing():
     steps = _analysis.steps(RECORDS, _profile(n=10, traced=(0, 3, 5, 7), graph_building=(0, 3, 5, 7)), "")
     assert steps.warmup == 1 and steps.steps[3].phases["compile"] > 0

@@ -169,8 +169,9 @@ def find(records: Sequence[PlacementRecord], events: Optional[Any],
         records' eager executions (`nan` where the profile has none).
     """
     calls = _calls(records)
-    if events is not None and events.marks:
-        return _marked(events, calls)
+    marked = _marked(events, calls) if events is not None and events.marks else None
+    if marked is not None:
+        return marked
     top = _top_level(events.calls) if events is not None else []
     named = Counter(call.name for call in top)
     counted = named if events is not None else Counter({name: len(rs) for name, rs in calls.items()})
@@ -187,20 +188,34 @@ def find(records: Sequence[PlacementRecord], events: Optional[Any],
     return _eager_loop(records, events, eager_spans)
 
 
-def _marked(events: Any, calls: dict[str, list[PlacementRecord]]) -> Found:
-    name = Counter(mark.name for mark in events.marks).most_common(1)[0][0]
-    marks = sorted(m for m in events.marks if m.name == name)
-    traced = []
-    inner: Counter = Counter()
-    for mark in marks:
-        inside = [c for c in events.calls if mark.start <= c.start < mark.start + mark.duration]
-        inner.update(c.name for c in inside)
-        traced.append(any(c.traced for c in inside))
-    called = inner.most_common(1)[0][0] if inner else ""
-    kind = _MARKS.get(name, "marked") if _KERAS.get(called) == _MARKS.get(name) else "marked"
-    warm = _warm(traced)
-    spans = [(m.start, m.start + m.duration) for m in marks]
-    return Found(kind, name, _source(calls.get(called, ())), spans, len(marks), warm)
+def _marked(events: Any, calls: dict[str, list[PlacementRecord]]) -> Optional[Found]:
+    """The steps markers mark: one loop is one marker name's marks whose calls ran one concrete function from
+    one line (tf_keras marks every `fit` step "train": four `fit` calls of four models are four loops, not
+    one), the loop of most marks, training ("train") before evaluation; None where no marker repeats so."""
+    loops = []
+    for name in {mark.name for mark in events.marks}:
+        marks = sorted(m for m in events.marks if m.name == name)
+        inside = [[c for c in events.calls if mark.start <= c.start < mark.start + mark.duration] for mark in marks]
+        inner = Counter(c.name for calls_in in inside for c in calls_in)
+        called = inner.most_common(1)[0][0] if inner else ""
+        ran = iter(calls.get(called, ()))
+        aligned = inner[called] == len(calls.get(called, ()))  # the k-th call inside marks is the k-th record
+        groups: dict[tuple, list[int]] = {}
+        for i, calls_in in enumerate(inside):
+            records = [next(ran, None) for c in calls_in if c.name == called] if aligned else []
+            first = next((r for r in records if r is not None), None)
+            groups.setdefault((first.op, first.source) if first is not None else ("", ""), []).append(i)
+        key, members = max(groups.items(), key=lambda item: len(item[1]))
+        if len(members) < 2:
+            continue
+        kind = _MARKS.get(name, "marked") if _KERAS.get(called) == _MARKS.get(name) else "marked"
+        traced = [any(c.traced for c in inside[i]) for i in members]
+        spans = [(marks[i].start, marks[i].start + marks[i].duration) for i in members]
+        source = key[1] or _source(calls.get(called, ()))
+        loops.append(Found(kind, name, source, spans, len(members), _warm(traced)))
+    if not loops:
+        return None
+    return max(loops, key=lambda loop: (loop.name == "train", loop.name not in ("test", "predict"), loop.total))
 
 
 def _eager_loop(records: Sequence[PlacementRecord], events: Optional[Any],

@@ -22,9 +22,10 @@ from statistics import median
 from typing import AbstractSet, Any, Mapping, Sequence
 
 from tfplace.placement.records._origins import is_input_op
+from tfplace.placement.steps._find import base_name
 from tfplace.placement.steps._model import Advice, Steps
 
-__all__ = ["advice", "INPUT_BOUND", "INPUT_US", "HOST_BOUND", "HOST_US", "HOST_KERAS_US", "SKEW", "REPLICAS", "COPY_BYTES", "SHARES_FROM",
+__all__ = ["advice", "INPUT_BOUND", "INPUT_US", "HOST_BOUND", "HOST_US", "HOST_KERAS_US", "HOST_REPLICAS_US", "SKEW", "REPLICAS", "COPY_BYTES", "SHARES_FROM",
            "RETRACED"]
 
 INPUT_BOUND = 0.2  # input's share of the steady steps' time from which "input-bound" holds
@@ -34,6 +35,8 @@ RETRACED = 3  # steady steps that traced again from which "retracing" holds (a n
 HOST_BOUND = 0.2
 HOST_US = 5000.0  # and at least this much host time in a median step: below it, the framework's own per-step
 # Python (a tf.function's call, the loop) is the floor, which no line of the user's removes
+HOST_REPLICAS_US = 20000.0  # the same for a step run on replicas (a strategy's per-step Python: its distributed
+# iterator, its `run`, some ms per step on each replica's behalf)
 HOST_KERAS_US = 50000.0  # the same in Keras' fit, evaluate and predict, whose own loop costs some ms per step
 # (more under a strategy): beyond it, the user's callbacks
 SKEW = 1.2  # a replica's busy time over the others' median from which "replica-skew" holds
@@ -88,8 +91,9 @@ def _host(steps: Steps) -> list[Advice]:
                        "@tf.function  # on a function holding the loop's body, called once per iteration",
                        {"share": launch, "compute": steps.shares["compute"]})]
     keras = steps.kind.startswith("keras")
-    if host < HOST_BOUND or host * (steps.median_us or 0.0) < (HOST_KERAS_US if keras else HOST_US) or \
-            steps.kind == "session":
+    kinds = Counter(device.rpartition("/device:")[2].partition(":")[0] for device in steps.per_device)
+    floor = HOST_KERAS_US if keras else HOST_REPLICAS_US if max(kinds.values(), default=0) >= 2 else HOST_US
+    if host < HOST_BOUND or host * (steps.median_us or 0.0) < floor or steps.kind == "session":
         return []  # (a Session.run's own Python is no line of the user's to change)
     fix = ("model.compile(..., steps_per_execution=32)  # 32 batches per call: per-batch callbacks run once per "
            "32 batches (or do a callback's slow work every N batches)" if keras
@@ -179,6 +183,8 @@ def _copies(steps: Steps, transfers: Sequence[Any], users: AbstractSet[str]) -> 
         where = row.source  # the consumer's line of the user's: TensorFlow's own transfers name none
         if row.count < ran or not where or row.tensor.startswith("^") or row.node and row.node not in users:
             continue
+        if not _in_steps(steps, row):  # a one-time restore, a sampler's copies after the loop: in no step
+            continue
         per_step = (row.bytes or 0) * row.count / ran
         if per_step < COPY_BYTES:
             continue
@@ -190,6 +196,14 @@ def _copies(steps: Steps, transfers: Sequence[Any], users: AbstractSet[str]) -> 
                           f"{row.op} on {row.from_device}",
                           {"share": share, "bytes_per_step": per_step, "count": row.count}))
     return out[:3]
+
+
+def _in_steps(steps: Steps, row: Any) -> bool:
+    """Whether a transfer runs inside the steps: a node of the step function itself (Keras' train function,
+    a custom loop's step), or an eager copy on the line the steps run or, in an eager loop, on a line of it."""
+    if row.function:
+        return base_name(row.function) == steps.name
+    return row.source == steps.source or steps.kind == "eager-loop"
 
 
 def _skew(steps: Steps, ops: Mapping[tuple[str, str], Any], lines: Mapping[tuple[str, str], Counter]) -> list[Advice]:
