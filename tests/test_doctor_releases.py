@@ -157,6 +157,26 @@ def test_tf_2_16_1_with_its_cuda_wheels_installed_where_its_run_path_does_not_lo
     assert "tensorflow-view-differs" not in codes(diagnosis) and diagnosis.gpus_usable == 0
 
 
+def test_tf_2_16_1_with_some_cuda_wheels_at_other_versions_or_absent_still_points_the_loader_at_them():
+    """The same machine where pip put one wheel at another version and left one out: the fix installs those two
+    as the release pins them and puts every wheel's folder in LD_LIBRARY_PATH, never only the reinstall of
+    `tensorflow[and-cuda]==2.16.1` that the user already ran."""
+    tf = machines.release("tensorflow-2.16.1")
+    wants = wanted(tf["requires"])
+    folder = {w.package: f"{machines.SITE}/nvidia/{w.package[7:-5].replace('-', '_')}/lib" for w in wants}
+    wheels = {w.package: {"version": "9.0.0.312" if w.package == "nvidia-cudnn-cu12" else w.minimum,
+                          "lib": folder[w.package]} for w in wants if w.package != "nvidia-nccl-cu12"}
+    facts = machines.machine(tf, python="3.11.8", driver=("550.54.14", "12.4"), loaded={w.soname: None for w in wants},
+                             wheels=wheels)
+    missing = finding(diagnose(facts), "cuda-libraries-missing")
+    install, _, export = missing.fix.partition(" && ")
+    pinned = {w.package: w.requirement for w in wants}
+    assert install == f"pip install '{pinned['nvidia-cudnn-cu12']}' '{pinned['nvidia-nccl-cu12']}'"
+    assert set(re.fullmatch(r"export LD_LIBRARY_PATH=(\S+):\$LD_LIBRARY_PATH", export)[1].split(":")) == \
+        {entry["lib"] for entry in wheels.values()}
+    assert "tensorflow[and-cuda]" not in missing.fix
+
+
 def test_tf_2_15_beside_a_system_cudnn_older_than_its_pin():
     """TensorFlow 2.15 logs `Loaded runtime CuDNN library: 8.8.0 but source was compiled with: 8.9.4`: a
     system cuDNN 8.8 put first by LD_LIBRARY_PATH."""

@@ -221,15 +221,18 @@ class _Rules:
 
     def _missing_fix(self, missing: list[Wanted]) -> tuple[Optional[str], str]:
         """The fix for libraries that do not load, and where pip put them when it did: wheels that are installed
-        at a version the build accepts, in folders the loader does not search, want those folders in
-        `LD_LIBRARY_PATH` (TensorFlow 2.16.1's own run path misses them); else the release's way to get them."""
+        in folders the loader does not search, want those folders in `LD_LIBRARY_PATH` (TensorFlow 2.16.1's own run
+        path misses them: installing them again changes nothing), after installing the versions the build wants
+        of those missing or at another version; else the release's way to get them."""
         wheels = self.facts.get("nvidia_wheels") or {}
-        there = {w.package: wheels[w.package] for w in missing if w.package in wheels and wheels[w.package].get("lib")
-                 and satisfies(wheels[w.package]["version"], w.specifier)}
-        if there and len(there) == len({w.package for w in missing}):
+        there = {w.package: wheels[w.package] for w in missing if w.package in wheels and wheels[w.package].get("lib")}
+        if there:  # installing them again changes nothing (tensorflow#63362): the loader must be shown them
             folders = list(dict.fromkeys(entry["lib"] for entry in there.values()))
-            return (f"export LD_LIBRARY_PATH={':'.join(folders)}:$LD_LIBRARY_PATH",
-                    ", ".join(f"{name} {entry['version']}" for name, entry in there.items()))
+            export = f"export LD_LIBRARY_PATH={':'.join(folders)}:$LD_LIBRARY_PATH"
+            wrong = list(dict.fromkeys(w.requirement for w in missing if w.requirement and (
+                w.package not in there or not satisfies(there[w.package]["version"], w.specifier))))
+            fix = f"pip install {' '.join(repr(r) for r in wrong)} && {export}" if wrong else export
+            return fix, ", ".join(f"{name} {entry['version']}" for name, entry in there.items())
         release = _releases.release_of(_tensorflow_version(self.facts["tensorflow"]))
         if not self.facts["tensorflow"]["requires"] and release is not None and self.facts["platform"].get(
                 "system") == "Linux":
