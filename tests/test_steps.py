@@ -97,6 +97,24 @@ def test_input_bound_advice_names_the_stage_line_and_a_fix_that_parses():
     compile(advice[0].fix.split("#")[0], "<fix>", "exec")
 
 
+@pytest.mark.parametrize("op, per_step_us, cores, fix", [
+    ("Map", 3000.0, 8, "ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE)"),   # ~4 calls at once keep up
+    ("Map", 96000.0, 2, "ds = ds.cache()"),          # ~120-way parallelism on 2 cores: no setting keeps up
+    ("FlatMap", 3000.0, 8, "ds = ds.interleave(fn, num_parallel_calls=tf.data.AUTOTUNE"),  # never `map` for it
+    ("Map", 600.0, 8, "ds = ds.prefetch(tf.data.AUTOTUNE)"),  # it keeps up on average: overlap it
+])
+def test_the_input_bound_fix_fits_the_stage_and_what_the_machine_can_do(monkeypatch, op, per_step_us, cores, fix):
+    from tfplace.placement.steps._model import InputStage
+
+    monkeypatch.setattr(_rules.os, "cpu_count", lambda: cores)
+    shares = {"input": 0.6, "compute": 0.4, "transfer": 0.0, "sync": 0.0, "host": 0.0, "compile": 0.0, "idle": 0.0}
+    steps = Steps(10, 1, "function", "train.py:9", 2000.0, 2100.0, 2200.0, shares,
+                  input=InputStage(op, "train.py:4", 0.9, per_step_us / 32, None, False, per_step_us))
+    advice = _rules.advice(steps, [], {})
+    assert advice[0].fix.startswith(fix) and f"this machine has {cores} cores" in advice[0].message
+    compile(advice[0].fix, "<fix>", "exec")
+
+
 def test_marked_steps_win_over_function_calls():
     steps = _analysis.steps(RECORDS, _profile(marks=True), "")
     assert (steps.kind, steps.name, steps.count, steps.warmup) == ("marked", "train", 5, 1)

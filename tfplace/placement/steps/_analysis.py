@@ -74,7 +74,7 @@ def steps(records: Sequence[PlacementRecord], timing: Any, missing: str) -> Step
     per_device = {device: (busy, busy / total if total else 0.0)
                   for device, busy in sorted(_phases.busy(spans, work).items())}
     waited = sum(split["input"] for split in splits)
-    stage = _input.slowest(events.stages(), records, waited) if waited > 0 else None
+    stage = _input.slowest(events.stages(), records, waited, found.total) if waited > 0 else None
     return Steps(count, found.warmup, found.kind, found.source, typical, _percentile(walls, 0.9), max(walls),
                  shares, per_device, every, stage, "", found.name, _reads(events.reads, spans),
                  _gpus(spans, work, events.host_copies, count), outliers)

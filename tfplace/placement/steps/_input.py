@@ -54,10 +54,11 @@ def _line(dataset: str, records: Sequence[PlacementRecord]) -> str:
     return sources[-1] if sources else ""
 
 
-def slowest(stages: Sequence[Stage], records: Sequence[PlacementRecord], waited_us: float) -> Optional[InputStage]:
+def slowest(stages: Sequence[Stage], records: Sequence[PlacementRecord], waited_us: float,
+            steps_run: int = 0) -> Optional[InputStage]:
     """The stage with most time of its own, or, where none holds a tenth of the time the steps waited
     (the work ran on tf.data's threads, as a parallel map's does), the first asynchronous stage below the
-    pipeline's root that is not a prefetch. None without stages."""
+    pipeline's root that is not a prefetch. None without stages. `steps_run`: the steps that consumed it."""
     timed = [s for s in stages if s.path.count("::") >= 2]  # below Iterator::Root
     if not timed:
         return None
@@ -70,9 +71,11 @@ def slowest(stages: Sequence[Stage], records: Sequence[PlacementRecord], waited_
             best = waits[0]
     parent = best.path.rpartition("::")[0]
     parallel = best.parallelism
+    own = best.own_us >= 0.1 * waited_us  # its time is its own, not tf.data's threads'
     return InputStage(_op(best), _line(best.dataset, records), best.own_us / total if total else 0.0,
                       best.own_us / best.elements if best.elements else 0.0,
-                      int(parallel) if isinstance(parallel, (int, float)) else None, "Prefetch" in parent.split("::"))
+                      int(parallel) if isinstance(parallel, (int, float)) else None, "Prefetch" in parent.split("::"),
+                      best.own_us / steps_run if own and steps_run else None)
 
 
 def _op(stage: Stage) -> str:

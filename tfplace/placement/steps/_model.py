@@ -38,6 +38,8 @@ class InputStage(NamedTuple):
       per_element_us: its time per element it produced.
       parallelism: its `num_parallel_calls` as the profile reports it (None: not parallel).
       prefetch: True when a `prefetch` follows it.
+      per_step_us: its own time per step run (its elements per step times `per_element_us`; None where the
+        profile gives it no time of its own: its work ran on tf.data's threads).
     """
 
     dataset_op: str
@@ -46,6 +48,7 @@ class InputStage(NamedTuple):
     per_element_us: float
     parallelism: Optional[int]
     prefetch: bool
+    per_step_us: Optional[float] = None
 
 
 class Steps(NamedTuple):

@@ -16,6 +16,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+import os
 import re
 from collections import Counter
 from statistics import median
@@ -58,23 +60,48 @@ def _input_bound(steps: Steps) -> list[Advice]:
         return []
     stage = steps.input
     where = stage.source if stage and stage.source else steps.source
-    if stage is None:
-        said, fix = "", "ds = ds.prefetch(tf.data.AUTOTUNE)  # the last step of the pipeline"
-    else:
-        said = (f": its slowest stage is {stage.dataset_op} ({_ms(stage.per_element_us)} per element, "
-                f"{'parallelism ' + str(stage.parallelism) if stage.parallelism else 'no num_parallel_calls'}, "
-                f"{'a prefetch after it' if stage.prefetch else 'no prefetch after it'})")
-        if stage.dataset_op.endswith("Map") and not stage.parallelism:
-            fix = ("ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)  "
-                   "# or do the work once, offline, and read its results")
-        elif not stage.prefetch:
-            fix = "ds = ds.prefetch(tf.data.AUTOTUNE)  # after the slow stage, at the end of the pipeline"
-        else:
-            fix = ("do the slow work once, offline, and read its results (or ds = ds.cache() after it, "
-                   "which still waits through the first epoch)")
+    said, fix = _input_fix(steps, share)
     return [Advice("input-bound", _severity(share),
                    f"the steps wait for input {share:.0%} of their time{said}", where, fix,
                    {"share": share, "stage": stage._asdict() if stage else None})]
+
+
+def _input_fix(steps: Steps, share: float) -> tuple[str, str]:
+    """What the slowest stage costs a step, and the fix that fits it: parallel calls where the machine's cores
+    can keep up with the step (the stage's time per step over the step's own work), `interleave` for a
+    `flat_map`, a prefetch where the stage keeps up on average; else doing the work once (offline, `cache`,
+    the tf.data service), since no pipeline setting makes it keep up."""
+    stage, median = steps.input, steps.median_us or 0.0
+    own = max((1.0 - share) * median, 1.0)  # the step's own work
+    if stage is None:
+        return "", "ds = ds.prefetch(tf.data.AUTOTUNE)  # the last step of the pipeline"
+    parallel = stage.parallelism or 1
+    demand = stage.per_step_us if stage.per_step_us else (share * median + own) * parallel
+    needed = max(1, math.ceil(demand / own))
+    cores = os.cpu_count() or 1
+    said = (f": its slowest stage is {stage.dataset_op} ({_ms(stage.per_element_us)} per element, "
+            f"{'parallelism ' + str(stage.parallelism) if stage.parallelism else 'no num_parallel_calls'}, "
+            f"{'a prefetch after it' if stage.prefetch else 'no prefetch after it'}); it needs about "
+            f"{_ms(demand)} a step where the rest of a step takes {_ms(own)}: keeping up takes ~{needed}-way "
+            f"parallelism, and this machine has {cores} core{'s' if cores != 1 else ''}")
+    op = stage.dataset_op
+    offline = ("ds = ds.cache()  # right after the slow stage, if its output fits in memory (only the first epoch "
+               "waits); or do its work once, offline, and read the results; or give it the tf.data service's workers")
+    if op == "FlatMap":
+        fix = ("ds = ds.interleave(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)  # fn: the "
+               "function given to flat_map, each element's dataset read in parallel")
+    elif needed > cores:
+        fix = offline
+    elif needed > parallel and op in ("Map", "ParallelMap", "ParallelMapV2", "MapAndBatch") and not stage.parallelism:
+        fix = ("ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)  # fn: the "
+               f"function given to this map: ~{needed} calls at once keep up")
+    elif needed > parallel and op == "Interleave":
+        fix = "ds = ds.interleave(fn, num_parallel_calls=tf.data.AUTOTUNE)  # fn: the function given to it"
+    elif needed <= parallel and not stage.prefetch:
+        fix = "ds = ds.prefetch(tf.data.AUTOTUNE)  # after the slow stage, at the end of the pipeline"
+    else:
+        fix = offline
+    return said, fix
 
 
 def _host(steps: Steps) -> list[Advice]:
