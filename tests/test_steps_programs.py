@@ -117,12 +117,15 @@ report(found)
 
 
 def test_each_rule_fires_on_its_program_at_its_line_and_on_no_other():
-    names = ["retrace", "eager_loop", "copies", "skew", "host_sync", "host_bound", "input_fixed", "marked", "once"]
+    names = ["retrace", "eager_loop", "copies", "skew", "host_sync", "host_bound", "input_fixed", "marked", "once",
+             "eager_sleep"]
     found = result_of(run_python(RULES, args=tuple(str(PROGRAMS / f"{n}.py") for n in names), timeout=600))
     assert found["retrace"]["advice"] == [["retracing", _line("retrace", "loss = step(")]]
     assert found["retrace"]["changed"] == [[["scale", "0.0", "1e-06"]]]  # the argument that made it trace again
     assert found["eager_loop"]["kind"] == "eager-loop" and found["eager_loop"]["count"] == 59
-    assert found["eager_loop"]["advice"] == [["eager-loop", _line("eager_loop", "the loop's first line")]]
+    assert found["eager_loop"]["advice"] == [["eager-loop", _line("eager_loop", "for i in range(60)")]]
+    # a loop whose Python is a sleep: wrapping its ops in a tf.function removes nothing of it
+    assert found["eager_sleep"]["advice"] == [["host-bound", _line("eager_sleep", "for i in range(20)")]]
     assert found["copies"]["advice"] == [["copies-per-step", _line("copies", "tf.matmul(x, w)")]]
     assert found["skew"]["advice"] == [["replica-skew", _line("skew", "y = tf.matmul(y, w)")]]
     assert found["host_sync"]["advice"] == [["host-sync", _line("host_sync", "losses.append(float(loss))")]]

@@ -18,7 +18,7 @@ from tfplace.placement.steps._model import PHASES, Step, Steps
 
 __all__ = ["steps", "OUTLIER"]
 
-OUTLIER = 3.0  # a steady step longer than this many times the median is an unusual step, reported apart
+OUTLIER = 2.0  # a steady step longer than this many times the median is an unusual step, reported apart
 
 
 def _percentile(values: Sequence[float], fraction: float) -> float:
@@ -71,8 +71,9 @@ def steps(records: Sequence[PlacementRecord], timing: Any, missing: str) -> Step
     for device, _, start, duration, _, _ in timing.events:
         work.setdefault(device, []).append((start, duration))
     spans = found.spans[found.warmup:]
+    usual = [span for i, span in enumerate(spans) if i not in unusual]
     per_device = {device: (busy, busy / total if total else 0.0)
-                  for device, busy in sorted(_phases.busy(spans, work).items())}
+                  for device, busy in sorted(_phases.busy(usual, work).items())}
     waited = sum(split["input"] for split in splits)
     stage = _input.slowest(events.stages(), records, waited, found.total) if waited > 0 else None
     return Steps(count, found.warmup, found.kind, found.source, typical, _percentile(walls, 0.9), max(walls),

@@ -18,14 +18,15 @@ Example:
 
 from __future__ import annotations
 
+import ast
 import linecache
 import re
 from collections import Counter
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Collection, NamedTuple, Optional, Sequence
 
 from tfplace.placement.records._records import Kind, PlacementRecord, is_function_call
 
-__all__ = ["Found", "find", "base_name"]
+__all__ = ["Found", "find", "base_name", "loop_line"]
 
 _CONCRETE = re.compile(r"^__(?:inference|forward|backward)_(.+?)_\d+$")
 _KERAS = {"train_function": "keras-fit", "test_function": "keras-evaluate", "predict_function": "keras-predict"}
@@ -223,10 +224,18 @@ def _eager_loop(records: Sequence[PlacementRecord], events: Optional[Any],
     eager = [r for r in records if r.kind == Kind.EXECUTE and not is_function_call(r.op)]
     runs: Counter = Counter()  # per line, how often it started a run of eager ops (an iteration's ops come in one run)
     starts: dict[str, list[int]] = {}
-    for i, record in enumerate(eager):
-        if record.source and record.origin.users and (i == 0 or eager[i - 1].source != record.source):
-            runs[record.source] += 1
-            starts.setdefault(record.source, []).append(i)
+    head = 0
+    while head < len(eager):
+        record = eager[head]
+        tail = head + 1
+        while tail < len(eager) and eager[tail].source == record.source:
+            tail += 1
+        if record.source and record.origin.users:  # a loop of one line repeats its ops: one run per repetition
+            period = _period([r.op for r in eager[head:tail]])
+            for start in range(head, tail, period):
+                runs[record.source] += 1
+                starts.setdefault(record.source, []).append(start)
+        head = tail
     if not runs or runs.most_common(1)[0][1] < 3:
         why = "no step found: no tf.function ran twice, no step was marked, no Session.run ran twice, and " + \
               ("no line of yours ran eager ops three times" if any(r.source for r in eager) else
@@ -235,12 +244,42 @@ def _eager_loop(records: Sequence[PlacementRecord], events: Optional[Any],
     most = runs.most_common(1)[0][1]
     first = min((line for line, n in runs.items() if n == most), key=lambda line: starts[line][0])
     at = starts[first]
-    if events is None or not spans:
-        return Found("eager-loop", "", first, [], len(at), 1)
     body = {line for line, n in runs.items() if n == most}  # the lines of every iteration
+    source = loop_line(first, body)
+    if events is None or not spans:
+        return Found("eager-loop", "", source, [], len(at), 1)
     last = max((i for i, r in enumerate(eager[at[-1]:], at[-1]) if r.source in body), default=at[-1])
     begins = [spans[i][0] for i in at if spans[i][0] == spans[i][0]]  # nan: no event
     if len(begins) < 2:
-        return Found("eager-loop", "", first, [], len(at), 1, "the profile has no event of the loop's ops")
+        return Found("eager-loop", "", source, [], len(at), 1, "the profile has no event of the loop's ops")
     end = sum(spans[last]) if spans[last][0] == spans[last][0] else begins[-1]
-    return Found("eager-loop", "", first, _spans(begins, end), len(begins), 1)
+    return Found("eager-loop", "", source, _spans(begins, end), len(begins), 1)
+
+
+def _period(ops: Sequence[str]) -> int:
+    """The length of the shortest sequence of ops whose repetitions make `ops` (its own length where none does):
+    a loop whose body is one line runs that line's ops again and again in one run of that line's records."""
+    for period in range(1, min(len(ops) // 2, 64) + 1):
+        if len(ops) % period == 0 and ops[period:5 * period] == ops[:4 * period] and ops[period:] == ops[:-period]:
+            return period
+    return max(len(ops), 1)
+
+
+def loop_line(line: str, body: Collection[str] = ()) -> str:
+    """The `for` or `while` line of the innermost loop of the user's file that holds `line` ("file.py:LINE")
+    and every line of `body` in that file; `line` itself where the file cannot be read or no loop holds it."""
+    path, _, number = line.rpartition(":")
+    if not number.isdigit():
+        return line
+    try:
+        tree = ast.parse("".join(linecache.getlines(path)) or open(path, encoding="utf-8").read())
+    except (OSError, SyntaxError, ValueError):
+        return line
+    wanted = {int(n) for p, _, n in (b.rpartition(":") for b in body) if p == path and n.isdigit()} | {int(number)}
+    found = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and node.body:
+            end = max(getattr(child, "end_lineno", None) or child.lineno for child in node.body)
+            if all(node.body[0].lineno <= n <= end for n in wanted) and (found is None or node.lineno > found.lineno):
+                found = node
+    return f"{path}:{found.lineno}" if found is not None else line

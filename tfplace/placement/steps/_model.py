@@ -71,7 +71,7 @@ class Steps(NamedTuple):
         (the steady steps with such a read, the µs those reads took in them).
       gpus: per GPU timed from its own plane, per steady step: `compute_us` (kernels running), `idle_us` (no
         kernel running), `h2d_bytes` and `h2d_us` (copies from host memory), `pageable_bytes`, `pinned_bytes`.
-      outliers: the steady steps over three times the median (an epoch's end: a test loop, a checkpoint, a new
+      outliers: the steady steps over twice the median (an epoch's end: a test loop, a checkpoint, a new
         iterator), left out of `shares` so that one unusual step neither fires nor hides a rule.
     """
 

@@ -24,11 +24,12 @@ from statistics import median
 from typing import AbstractSet, Any, Mapping, Sequence
 
 from tfplace.placement.records._origins import is_input_op
+from tfplace.placement.records._records import Kind, is_function_call
 from tfplace.placement.steps._find import base_name
 from tfplace.placement.steps._model import Advice, Steps
 
-__all__ = ["advice", "INPUT_BOUND", "INPUT_US", "HOST_BOUND", "HOST_US", "HOST_KERAS_US", "HOST_REPLICAS_US", "SKEW", "REPLICAS", "COPY_BYTES", "SHARES_FROM",
-           "RETRACED"]
+__all__ = ["advice", "INPUT_BOUND", "INPUT_US", "HOST_BOUND", "HOST_US", "HOST_KERAS_US", "HOST_REPLICAS_US", "SKEW",
+           "REPLICAS", "COPY_BYTES", "LAUNCH_US", "SHARES_FROM", "RETRACED"]
 
 INPUT_BOUND = 0.2  # input's share of the steady steps' time from which "input-bound" holds
 INPUT_US = 1000.0  # and at least this much waiting in a median step: below it, a get-next's own cost is the floor
@@ -42,6 +43,8 @@ HOST_REPLICAS_US = 20000.0  # the same for a step run on replicas (a strategy's 
 HOST_KERAS_US = 50000.0  # the same in Keras' fit, evaluate and predict, whose own loop costs some ms per step
 # (more under a strategy): beyond it, the user's callbacks
 SKEW = 1.2  # a replica's busy time over the others' median from which "replica-skew" holds
+LAUNCH_US = 200.0  # an eager op's launch and the Python around it, at most: an eager loop whose Python takes more
+# per op does other work (a sleep, I/O, NumPy), which a tf.function would not remove
 COPY_BYTES = 1024  # bytes per step from which a copy is worth moving (a replica's scalar loss is not)
 REPLICAS = 0.5  # devices are replicas when their op types overlap this much (Jaccard): the same step on each
 
@@ -104,12 +107,13 @@ def _input_fix(steps: Steps, share: float) -> tuple[str, str]:
     return said, fix
 
 
-def _host(steps: Steps) -> list[Advice]:
+def _host(steps: Steps, ops_per_step: float = 0.0) -> list[Advice]:
     if not steps.shares:
         return []
     host = steps.shares["host"]
-    if steps.kind == "eager-loop":
-        launch = host + steps.shares["idle"]
+    launch = host + steps.shares["idle"]
+    launches = launch * (steps.median_us or 0.0) <= max(ops_per_step, 1.0) * LAUNCH_US  # its Python is op launches
+    if steps.kind == "eager-loop" and launches:
         if launch <= steps.shares["compute"]:
             return []
         return [Advice("eager-loop", _severity(launch),
@@ -122,6 +126,11 @@ def _host(steps: Steps) -> list[Advice]:
     floor = HOST_KERAS_US if keras else HOST_REPLICAS_US if max(kinds.values(), default=0) >= 2 else HOST_US
     if host < HOST_BOUND or host * (steps.median_us or 0.0) < floor or steps.kind == "session":
         return []  # (a Session.run's own Python is no line of the user's to change)
+    if steps.kind == "eager-loop":
+        return [Advice("host-bound", _severity(host), f"{host:.0%} of each iteration is Python that is not its eager "
+                       "ops' launches (a tf.function around them would not remove it)", steps.source,
+                       "# keep the iteration's other Python (sleeps, I/O, NumPy, logging) out of the loop, or do it "
+                       "every N iterations", {"share": host})]
     fix = ("model.compile(..., steps_per_execution=32)  # 32 batches per call: per-batch callbacks run once per "
            "32 batches (or do a callback's slow work every N batches)" if keras
            else "keep per-step Python (logging, metrics, bookkeeping) out of the loop or run it every N steps; "
@@ -306,7 +315,10 @@ def advice(steps: Steps, transfers: Sequence[Any], ops: Mapping[tuple[str, str],
         return []
     users, lines = _users(records)
     shares = steps.count >= SHARES_FROM
-    found = [*(_input_bound(steps) if shares else []), *_host_sync(steps), *(_host(steps) if shares else []),
+    eager = sum(1 for r in records if r.kind == Kind.EXECUTE and not is_function_call(r.op))
+    ops_per_step = eager / (steps.count + steps.warmup)
+    found = [*(_input_bound(steps) if shares else []), *_host_sync(steps),
+             *(_host(steps, ops_per_step) if shares else []),
              *_compile(steps, _changed(steps.name, records, parameters) if steps.name else []),
              *_copies(steps, transfers, users), *(_skew(steps, ops, lines) if shares else [])]
     return sorted((a for a in found if a.source), key=lambda a: -a.evidence.get("share", 0.0))  # the user's lines
