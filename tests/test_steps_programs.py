@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, result_of, run_python
+from conftest import ROOT, line_of, result_of, run_python
 
 pytestmark = pytest.mark.slow
 PROGRAMS = ROOT / "tests" / "steps"
@@ -169,6 +169,24 @@ def test_reads_the_users_lines_make_are_marked_and_those_of_tensorflow_are_not(p
         report({"kind": steps.kind, "reads": [n for n, _ in steps.reads.values()], "sync": steps.shares["sync"]})
     """)
     assert out["kind"] == "function" and out["reads"] == [3, 3] and out["sync"] > 0  # the last step ends with its call
+
+
+def test_a_print_of_a_strategys_per_replica_result_each_step_is_the_users_read(python):
+    # printing a PerReplica reads every replica's tensor through the distribute package's own helpers
+    code = """
+        import os
+        import tensorflow as tf, tfplace
+        tfplace.configure(logical_cpus=2)
+        strategy = tf.distribute.MirroredStrategy(["CPU:0", "CPU:1"])
+        step = tf.function(lambda: strategy.run(lambda: tf.ones(2) * 2.0))
+        with open(os.devnull, "w") as null, tfplace.capture_placement(sources=True, timing=True) as log:
+            for _ in range(6):
+                result = step()
+                print(result, file=null)  # the user's read
+        report({"kind": log.steps().kind, "reads": {line: n for line, (n, _) in log.steps().reads.items()}})
+    """
+    out = python(code)
+    assert out["kind"] == "function" and out["reads"] == {line_of(code, "print(result"): 4}  # the last step ends with its call
 
 
 QUIET = """

@@ -190,10 +190,15 @@ def reader_line(frame: Optional[FrameType]) -> Optional[str]:
     `print`, `np.asarray`) from `frame` out, TensorFlow's reading methods and tfplace passed over, when the
     user wrote it; None where TensorFlow, Keras or another library read it (a read Keras makes inside
     `fit` is not the user's to change)."""
-    while frame is not None and (frame.f_code.co_filename.startswith(_TFPLACE) or (
-            frame.f_code.co_name in _READS and frame.f_code.co_filename.startswith(_FRAMEWORKS))):
+    outermost = ""  # the outermost frame of TensorFlow's, Keras' or another library's below the user's
+    while frame is not None and not _is_users(frame.f_code.co_filename):
+        if not frame.f_code.co_filename.startswith(_TFPLACE):
+            outermost = frame.f_code.co_name
         frame = frame.f_back
-    if frame is None or not _is_users(frame.f_code.co_filename):
+    # the user's read: the library code below it is a reading method (`numpy`, `__float__`, `__repr__`: a
+    # `print` of a strategy's `PerReplica` reads each replica's tensor through the distribute package's
+    # helpers, inside its `__repr__`); where it is anything else (Keras' `fit`), the library read
+    if frame is None or outermost and outermost not in _READS:
         return None
     return f"{_shown(frame.f_code, _caches()[0])}:{frame.f_lineno}"
 

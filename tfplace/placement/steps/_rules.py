@@ -119,7 +119,8 @@ def _host(steps: Steps, ops_per_step: float = 0.0) -> list[Advice]:
         return [Advice("eager-loop", _severity(launch),
                        f"the loop's eager ops spend {launch:.0%} of each iteration in Python and op launches, "
                        f"{steps.shares['compute']:.0%} in kernels", steps.source,
-                       "@tf.function  # on a function holding the loop's body, called once per iteration",
+                       "@tf.function  # on a function holding the loop's body, called once per iteration; the "
+                       "variables it uses (a model, an optimizer) made before the loop, not in it",
                        {"share": launch, "compute": steps.shares["compute"]})]
     keras = steps.kind.startswith("keras")
     kinds = Counter(device.rpartition("/device:")[2].partition(":")[0] for device in steps.per_device)
@@ -131,8 +132,11 @@ def _host(steps: Steps, ops_per_step: float = 0.0) -> list[Advice]:
                        "ops' launches (a tf.function around them would not remove it)", steps.source,
                        "# keep the iteration's other Python (sleeps, I/O, NumPy, logging) out of the loop, or do it "
                        "every N iterations", {"share": host})]
+    replicas = max(kinds.values(), default=0) >= 2
     fix = ("model.compile(..., steps_per_execution=32)  # 32 batches per call: per-batch callbacks run once per "
-           "32 batches (or do a callback's slow work every N batches)" if keras
+           "32 batches (or do a callback's slow work every N batches)" if keras and not replicas
+           else "# do a callback's slow work every N batches (on_train_batch_end: if batch % 100 == 0: ...); under a "
+                "strategy keep steps_per_execution at 1 unless every batch is full" if keras
            else "keep per-step Python (logging, metrics, bookkeeping) out of the loop or run it every N steps; "
                 "or run several steps per call: loop over the iterator inside the tf.function")
     return [Advice("host-bound", _severity(host), f"{host:.0%} of each step is Python between and around the "
