@@ -50,9 +50,14 @@ def text(steps: Any, advice: Sequence[Any]) -> list[str]:
     if not steps.count and not steps.warmup:
         return [f"steps: none ({steps.reason})"]
     if steps.median_us is None:
-        return [f"steps: {steps.count} ({_what(steps)}); no times: {steps.reason}"]
+        return [f"steps: {steps.count} ({_what(steps)}); no times: {steps.reason}"] + [
+            "  other loops: " + ", ".join(f"{kind} at {source or 'an unknown line'} ({n} steps)"
+                                          for kind, source, n in steps.others[:5])][:1 if steps.others else 0]
     lines = [f"steps: {steps.count} x {_ms(steps.median_us)} median (p90 {_ms(steps.p90_us)}, max "
              f"{_ms(steps.max_us)}): {shares(steps.shares)} ({_what(steps)})"]
+    if steps.others:
+        lines.append("  other loops: " + ", ".join(f"{kind} at {source or 'an unknown line'} ({n} steps)"
+                                                   for kind, source, n in steps.others[:5]))
     if steps.outliers:
         lines.append(f"  unusual step{'s' if len(steps.outliers) != 1 else ''}, left out of the shares: " + ", ".join(
             f"#{step.index} {_ms(step.wall_us)} ({_most(step.phases)})" for step in steps.outliers[:5])

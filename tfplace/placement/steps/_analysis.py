@@ -16,9 +16,10 @@ from tfplace.placement.records._records import Kind, PlacementRecord, is_functio
 from tfplace.placement.steps import _find, _input, _phases
 from tfplace.placement.steps._model import PHASES, Step, Steps
 
-__all__ = ["steps", "OUTLIER"]
+__all__ = ["steps", "OUTLIER", "OUTLIER_US"]
 
-OUTLIER = 2.0  # a steady step longer than this many times the median is an unusual step, reported apart
+OUTLIER = 2.0  # a steady step longer than this many times the median is an unusual step, reported apart,
+OUTLIER_US = 5000.0  # when it is also this much longer (a few ms more on a step of one is the machine's noise)
 
 
 def _percentile(values: Sequence[float], fraction: float) -> float:
@@ -47,7 +48,7 @@ def steps(records: Sequence[PlacementRecord], timing: Any, missing: str) -> Step
         why = found.reason or missing or ("times: the block ran without timing (capture_placement(timing=True), "
                                           "tfplace trace --timing)")
         return Steps(count, found.warmup, found.kind, found.source, reason=why, name=found.name,
-                     steps=tuple(Step(i, None, None, None) for i in range(found.total)))
+                     steps=tuple(Step(i, None, None, None) for i in range(found.total)), others=found.others)
     layers = {"compute": [(start, duration) for _, _, start, duration, _, _ in timing.events],
               "input": events.input, "sync": list(events.sync) + [(start, us) for start, us, _ in events.reads],
               "transfer": [(start, duration) for _, _, start, duration in timing.moves],
@@ -62,7 +63,8 @@ def steps(records: Sequence[PlacementRecord], timing: Any, missing: str) -> Step
     typical = median(walls)
     # the typical steps decide the shares: a step over OUTLIER x the median (an epoch's end: a test loop, a
     # checkpoint, a new iterator) is reported apart (`Steps.outliers`) and neither fires nor hides a rule
-    unusual = {i for i, wall in enumerate(walls) if len(walls) >= 3 and wall > OUTLIER * typical}
+    unusual = {i for i, wall in enumerate(walls)
+               if len(walls) >= 3 and wall > OUTLIER * typical and wall - typical >= OUTLIER_US}
     splits = [split for i, (_, split) in enumerate(timed[found.warmup:]) if i not in unusual]
     total = sum(wall for i, wall in enumerate(walls) if i not in unusual)
     shares = {phase: (sum(split[phase] for split in splits) / total if total else 0.0) for phase in PHASES}
@@ -75,10 +77,14 @@ def steps(records: Sequence[PlacementRecord], timing: Any, missing: str) -> Step
     per_device = {device: (busy, busy / total if total else 0.0)
                   for device, busy in sorted(_phases.busy(usual, work).items())}
     waited = sum(split["input"] for split in splits)
-    stage = _input.slowest(events.stages(), records, waited, found.total) if waited > 0 else None
+    # the loop's own pipeline as its typical steps use it: its stages' events from the first usual step's start
+    # to the last one's end (an epoch that fills a cache, an earlier loop's or a later evaluation's are not)
+    window = (usual[0][0], usual[-1][1]) if usual else (found.spans[0][0], found.spans[-1][1])
+    run = sum(1 for low, _ in found.spans if window[0] <= low <= window[1])
+    stage = _input.slowest(events.stages(window), records, waited, run) if waited > 0 else None
     return Steps(count, found.warmup, found.kind, found.source, typical, _percentile(walls, 0.9), max(walls),
                  shares, per_device, every, stage, "", found.name, _reads(events.reads, spans),
-                 _gpus(spans, work, events.host_copies, count), outliers)
+                 _gpus(spans, work, events.host_copies, count), outliers, found.others)
 
 
 def _gpus(spans: Sequence[tuple[float, float]], work: dict[str, list], copies: Sequence[tuple],

@@ -104,7 +104,7 @@ class StepEvents:
         self._close(stack, start)
         if stack and path.startswith(stack[-1][0] + "::"):
             stack[-1][2] += duration
-        entry = self._stages.setdefault(path, [str(stats.get("name", "")), 0.0, 0, 0, None])
+        entry = self._stages.setdefault(path, [str(stats.get("name", "")), 0.0, 0, 0, None, []])
         if stats.get("parallelism") is not None:
             entry[4] = stats["parallelism"]
         stack.append([path, start + duration, 0.0, 0, duration, entry])
@@ -119,17 +119,25 @@ class StepEvents:
 
     def _close(self, stack: list, now: float) -> None:
         while stack and stack[-1][1] <= now:
-            path, _, children, functions, duration, entry = stack.pop()
+            path, end, children, functions, duration, entry = stack.pop()
             entry[3] += 1
             if path.rpartition("::")[2] in ASYNC_STAGES:
+                entry[5].append((end - duration, 0.0, 0))
                 continue
             entry[1] += max(0.0, duration - children)
             entry[2] += functions
+            entry[5].append((end - duration, max(0.0, duration - children), functions))
 
-    def stages(self) -> list[Stage]:
-        """Every stage seen, with its own time, most first."""
+    def stages(self, window: tuple[float, float] = (float("-inf"), float("inf"))) -> list[Stage]:
+        """Every stage seen, with its own time, most first; with `window` (start, end), only the events that
+        began inside it (the pipeline a loop consumed, not an earlier loop's or a later evaluation's)."""
         for stack in self._open.values():
             self._close(stack, float("inf"))
-        return sorted((Stage(path, dataset, own, functions or events, parallelism)
-                       for path, (dataset, own, functions, events, parallelism) in self._stages.items()),
-                      key=lambda stage: -stage.own_us)
+        found = []
+        low, high = window
+        for path, (dataset, _, _, _, parallelism, spans) in self._stages.items():
+            inside = [(own, functions) for start, own, functions in spans if low <= start <= high]
+            if inside:
+                found.append(Stage(path, dataset, sum(own for own, _ in inside),
+                                   sum(functions for _, functions in inside) or len(inside), parallelism))
+        return sorted(found, key=lambda stage: -stage.own_us)

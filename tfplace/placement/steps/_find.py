@@ -37,8 +37,8 @@ _MARKS = {"train": "keras-fit", "test": "keras-evaluate", "predict": "keras-pred
 
 class Found(NamedTuple):
     """What `find` found: the kind, the Python name called or marked, the user's line, each step's
-    (start, end) in µs (empty without timing), how many steps ran and how many were warm-up, and why
-    nothing was found ("" when something was)."""
+    (start, end) in µs (empty without timing), how many steps ran and how many were warm-up, why
+    nothing was found ("" when something was), and the other loops it saw."""
 
     kind: str
     name: str
@@ -47,6 +47,7 @@ class Found(NamedTuple):
     total: int
     warmup: int
     reason: str = ""
+    others: tuple[tuple[str, str, int], ...] = ()  # the other loops seen: (kind, the user's line, steps)
 
 
 def base_name(function: str) -> str:
@@ -119,20 +120,27 @@ def _runs(concrete: Sequence[str]) -> dict[str, list[int]]:
     return runs
 
 
-def _loop(name: str, ran: Sequence[PlacementRecord], mine: Sequence[Any], untimed: bool) -> Optional[Found]:
-    """The loop of the `tf.function` called as `name` (its records `ran`, its profile's calls `mine`): its
-    calls from the user's line that made most of them (one place), and of those, where two concrete
-    functions take turns in runs (Keras 3's training and validation steps, both `multi_step_on_iterator`
-    from the `fit` line), the calls of the one that ran most; None where that leaves fewer than two calls,
-    or one steady call that traced (a function called once from each of two lines is no loop)."""
+def _loops(name: str, ran: Sequence[PlacementRecord], mine: Sequence[Any], untimed: bool) -> list[Found]:
+    """The loops of the `tf.function` called as `name` (its records `ran`, its profile's calls `mine`): one per
+    user's line that called it (`fit`'s and `evaluate`'s calls of Keras 3's `multi_step_on_iterator` are two
+    loops); all its calls as one where the profile's calls and the records do not pair up."""
     aligned = untimed or len(ran) == len(mine)  # the k-th call is the k-th record
     pairs = list(zip(ran, mine if not untimed else ran)) if aligned else []
-    lines = Counter(r.source for r in ran)
-    if aligned and len(lines) > 1:
-        source = lines.most_common(1)[0][0]  # the line that ran most (fit's, not its evaluate's, same name)
-        pairs = [(record, call) for record, call in pairs if record.source == source]
-    else:
-        source = _source(ran)
+    if not aligned:
+        return [found for found in [_loop(name, _source(ran), [], list(mine), untimed)] if found is not None]
+    lines = list(dict.fromkeys(record.source for record in ran))
+    return [found for line in lines
+            for found in [_loop(name, line, [pair for pair in pairs if pair[0].source == line], [], untimed)]
+            if found is not None]
+
+
+def _loop(name: str, source: str, pairs: list[tuple[PlacementRecord, Any]], unpaired: list[Any],
+          untimed: bool) -> Optional[Found]:
+    """The loop of the calls of `name` from the user's line `source` (`pairs`: each call's record and profile
+    event, or `unpaired`: the profile's events alone): where two concrete functions take turns in runs (Keras
+    3's training and validation steps, both `multi_step_on_iterator` from the `fit` line), the calls of the one
+    that ran most; None where that leaves fewer than two calls, or one steady call that traced."""
+    aligned = not unpaired
     if aligned:
         runs = _runs([record.op for record, _ in pairs])
         turns = [op for op, lengths in runs.items() if sum(1 for n in lengths if n >= 2) >= 2]
@@ -149,7 +157,7 @@ def _loop(name: str, ran: Sequence[PlacementRecord], mine: Sequence[Any], untime
         traced = [first[op] == i for i, op in enumerate(ops)]  # a concrete function's first call traced it
         warm = _warm(traced, concrete)
         return None if len(ops) - warm == 1 and traced[-1] else Found(kind, name, source, [], len(ops), warm)
-    calls = [call for _, call in pairs] if aligned else list(mine)
+    calls = [call for _, call in pairs] if aligned else unpaired
     if len(calls) < 2:
         return None
     warm = _warm([call.traced for call in calls], concrete)
@@ -177,11 +185,12 @@ def find(records: Sequence[PlacementRecord], events: Optional[Any],
     named = Counter(call.name for call in top)
     counted = named if events is not None else Counter({name: len(rs) for name, rs in calls.items()})
     loops = [loop for name, n in counted.most_common() if n >= 2
-             for loop in [_loop(name, calls.get(name, []), [c for c in top if c.name == name], events is None)]
-             if loop is not None]
+             for loop in _loops(name, calls.get(name, []), [c for c in top if c.name == name], events is None)]
     if loops:  # the loop that ran most steps, a training loop before an evaluation's
-        return max(loops, key=lambda loop: (loop.kind != "keras-evaluate" and loop.kind != "keras-predict",
-                                            loop.total))
+        chosen = max(loops, key=lambda loop: (loop.kind != "keras-evaluate" and loop.kind != "keras-predict",
+                                              loop.total))
+        others = tuple((loop.kind, loop.source, loop.total) for loop in loops if loop is not chosen)
+        return chosen._replace(others=others)
     if events is not None and len(events.sessions) >= 2:
         runs = sorted(events.sessions)
         return Found("session", "Session.run", "", _spans([s for s, _ in runs], runs[-1][0] + runs[-1][1]),

@@ -71,8 +71,9 @@ class Steps(NamedTuple):
         (the steady steps with such a read, the µs those reads took in them).
       gpus: per GPU timed from its own plane, per steady step: `compute_us` (kernels running), `idle_us` (no
         kernel running), `h2d_bytes` and `h2d_us` (copies from host memory), `pageable_bytes`, `pinned_bytes`.
-      outliers: the steady steps over twice the median (an epoch's end: a test loop, a checkpoint, a new
+      outliers: the steady steps over twice the median and 5 ms longer (an epoch's end: a test loop, a checkpoint, a new
         iterator), left out of `shares` so that one unusual step neither fires nor hides a rule.
+      others: the other loops seen, each (kind, the user's line, steps run): one `Steps` is one loop.
     """
 
     count: int  # type: ignore[assignment]  # a field named as tuple.count(), which it hides (mypy: an override)
@@ -91,6 +92,7 @@ class Steps(NamedTuple):
     reads: dict[str, tuple[int, float]] = {}
     gpus: dict[str, dict[str, float]] = {}
     outliers: tuple[Step, ...] = ()
+    others: tuple[tuple[str, str, int], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """A dict keyed by the attribute names (steps and the input stage as dicts), compact at any length:
@@ -106,6 +108,7 @@ class Steps(NamedTuple):
         data["input"] = self.input._asdict() if self.input else None
         data["reads"] = {line: {"steps": n, "us": us} for line, (n, us) in self.reads.items()}
         data["outliers"] = [step._asdict() for step in self.outliers]
+        data["others"] = [{"kind": kind, "source": source, "steps": n} for kind, source, n in self.others]
         return data
 
     @classmethod
@@ -117,6 +120,7 @@ class Steps(NamedTuple):
         values["input"] = InputStage(**data["input"]) if data.get("input") else None
         values["reads"] = {line: (v["steps"], v["us"]) for line, v in (data.get("reads") or {}).items()}
         values["outliers"] = tuple(Step(**step) for step in data.get("outliers") or ())
+        values["others"] = tuple((o["kind"], o["source"], o["steps"]) for o in data.get("others") or ())
         return cls(**{k: v for k, v in values.items() if k in cls._fields})
 
 

@@ -28,10 +28,12 @@ from tfplace.placement.records._records import Kind, is_function_call
 from tfplace.placement.steps._find import base_name
 from tfplace.placement.steps._model import Advice, Steps
 
-__all__ = ["advice", "INPUT_BOUND", "INPUT_US", "HOST_BOUND", "HOST_US", "HOST_KERAS_US", "HOST_REPLICAS_US", "SKEW",
+__all__ = ["advice", "INPUT_BOUND", "INPUT_US", "EXPLAINS", "HOST_BOUND", "HOST_US", "HOST_KERAS_US", "HOST_REPLICAS_US", "SKEW",
            "REPLICAS", "COPY_BYTES", "LAUNCH_US", "SHARES_FROM", "RETRACED"]
 
 INPUT_BOUND = 0.2  # input's share of the steady steps' time from which "input-bound" holds
+EXPLAINS = 0.5  # the slowest stage's own time per step, over the step's wait for input, below which the stage
+# does not account for the wait (the machine's other load, another pipeline's work): no fix to name
 INPUT_US = 1000.0  # and at least this much waiting in a median step: below it, a get-next's own cost is the floor
 SHARES_FROM = 3  # steady steps from which a share-based rule may hold (fewer make no figure to act on)
 RETRACED = 3  # steady steps that traced again from which "retracing" holds (a new shape traces once)
@@ -62,8 +64,13 @@ def _input_bound(steps: Steps) -> list[Advice]:
     if share < INPUT_BOUND or share * (steps.median_us or 0.0) < INPUT_US:
         return []
     stage = steps.input
+    waited = share * (steps.median_us or 0.0)
+    if stage is not None and stage.per_step_us is not None and stage.per_step_us < EXPLAINS * waited:
+        return []  # the pipeline's own work is a fraction of the wait: no change to it would end the wait
     where = stage.source if stage and stage.source else steps.source
     said, fix = _input_fix(steps, share)
+    if not fix:
+        return []
     return [Advice("input-bound", _severity(share),
                    f"the steps wait for input {share:.0%} of their time{said}", where, fix,
                    {"share": share, "stage": stage._asdict() if stage else None})]
@@ -88,8 +95,12 @@ def _input_fix(steps: Steps, share: float) -> tuple[str, str]:
             f"{_ms(demand)} a step where the rest of a step takes {_ms(own)}: keeping up takes ~{needed}-way "
             f"parallelism, and this machine has {cores} core{'s' if cores != 1 else ''}")
     op = stage.dataset_op
-    offline = ("ds = ds.cache()  # right after the slow stage, if its output fits in memory (only the first epoch "
-               "waits); or do its work once, offline, and read the results; or give it the tf.data service's workers")
+    if steps.kind.startswith("keras") and stage.source == steps.source:  # Keras' own pipeline over arrays
+        return said, ("ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size).prefetch(tf.data.AUTOTUNE)  "
+                      "# then model.fit(ds, ...): the pipeline Keras makes of the arrays inside fit is the slow stage")
+    offline = (f"ds = ds.cache(){'' if stage.prefetch else '.prefetch(tf.data.AUTOTUNE)'}  # right after the slow "
+               "stage, if its output fits in memory (only the first epoch waits); or do its work once, offline, and "
+               "read the results; or give it the tf.data service's workers")
     if op == "FlatMap":
         fix = ("ds = ds.interleave(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)  # fn: the "
                "function given to flat_map, each element's dataset read in parallel")
@@ -102,6 +113,8 @@ def _input_fix(steps: Steps, share: float) -> tuple[str, str]:
         fix = "ds = ds.interleave(fn, num_parallel_calls=tf.data.AUTOTUNE)  # fn: the function given to it"
     elif needed <= parallel and not stage.prefetch:
         fix = "ds = ds.prefetch(tf.data.AUTOTUNE)  # after the slow stage, at the end of the pipeline"
+    elif needed <= parallel:
+        return said, ""  # it keeps up and is prefetched already: the wait is not the pipeline's to fix
     else:
         fix = offline
     return said, fix
