@@ -133,21 +133,34 @@ def test_marks_of_two_fits_of_two_models_are_two_loops_and_a_one_step_fit_per_mo
     assert alone.kind != "marked"
 
 
+def _concrete(*numbers):
+    """The records of calls of `step` from train.py:9, each of the concrete function `__inference_step_<n>`."""
+    return RECORDS[:3] + [PlacementRecord(f"__inference_step_{n}", "", "/device:CPU:0", "execute", "train.py:9")
+                          for n in numbers]
+
+
 def test_a_function_traced_again_in_steady_steps_is_compile_time_and_retracing():
-    steps = _analysis.steps(RECORDS, _profile(n=10, traced=(0, 3, 5, 7), graph_building=(0, 3, 5, 7)), "")
+    records = _concrete(1, 1, 1, 2, 2, 3, 3, 4, 4, 4)  # each traced call is a new concrete function of `step`
+    steps = _analysis.steps(records, _profile(n=10, traced=(0, 3, 5, 7), graph_building=(0, 3, 5, 7)), "")
     assert steps.warmup == 1 and steps.steps[3].phases["compile"] > 0
-    assert [a.rule for a in _rules.advice(steps, [], {}) if a.rule != "input-bound"] == ["retracing"]
-    once = _analysis.steps(RECORDS, _profile(traced=(0, 3), graph_building=(0, 3)), "")  # a new shape traces once
-    assert once.steps[3].phases["compile"] > 0 and _rules.advice(once, [], {}) == []
+    assert [a.rule for a in _rules.advice(steps, [], {}, records) if a.rule != "input-bound"] == ["retracing"]
+    # compile time in the steps' spans while the step function kept its one concrete function (another
+    # function traced, a metric, a library's) is not the step function retracing
+    other = _analysis.steps(RECORDS[:3] + [RECORDS[3]] * 10, _profile(n=10, traced=(0, 3, 5, 7),
+                                                                     graph_building=(0, 3, 5, 7)), "")
+    assert [a.rule for a in _rules.advice(other, [], {}, RECORDS[:3] + [RECORDS[3]] * 10)
+            if a.rule != "input-bound"] == []
+    once = _analysis.steps(_concrete(1, 1, 1, 2, 2, 2), _profile(traced=(0, 3), graph_building=(0, 3)), "")
+    assert once.steps[3].phases["compile"] > 0 and _rules.advice(once, [], {}, _concrete(1, 1, 1, 2, 2, 2)) == []
     # a new Python value at every call traces a new concrete function each time: one warm-up step, then
     # steady steps whose tracing is compile time (retracing), never nine warm-up steps and one steady
-    each = RECORDS[:3] + [PlacementRecord(f"__inference_step_{i}", "", "/device:CPU:0", "execute", "train.py:9")
-                          for i in range(6)]
+    each = _concrete(*range(6))
     every = _analysis.steps(each, _profile(traced=range(6), graph_building=range(6)), "")
     assert (every.warmup, every.count) == (1, 5) and all(s.phases["compile"] > 0 for s in every.steps[1:])
-    assert "compile-every-step" in [a.rule for a in _rules.advice(every, [], {})]
-    again = _analysis.steps(RECORDS, _profile(n=12, traced=(0, *range(2, 12))), "")  # 10 of 11 steady steps
-    assert "compile-every-step" in [a.rule for a in _rules.advice(again, [], {})]
+    assert "compile-every-step" in [a.rule for a in _rules.advice(every, [], {}, each)]
+    records = _concrete(0, 0, *range(2, 12))  # 10 of 11 steady steps trace anew
+    again = _analysis.steps(records, _profile(n=12, traced=(0, *range(2, 12)), graph_building=range(2, 12)), "")
+    assert "compile-every-step" in [a.rule for a in _rules.advice(again, [], {}, records)]
 
 
 def test_one_unusual_step_is_reported_apart_and_neither_fires_nor_hides_a_rule():
@@ -193,10 +206,12 @@ def test_a_read_in_every_step_is_sync_time_and_host_sync_at_its_line():
 
 def test_retracing_names_the_argument_whose_traced_value_changed():
     steps = _analysis.steps(RECORDS, _profile(n=10, traced=(0, 3, 5, 7), graph_building=(0, 3, 5, 7)), "")
-    calls = [PlacementRecord(f"__inference_step_{n}", "", "/device:CPU:0", "execute", "train.py:9") for n in (5, 5, 9)]
+    calls = _concrete(5, 5, 5, 9, 9, 11, 11, 13, 13, 13)
     spec = "TensorSpec(shape=(8, 4), dtype=tf.float32, name=None)"
     parameters = {"__inference_step_5": (("x", spec), ("lr", "Literal[0.1]")),
-                  "__inference_step_9": (("x", spec.replace("(8, 4)", "(6, 4)")), ("lr", "Literal[0.05]"))}
+                  "__inference_step_9": (("x", spec.replace("(8, 4)", "(6, 4)")), ("lr", "Literal[0.05]")),
+                  "__inference_step_11": (("x", spec.replace("(8, 4)", "(6, 4)")), ("lr", "Literal[0.01]")),
+                  "__inference_step_13": (("x", spec.replace("(8, 4)", "(6, 4)")), ("lr", "Literal[0.005]"))}
     retracing = [a for a in _rules.advice(steps, [], {}, calls, parameters) if a.rule == "retracing"][0]
     assert retracing.evidence["changed"] == [["x", "float32 tensor of shape (8, 4)", "float32 tensor of shape (6, 4)"],
                                              ["lr", "0.1", "0.05"]]

@@ -183,13 +183,20 @@ def _spec(text: str) -> str:
     return f"{spec[2]} tensor of shape {spec[1]}" if spec else text
 
 
-def _changed(name: str, records: Sequence[Any], parameters: Mapping[str, tuple]) -> list[tuple[str, str, str]]:
-    """(parameter, before, after) for each parameter whose traced value, type or shape differed between two
-    traces of the step function `name` in a row (each parameter once, first change first)."""
+def _traces(name: str, source: str, records: Sequence[Any]) -> list[str]:
+    """The concrete functions of the step function `name` that the loop's line `source` called, first call first
+    (another function of the same name called elsewhere is not the loop's)."""
     prefix, traces = f"__inference_{name}_", []
     for record in records:
-        if record.op.startswith(prefix) and record.op[len(prefix):].isdigit() and record.op not in traces:
+        if record.op.startswith(prefix) and record.op[len(prefix):].isdigit() and record.op not in traces and (
+                not source or record.source == source):
             traces.append(record.op)
+    return traces
+
+
+def _changed(traces: Sequence[str], parameters: Mapping[str, tuple]) -> list[tuple[str, str, str]]:
+    """(parameter, before, after) for each parameter whose traced value, type or shape differed between two
+    traces of the step function in a row (each parameter once, first change first)."""
     found: dict[str, tuple[str, str, str]] = {}
     for before, after in zip(traces, traces[1:]):
         then, now = dict(parameters.get(before, ())), dict(parameters.get(after, ()))
@@ -199,9 +206,11 @@ def _changed(name: str, records: Sequence[Any], parameters: Mapping[str, tuple])
     return list(found.values())
 
 
-def _compile(steps: Steps, changed: Sequence[tuple[str, str, str]]) -> list[Advice]:
+def _compile(steps: Steps, traces: Sequence[str], changed: Sequence[tuple[str, str, str]]) -> list[Advice]:
+    """Retracing: the step function itself traced again (a new concrete function of it, `traces`), in steady
+    steps whose time holds that compiling; compile time of anything else in a step's span is not its."""
     steady = steps.steps[steps.warmup:]
-    if not steady or steady[0].phases is None:
+    if not steady or steady[0].phases is None or len(traces) - 1 < RETRACED:
         return []
     # `_analysis.steps` times every step or none: past the check above, each has its phases and wall time
     compiling = [s.phases for s in steady if s.phases is not None and s.phases["compile"] > 0]
@@ -332,10 +341,11 @@ def advice(steps: Steps, transfers: Sequence[Any], ops: Mapping[tuple[str, str],
         return []
     users, lines = _users(records)
     shares = steps.count >= SHARES_FROM
+    traces = _traces(steps.name, steps.source, records) if steps.name and records else []
     eager = sum(1 for r in records if r.kind == Kind.EXECUTE and not is_function_call(r.op))
     ops_per_step = eager / (steps.count + steps.warmup)
     found = [*(_input_bound(steps) if shares else []), *_host_sync(steps),
              *(_host(steps, ops_per_step) if shares else []),
-             *_compile(steps, _changed(steps.name, records, parameters) if steps.name else []),
+             *_compile(steps, traces, _changed(traces, parameters)),
              *_copies(steps, transfers, users), *(_skew(steps, ops, lines) if shares else [])]
     return sorted((a for a in found if a.source), key=lambda a: -a.evidence.get("share", 0.0))  # the user's lines
