@@ -215,7 +215,7 @@ def test_retracing_names_the_argument_whose_traced_value_changed():
     retracing = [a for a in _rules.advice(steps, [], {}, calls, parameters) if a.rule == "retracing"][0]
     assert retracing.evidence["changed"] == [["x", "float32 tensor of shape (8, 4)", "float32 tensor of shape (6, 4)"],
                                              ["lr", "0.1", "0.05"]]
-    assert "argument lr was 0.1, then 0.05" in retracing.message and retracing.fix.startswith("pass lr as a tensor")
+    assert "argument lr was 0.1, then 0.05" in retracing.message and retracing.fix.startswith("# pass lr as a tensor")
 
 
 def test_no_advice_on_a_step_that_computes():

@@ -112,6 +112,25 @@ def test_a_program_of_the_corpus_has_the_steps_and_the_advice_its_reader_expects
         compile(item["fix"], "<fix>", "exec")  # every fix printed is code (or a comment) that can be pasted
 
 
+def test_the_retracing_fix_pasted_over_its_line_ends_the_retracing(tmp_path):
+    # the fix is the call line itself with the Python number made a tensor: pasted in its place, the program
+    # runs as before and its step function traces once
+    _, data = _trace(tmp_path, "retrace")
+    advice = next(a for a in data["advice"] if a["rule"] == "retracing")
+    line = int(advice["source"].rpartition(":")[2])
+    text = (PROGRAMS / "retrace.py").read_text().splitlines()
+    indent = text[line - 1][:len(text[line - 1]) - len(text[line - 1].lstrip())]
+    fixed = tmp_path / "retrace_fixed.py"
+    fixed.write_text("\n".join(text[:line - 1] + [indent + advice["fix"]] + text[line:]) + "\n")
+    done = subprocess.run([sys.executable, "-m", "tfplace", "trace", "--timing", f"--json={tmp_path / 'fixed.json'}",
+                           str(fixed)], cwd=PROGRAMS, capture_output=True, text=True, timeout=300,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    after = json.loads((tmp_path / "fixed.json").read_text())
+    assert [a["rule"] for a in after["advice"] if a["rule"] in ("retracing", "compile-every-step")] == []
+    assert after["steps"]["count"] + after["steps"]["warmup"] == 24 and after["steps"]["shares"]["compile"] < 0.01
+
+
 def _xprof(directory):
     from xprof.convert import raw_to_tool_data
 

@@ -324,12 +324,14 @@ class PlacementLog(Recorder):
         >>> log.steps().count, log.steps().warmup, log.steps().kind   # the first call traced
         (2, 1, 'function')
         """
+        from tfplace.placement.functions._function_sources import traced_parameters
         from tfplace.placement.steps import _analysis
 
         self._settle()
         read = (len(self._records), id(self._timing))
         if self._steps[0] != read:  # read once per state: the report, its JSON and the advice all ask
-            self._steps = (read, _analysis.steps(self._records, self._timing, self._timing_missing))
+            self._steps = (read, _analysis.steps(self._records, self._timing, self._timing_missing,
+                                                 traced_parameters()))
         return self._steps[1]
 
     def advice(self) -> list["Advice"]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import math
 from statistics import median
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from tfplace.placement.records._records import Kind, PlacementRecord, is_function_call
 from tfplace.placement.steps import _find, _input, _phases
@@ -36,11 +36,13 @@ def _eager_spans(records: Sequence[PlacementRecord], timing: Any) -> list[tuple[
     return spans
 
 
-def steps(records: Sequence[PlacementRecord], timing: Any, missing: str) -> Steps:
+def steps(records: Sequence[PlacementRecord], timing: Any, missing: str,
+          parameters: Mapping[str, tuple] = {}) -> Steps:
     """The steps of a block from its records and its profile (`tfplace.placement.taking._profile.Timing`,
-    None without timing; `missing`: why a profile asked for is missing)."""
+    None without timing; `missing`: why a profile asked for is missing; `parameters`: concrete function -> what
+    its trace held each parameter to, which tells a function traced again from another of the same code)."""
     events = getattr(timing, "steps", None)
-    found = _find.find(records, events, _eager_spans(records, timing) if events is not None else ())
+    found = _find.find(records, events, _eager_spans(records, timing) if events is not None else (), parameters)
     if not found.total:
         return Steps(0, 0, "", "", reason=found.reason)
     count = found.total - found.warmup

@@ -22,7 +22,7 @@ import ast
 import linecache
 import re
 from collections import Counter
-from typing import Any, Collection, NamedTuple, Optional, Sequence
+from typing import Any, Collection, Mapping, NamedTuple, Optional, Sequence
 
 from tfplace.placement.records._records import Kind, PlacementRecord, is_function_call
 
@@ -32,6 +32,7 @@ _CONCRETE = re.compile(r"^__(?:inference|forward|backward)_(.+?)_\d+$")
 _KERAS = {"train_function": "keras-fit", "test_function": "keras-evaluate", "predict_function": "keras-predict"}
 _KERAS3 = frozenset({"multi_step_on_iterator", "one_step_on_iterator", "one_step_on_data", "multi_step_on_data"})
 _CALLED_AS = (("fit", "keras-fit"), ("evaluate", "keras-evaluate"), ("predict", "keras-predict"))
+_MAKES_VARIABLES = frozenset({"VarHandleOp", "VariableV2", "_VarHandlesOp"})
 _MARKS = {"train": "keras-fit", "test": "keras-evaluate", "predict": "keras-predict"}
 
 
@@ -120,18 +121,41 @@ def _runs(concrete: Sequence[str]) -> dict[str, list[int]]:
     return runs
 
 
-def _loops(name: str, ran: Sequence[PlacementRecord], mine: Sequence[Any], untimed: bool) -> list[Found]:
+def _loops(name: str, ran: Sequence[PlacementRecord], mine: Sequence[Any], untimed: bool,
+           parameters: Mapping[str, tuple] = {}) -> list[Found]:
     """The loops of the `tf.function` called as `name` (its records `ran`, its profile's calls `mine`): one per
     user's line that called it (`fit`'s and `evaluate`'s calls of Keras 3's `multi_step_on_iterator` are two
-    loops); all its calls as one where the profile's calls and the records do not pair up."""
+    loops) and per function (`_functions`); all its calls as one where the profile's calls and the records do
+    not pair up."""
     aligned = untimed or len(ran) == len(mine)  # the k-th call is the k-th record
     pairs = list(zip(ran, mine if not untimed else ran)) if aligned else []
     if not aligned:
         return [found for found in [_loop(name, _source(ran), [], list(mine), untimed)] if found is not None]
     lines = list(dict.fromkeys(record.source for record in ran))
     return [found for line in lines
-            for found in [_loop(name, line, [pair for pair in pairs if pair[0].source == line], [], untimed)]
-            if found is not None]
+            for group in _functions([pair for pair in pairs if pair[0].source == line], parameters)
+            for found in [_loop(name, line, group, [], untimed)] if found is not None]
+
+
+def _functions(pairs: list[tuple[PlacementRecord, Any]], parameters: Mapping[str, tuple]) -> list[list[tuple]]:
+    """The calls of one line, per function: a concrete function whose trace held every parameter as the one
+    before it did was not traced again for a new argument; it is another function of the same code (a new
+    model's step, each `fit` of twelve models), and starts a group of its own."""
+    groups: list[list[tuple]] = []
+    owner: dict[str, int] = {}  # concrete function -> its group
+    last: Optional[str] = None  # the concrete function of the call before
+    for pair in pairs:
+        op = pair[0].op
+        if op not in owner:
+            same = last is not None and last in parameters and op in parameters and parameters[last] == parameters[op]
+            if last is None or same:
+                groups.append([])
+                owner[op] = len(groups) - 1
+            else:
+                owner[op] = owner[last]
+        groups[owner[op]].append(pair)
+        last = op
+    return groups
 
 
 def _loop(name: str, source: str, pairs: list[tuple[PlacementRecord, Any]], unpaired: list[Any],
@@ -168,7 +192,7 @@ def _loop(name: str, source: str, pairs: list[tuple[PlacementRecord, Any]], unpa
 
 
 def find(records: Sequence[PlacementRecord], events: Optional[Any],
-         eager_spans: Sequence[tuple[float, float]] = ()) -> Found:
+         eager_spans: Sequence[tuple[float, float]] = (), parameters: Mapping[str, tuple] = {}) -> Found:
     """The steps of a block.
 
     Args:
@@ -176,6 +200,8 @@ def find(records: Sequence[PlacementRecord], events: Optional[Any],
       events: the profile's `StepEvents`, or None without timing.
       eager_spans: with timing, the (start, length) in µs of each eager op's event, by its index among the
         records' eager executions (`nan` where the profile has none).
+      parameters: concrete function -> what its trace held each parameter to: two concrete functions in a row
+        whose traces held every parameter alike are two functions (two models' steps), not one traced again.
     """
     calls = _calls(records)
     marked = _marked(events, calls) if events is not None and events.marks else None
@@ -185,7 +211,8 @@ def find(records: Sequence[PlacementRecord], events: Optional[Any],
     named = Counter(call.name for call in top)
     counted = named if events is not None else Counter({name: len(rs) for name, rs in calls.items()})
     loops = [loop for name, n in counted.most_common() if n >= 2
-             for loop in _loops(name, calls.get(name, []), [c for c in top if c.name == name], events is None)]
+             for loop in _loops(name, calls.get(name, []), [c for c in top if c.name == name], events is None,
+                                parameters)]
     if loops:  # the loop that ran most steps, a training loop before an evaluation's
         chosen = max(loops, key=lambda loop: (loop.kind != "keras-evaluate" and loop.kind != "keras-predict",
                                               loop.total))
@@ -231,6 +258,8 @@ def _marked(events: Any, calls: dict[str, list[PlacementRecord]]) -> Optional[Fo
 def _eager_loop(records: Sequence[PlacementRecord], events: Optional[Any],
                 spans: Sequence[tuple[float, float]]) -> Found:
     eager = [r for r in records if r.kind == Kind.EXECUTE and not is_function_call(r.op)]
+    # lines that make variables (a model's, an optimizer's) build what a loop trains: no loop of steps
+    making = {r.source for r in eager if r.op in _MAKES_VARIABLES}
     runs: Counter = Counter()  # per line, how often it started a run of eager ops (an iteration's ops come in one run)
     starts: dict[str, list[int]] = {}
     head = 0
@@ -239,15 +268,17 @@ def _eager_loop(records: Sequence[PlacementRecord], events: Optional[Any],
         tail = head + 1
         while tail < len(eager) and eager[tail].source == record.source:
             tail += 1
-        if record.source and record.origin.users:  # a loop of one line repeats its ops: one run per repetition
+        if record.source and record.origin.users and record.source not in making:
+            # a loop of one line repeats its ops: one run per repetition
             period = _period([r.op for r in eager[head:tail]])
             for start in range(head, tail, period):
                 runs[record.source] += 1
                 starts.setdefault(record.source, []).append(start)
         head = tail
     if not runs or runs.most_common(1)[0][1] < 3:
-        why = "no step found: no tf.function ran twice, no step was marked, no Session.run ran twice, and " + \
-              ("no line of yours ran eager ops three times" if any(r.source for r in eager) else
+        why = "no step found: no tf.function ran twice, as one function from one line of yours, no step was marked, " \
+              "no Session.run ran twice, and " + \
+              ("no line of yours ran eager ops three times (a line making variables builds, it does not step)" if any(r.source for r in eager) else
                "eager loops are found by their lines (capture with sources=True)")
         return Found("", "", "", [], 0, 0, why)
     most = runs.most_common(1)[0][1]

@@ -16,6 +16,8 @@ Example:
 
 from __future__ import annotations
 
+import ast
+import linecache
 import math
 import os
 import re
@@ -206,11 +208,45 @@ def _changed(traces: Sequence[str], parameters: Mapping[str, tuple]) -> list[tup
     return list(found.values())
 
 
-def _compile(steps: Steps, traces: Sequence[str], changed: Sequence[tuple[str, str, str]]) -> list[Advice]:
+def _is_float(value: str) -> bool:
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return not value.lstrip("-").isdigit()
+
+
+def _pasted_call(source: str, name: str, parameter: str, order: Sequence[str]) -> str:
+    """The user's line `source` ("file.py:LINE") calling `name`, with the argument given for `parameter` (`order`:
+    the function's parameters) made a float32 tensor: the fix to paste in its place; "" where it cannot be read."""
+    path, _, number = source.rpartition(":")
+    text = linecache.getline(path, int(number)).strip() if number.isdigit() else ""
+    try:
+        statement = ast.parse(text).body[0]
+    except (SyntaxError, IndexError):
+        return ""
+    for node in ast.walk(statement):
+        called = getattr(node, "func", None)
+        if isinstance(node, ast.Call) and (getattr(called, "id", None) or getattr(called, "attr", None)) == name:
+            given = next((k.value for k in node.keywords if k.arg == parameter), None)
+            at = list(order).index(parameter) if parameter in order else len(node.args)
+            given = given if given is not None else node.args[at] if at < len(node.args) else None
+            if given is None or given.end_col_offset is None or statement.end_col_offset is None:
+                return ""
+            return (f"{text[:given.col_offset]}tf.constant({text[given.col_offset:given.end_col_offset]}, tf.float32)"
+                    f"{text[given.end_col_offset:statement.end_col_offset]}  # a tensor: its value is not part of the "
+                    "trace's key")
+    return ""
+
+
+def _compile(steps: Steps, traces: Sequence[str], changed: Sequence[tuple[str, str, str]],
+             order: Sequence[str] = ()) -> list[Advice]:
     """Retracing: the step function itself traced again (a new concrete function of it, `traces`), in steady
     steps whose time holds that compiling; compile time of anything else in a step's span is not its."""
     steady = steps.steps[steps.warmup:]
     if not steady or steady[0].phases is None or len(traces) - 1 < RETRACED:
+        return []
+    if not changed and order:  # traces known to hold every argument alike: other functions of the same code
         return []
     # `_analysis.steps` times every step or none: past the check above, each has its phases and wall time
     compiling = [s.phases for s in steady if s.phases is not None and s.phases["compile"] > 0]
@@ -222,8 +258,10 @@ def _compile(steps: Steps, traces: Sequence[str], changed: Sequence[tuple[str, s
     if changed:
         why = "; ".join(f"argument {p} was {a}, then {b}" for p, a, b in changed[:3])
         python = [p for p, a, _ in changed if " tensor of shape " not in a]  # a Python value, not a tensor
-        fix = (f"pass {python[0]} as a tensor: tf.constant({python[0]}) (a Python number is part of the trace's "
-               f"key; a tensor's value is not)" if python else
+        floats = [p for p, a, b in changed if p in python and _is_float(a) and _is_float(b)]
+        pasted = _pasted_call(steps.source, what, floats[0], order) if floats else ""
+        fix = (pasted or f"# pass {python[0]} as a tensor: tf.constant({python[0]}) (a Python number is part of the "
+               f"trace's key; a tensor's value is not)" if python else
                f"@tf.function(reduce_retracing=True)  # or an input_signature with None in {changed[0][0]}'s "
                "dimension that changes")
     else:
@@ -346,6 +384,7 @@ def advice(steps: Steps, transfers: Sequence[Any], ops: Mapping[tuple[str, str],
     ops_per_step = eager / (steps.count + steps.warmup)
     found = [*(_input_bound(steps) if shares else []), *_host_sync(steps),
              *(_host(steps, ops_per_step) if shares else []),
-             *_compile(steps, traces, _changed(traces, parameters)),
+             *_compile(steps, traces, _changed(traces, parameters), [p for p, _ in parameters.get(traces[-1], ())]
+                       if traces else []),
              *_copies(steps, transfers, users), *(_skew(steps, ops, lines) if shares else [])]
     return sorted((a for a in found if a.source), key=lambda a: -a.evidence.get("share", 0.0))  # the user's lines
