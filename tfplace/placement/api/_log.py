@@ -313,8 +313,7 @@ class PlacementLog(Recorder):
         return _explain.gpu_readiness(self._records, _kernel_table.gpu_table())
 
     def steps(self) -> "Steps":
-        """The block's steps, found without annotation, and with `timing=True` where their time went (each
-        step's phases, devices' busy time, the slowest input stage); `tfplace.placement.steps`.
+        """The block's steps, found without annotation; with `timing=True`, where their time went.
 
         >>> import tensorflow as tf, tfplace
         >>> step = tf.function(lambda x: x * 2.0)
@@ -324,14 +323,13 @@ class PlacementLog(Recorder):
         >>> log.steps().count, log.steps().warmup, log.steps().kind   # the first call traced
         (2, 1, 'function')
         """
-        from tfplace.placement.functions._function_sources import traced_parameters
+        from tfplace.placement.functions._function_sources import traced_parameters as held
         from tfplace.placement.steps import _analysis
 
         self._settle()
         read = (len(self._records), id(self._timing))
         if self._steps[0] != read:  # read once per state: the report, its JSON and the advice all ask
-            self._steps = (read, _analysis.steps(self._records, self._timing, self._timing_missing,
-                                                 traced_parameters()))
+            self._steps = (read, _analysis.steps(self._records, self._timing, self._timing_missing, held()))
         return self._steps[1]
 
     def advice(self) -> list["Advice"]:
