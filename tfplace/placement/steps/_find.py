@@ -4,9 +4,10 @@ In this order, the first that holds: a step marker's events (tf_keras' own, or a
 `tf.profiler.experimental.Trace("train", step_num=i)`), the Python calls of the `tf.function` called most
 (Keras 3's `multi_step_on_iterator`, tf_keras' `train_function`, a custom loop's step; at least twice),
 `Session.run` calls, an eager loop (the user's line that ran most eager ops, at least three times, needing
-`sources=True`). One loop is one thing repeated from one place: a function's calls from the user's line that
-made most of them (of two concrete functions taking turns from that line, as `fit`'s training and validation
-steps do, the one that ran most); a training loop is preferred over an evaluation's. A step spans from its
+`sources=True`). One loop is one thing repeated from one place: one function's calls from one line of the
+user's (of two concrete functions taking turns from that line, as `fit`'s training and validation steps do,
+the one that ran most); the loop of most steps is the block's, a training loop before an evaluation's, and the
+others are named. A step spans from its
 call to the next one (the last: to its end); a marked step spans its marker. The first steps whose call traced
 a function that runs again are warm-up; a function traced anew later is retracing inside a steady step.
 
