@@ -171,7 +171,8 @@ for program in sys.argv[1:]:
                                               "advice": sorted({(a.rule, a.source.rpartition("/")[2])
                                                                 for a in log.advice()}),
                                               "changed": [a.evidence.get("changed") for a in log.advice()
-                                                          if a.rule == "retracing"]}
+                                                          if a.rule == "retracing"],
+                                              "fixes": [a.fix for a in log.advice()]}
 report(found)
 """
 
@@ -192,6 +193,9 @@ def test_each_rule_fires_on_its_program_at_its_line_and_on_no_other():
     assert found["host_bound"]["advice"] == [["host-bound", _line("host_bound", "loss = step(x)")]]
     assert found["input_fixed"]["advice"] == found["marked"]["advice"] == found["once"]["advice"] == []
     assert found["once"]["count"] == 0 and found["once"]["reason"].startswith("no step found")
+    for name, seen in found.items():  # every fix is Python to paste (code, or what to do as a comment)
+        for fix in seen["fixes"]:
+            compile(fix, f"<{name}'s fix>", "exec")
 
 
 def test_with_another_profiler_session_steps_carry_no_times_and_say_why(python):

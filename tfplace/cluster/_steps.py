@@ -101,7 +101,7 @@ def skew(tasks: Sequence[Mapping[str, Any]], steps: Mapping[str, Mapping[str, An
                         f"({slow['compute_us'] / 1000:.1f} ms against {slow['others_compute_us'] / 1000:.1f} ms)"
                         + (f"; {op} makes most of the difference" if op else "")
                         + (f"; the others wait for it in the collectives (sync: {waiting})" if waiting else ""),
-             "source": where, "fix": "give every worker the same work (even data shards, the same batch size, "
+             "source": where, "fix": "# give every worker the same work (even data shards, the same batch size, "
                                      "no branch on the task's index)",
              "evidence": {"share": share, "task": slow["task"], "op": op, "ratio": slow["ratio"]},
              "task": slow["task"]}]

@@ -134,8 +134,8 @@ def _host(steps: Steps, ops_per_step: float = 0.0) -> list[Advice]:
         return [Advice("eager-loop", _severity(launch),
                        f"the loop's eager ops spend {launch:.0%} of each iteration in Python and op launches, "
                        f"{steps.shares['compute']:.0%} in kernels", steps.source,
-                       "@tf.function  # on a function holding the loop's body, called once per iteration; the "
-                       "variables it uses (a model, an optimizer) made before the loop, not in it",
+                       "body = tf.function(body)  # body: a function holding the loop's body, called once per "
+                       "iteration; the variables it uses (a model, an optimizer) made before the loop, not in it",
                        {"share": launch, "compute": steps.shares["compute"]})]
     keras = steps.kind.startswith("keras")
     kinds = Counter(device.rpartition("/device:")[2].partition(":")[0] for device in steps.per_device)
@@ -152,7 +152,7 @@ def _host(steps: Steps, ops_per_step: float = 0.0) -> list[Advice]:
            "32 batches (or do a callback's slow work every N batches)" if keras and not replicas
            else "# do a callback's slow work every N batches (on_train_batch_end: if batch % 100 == 0: ...); under a "
                 "strategy keep steps_per_execution at 1 unless every batch is full" if keras
-           else "keep per-step Python (logging, metrics, bookkeeping) out of the loop or run it every N steps; "
+           else "# keep per-step Python (logging, metrics, bookkeeping) out of the loop or run it every N steps; "
                 "or run several steps per call: loop over the iterator inside the tf.function")
     return [Advice("host-bound", _severity(host), f"{host:.0%} of each step is Python between and around the "
                    "step's calls", steps.source, fix, {"share": host})]
@@ -171,7 +171,7 @@ def _host_sync(steps: Steps) -> list[Advice]:
         out.append(Advice("host-sync", _severity(share),
                           f"a tensor's value is read in Python in every step ({count} of {steps.count} steady steps, "
                           f"{_ms(us / count)} each): Python waits there for the device to finish the step", line,
-                          "keep the value on the device (add it to a tf.Variable or a keras.metrics.Mean inside the "
+                          "# keep the value on the device (add it to a tf.Variable or a keras.metrics.Mean inside the "
                           "step function) and read it every N steps: if step % 100 == 0: print(float(total))",
                           {"share": share, "steps": count}))
     return out
@@ -266,7 +266,7 @@ def _compile(steps: Steps, traces: Sequence[str], changed: Sequence[tuple[str, s
                "dimension that changes")
     else:
         why = "an argument's Python value, type or shape changed between calls"
-        fix = ("pass tensors, not Python numbers (tf.constant(value)), or declare "
+        fix = ("# pass tensors, not Python numbers (tf.constant(value)), or declare "
                "@tf.function(reduce_retracing=True) / an input_signature")
     return [Advice("compile-every-step" if every else "retracing", _severity(share),
                    f"{what} was traced again in {len(compiling)} of {len(steady)} steady steps ({share:.0%} of "
@@ -345,7 +345,7 @@ def _skew(steps: Steps, ops: Mapping[tuple[str, str], Any], lines: Mapping[tuple
     return [Advice("replica-skew", _severity(share),
                    f"{slow} computes {busy[slow] / others:.1f} x the other replicas' median"
                    + (f"; {op} makes most of the difference" if op else ""), where,
-                   "give every replica the same work (the same batch size, no branch on the replica id)",
+                   "# give every replica the same work (the same batch size, no branch on the replica id)",
                    {"share": share, "device": slow, "op": op})]
 
 
