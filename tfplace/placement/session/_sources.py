@@ -41,7 +41,8 @@ def _library_dirs() -> tuple[str, ...]:
     found = {sysconfig.get_paths().get(key, "") for key in ("purelib", "platlib")}
     found.update(getattr(site, "getsitepackages", lambda: [])())
     found.add(getattr(site, "getusersitepackages", lambda: "")() or "")
-    found.update(entry for entry in sys.path if os.path.basename(entry.rstrip(os.sep)) in ("site-packages", "dist-packages"))
+    found.update(entry for entry in sys.path
+                 if os.path.basename(entry.rstrip(os.sep)) in ("site-packages", "dist-packages"))
     found = {d for d in found if d and os.path.isdir(d)}
     return tuple(sorted({os.path.join(path, "") for d in found for path in (d, os.path.realpath(d))}))
 

@@ -277,10 +277,10 @@ def _eager_loop(records: Sequence[PlacementRecord], events: Optional[Any],
                 starts.setdefault(record.source, []).append(start)
         head = tail
     if not runs or runs.most_common(1)[0][1] < 3:
-        why = "no step found: no tf.function ran twice, as one function from one line of yours, no step was marked, " \
-              "no Session.run ran twice, and " + \
-              ("no line of yours ran eager ops three times (a line making variables builds, it does not step)" if any(r.source for r in eager) else
-               "eager loops are found by their lines (capture with sources=True)")
+        eager_why = ("no line of yours ran eager ops three times (a line making variables builds, it does not step)"
+                     if any(r.source for r in eager) else "eager loops are found by their lines (capture with sources=True)")
+        why = ("no step found: no tf.function ran twice, as one function from one line of yours, no step was marked, "
+               f"no Session.run ran twice, and {eager_why}")
         return Found("", "", "", [], 0, 0, why)
     most = runs.most_common(1)[0][1]
     first = min((line for line, n in runs.items() if n == most), key=lambda line: starts[line][0])

@@ -30,8 +30,8 @@ from tfplace.placement.records._records import Kind, is_function_call
 from tfplace.placement.steps._find import base_name
 from tfplace.placement.steps._model import Advice, Steps
 
-__all__ = ["advice", "INPUT_BOUND", "INPUT_US", "EXPLAINS", "HOST_BOUND", "HOST_US", "HOST_KERAS_US", "HOST_REPLICAS_US", "SKEW",
-           "REPLICAS", "COPY_BYTES", "LAUNCH_US", "SHARES_FROM", "RETRACED"]
+__all__ = ["advice", "INPUT_BOUND", "INPUT_US", "EXPLAINS", "HOST_BOUND", "HOST_US", "HOST_KERAS_US", "HOST_REPLICAS_US",
+           "SKEW", "REPLICAS", "COPY_BYTES", "LAUNCH_US", "SHARES_FROM", "RETRACED"]
 
 INPUT_BOUND = 0.2  # input's share of the steady steps' time from which "input-bound" holds
 EXPLAINS = 0.5  # the slowest stage's own time per step, over the step's wait for input, below which the stage
