@@ -71,7 +71,8 @@ def run() -> list[dict[str, str]]:
     nothing_us, nothing_ref = _nothing(lambda: tf.identity(x))
     for name, block, make in (
             ("capture_placement()", lambda: tfplace.capture_placement(), lambda: tf.identity(x)),
-            ("capture_placement(sources=True)", lambda: tfplace.capture_placement(sources=True), lambda: tf.identity(x)),
+            ("capture_placement(sources=True)", lambda: tfplace.capture_placement(sources=True),
+             lambda: tf.identity(x)),
             ("capture_placement(memory=True)", lambda: tfplace.capture_placement(memory=True), lambda: tf.identity(x)),
             ("transfer_guard()", lambda: tfplace.transfer_guard(), lambda: tf.identity(x)),
             ("capture_placement(), two inputs (x + z)", lambda: tfplace.capture_placement(), lambda: x + z)):

@@ -141,7 +141,8 @@ def run(ops: int = 20_000) -> list[dict[str, str]]:
         line_times.append(time.perf_counter() - start)
     return [
         row("eager op after configure() vs without tfplace", f"{configured:.3f}", "<= 1.02",
-            f"{configured_s * 1e6:.1f} vs {plain_s * 1e6:.1f} us per tf.identity, best of 5 rounds per process, median of 9 process pairs"),
+            f"{configured_s * 1e6:.1f} vs {plain_s * 1e6:.1f} us per tf.identity, best of 5 rounds per process, "
+            "median of 9 process pairs"),
         row("tfplace trace vs plain run, conformance programs (median)", f"{programs:.2f}", "<= 1.10",
             ", ".join(f"{name.split('_')[0]} {r:.2f}" for name, r in per_program)),
         row("PlacementLog.from_text on one 40 kB line with a placer marker",

@@ -115,13 +115,15 @@ def per_op() -> dict[str, float]:
 
     least, least_copies = _Least(copies=False), _Least(copies=True)
     cases = {
-        "plain": identities, "floor": under(_floor, identities), "capture": under(tfplace.capture_placement, identities),
+        "plain": identities, "floor": under(_floor, identities),
+        "capture": under(tfplace.capture_placement, identities),
         "least": under(lambda: _floor(least.__call__), identities),
         "least copies": under(lambda: _floor(least_copies.__call__), identities),
         "sources": under(lambda: tfplace.capture_placement(sources=True), identities),
         "memory": under(lambda: tfplace.capture_placement(memory=True), identities),
         "transfer_guard": under(tfplace.transfer_guard, identities),
-        "two plain": additions, "two floor": under(_floor, additions), "two capture": under(tfplace.capture_placement, additions),
+        "two plain": additions, "two floor": under(_floor, additions),
+        "two capture": under(tfplace.capture_placement, additions),
     }
     for run in cases.values():
         run()

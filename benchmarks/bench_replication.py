@@ -28,7 +28,8 @@ STEP = textwrap.dedent("""
                 else tf.distribute.MirroredStrategy(["/device:CPU:0", "/device:CPU:1"]))
     with strategy.scope():
         keras.utils.set_random_seed(0)
-        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="relu"), keras.layers.Dense(10)])
+        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="relu"),
+                                  keras.layers.Dense(10)])
         optimizer = keras.optimizers.SGD(0.01)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
     def per_replica(x, y):

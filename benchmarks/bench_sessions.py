@@ -75,13 +75,15 @@ print("RESULT" + json.dumps([session_ratio, eager_ratio, session_s / 500, (after
 def run() -> list[dict[str, str]]:
     done = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, timeout=1200,
                           cwd=Path(__file__).resolve().parent, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT")), None)
+    line = next((text for text in done.stdout.splitlines() if text.startswith("RESULT")), None)
     if line is None:
-        raise RuntimeError(f"bench_sessions: the program reported nothing (exit {done.returncode}):\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"bench_sessions: the program reported nothing (exit {done.returncode}):\n"
+                           f"{done.stderr[-3000:]}")
     session_ratio, eager_ratio, per_run, growth, copies = json.loads(line[len("RESULT"):])
     return [
         row("Session.run in a capture / without tfplace", f"{session_ratio:.2f}x",
-            f"<= eager ops' ratio ({eager_ratio:.2f}x)", f"{per_run * 1e6:.0f} us per captured run; two transfers per run"),
+            f"<= eager ops' ratio ({eager_ratio:.2f}x)",
+            f"{per_run * 1e6:.0f} us per captured run; two transfers per run"),
         row("eager MatMul + AddN in a capture / without tfplace", f"{eager_ratio:.2f}x", "", "the op-callback path"),
         row("memory per run of a long Session loop in a capture", f"{growth:.0f} B",
             "flat beside the transfers kept", f"{copies} transfer records after 20,000 runs"),

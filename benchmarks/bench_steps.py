@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from xspace import Plane  # noqa: E402  (tests/xspace.py: profiles written as TensorFlow's profiler writes them)
+from xspace import Plane  # (tests/xspace.py: profiles written as TensorFlow's profiler writes them)
 
 
 def profile(steps: int) -> bytes:
@@ -40,13 +40,13 @@ def measure(steps: int) -> tuple[float, float, int]:
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     from tfplace.placement.steps import _analysis
-    from tfplace.placement.taking import _profile
+    from tfplace.placement.profile import _xspace
 
     data = profile(steps)
     nodes = {f"dense_{n}/MatMul": "/device:CPU:0" for n in range(12)}
 
     def run():
-        return _analysis.steps([], _profile.read_xspace(xplane_pb2.XSpace.FromString(data), nodes), "")
+        return _analysis.steps([], _xspace.read_xspace(xplane_pb2.XSpace.FromString(data), nodes), "")
 
     start = time.perf_counter()
     found = run()

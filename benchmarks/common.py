@@ -20,7 +20,8 @@ def per_call(fn: Callable[[], object], calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def ratio(candidate: Callable[[], object], baseline: Callable[[], object], calls: int, rounds: int = 7) -> tuple[float, float, float]:
+def ratio(candidate: Callable[[], object], baseline: Callable[[], object], calls: int,
+          rounds: int = 7) -> tuple[float, float, float]:
     """(median candidate/baseline ratio, median candidate s/call, median baseline s/call), alternating rounds."""
     per_call(candidate, max(1, calls // 10))
     per_call(baseline, max(1, calls // 10))

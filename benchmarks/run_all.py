@@ -41,18 +41,19 @@ SUITES = [
 
 def _suite(module: str, call: str) -> list[dict[str, str]]:
     if module.endswith(".py"):  # a script whose name is taken by a package it imports: run it by path
-        code = f"import json, runpy\nrun = runpy.run_path({module!r}, run_name='bench')['run']\nprint('ROWS:' + json.dumps({call}))"
+        code = (f"import json, runpy\nrun = runpy.run_path({module!r}, run_name='bench')['run']\n"
+                f"print('ROWS:' + json.dumps({call}))")
     else:
         code = f"import json, {module}\nprint('ROWS:' + json.dumps({module}.{call}))"
     env = dict(os.environ)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=HERE, env=env, check=True)
-    line = next(l for l in done.stdout.splitlines() if l.startswith("ROWS:"))
+    line = next(text for text in done.stdout.splitlines() if text.startswith("ROWS:"))
     return json.loads(line[5:])
 
 
 def machine() -> str:
-    model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo", encoding="utf-8")
-                  if l.startswith("model name")), platform.processor())
+    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo", encoding="utf-8")
+                  if line.startswith("model name")), platform.processor())
     import tensorflow as tf
 
     return (f"{os.cpu_count()} cores ({model}), Python {platform.python_version()}, TensorFlow {tf.__version__}, "

@@ -38,7 +38,8 @@ _LR = flags.DEFINE_float("lr", 0.1, "SGD learning rate.", lower_bound=0.0)
 _EPOCHS = flags.DEFINE_integer("epochs", 10, "Epochs.", lower_bound=1)
 _DATASET = flags.DEFINE_enum("dataset", "fashion_mnist", ["fashion_mnist", "synthetic"], "Data set.")
 _TRAIN_SIZE = flags.DEFINE_integer("train_size", 6000, "Training examples used.", lower_bound=1)
-_PLOT = flags.DEFINE_string("plot", None, "Write a PNG of test accuracy per epoch here (needs matplotlib; checked before training).")
+_PLOT = flags.DEFINE_string("plot", None,
+                            "Write a PNG of test accuracy per epoch here (needs matplotlib; checked before training).")
 
 
 def main(argv: list[str]) -> None:

@@ -57,7 +57,8 @@ def load_data(name: str, train_size: int = 6000, test_size: int = 1000):
                 f"--dataset=fashion_mnist could not be downloaded ({type(err).__name__}: {err}); "
                 "on an offline machine use --dataset=synthetic") from None
         prep = lambda a: (a[..., None] / 255.0).astype("float32")  # noqa: E731
-        return (prep(x[:train_size]), y[:train_size].astype("int32")), (prep(tx[:test_size]), ty[:test_size].astype("int32"))
+        return ((prep(x[:train_size]), y[:train_size].astype("int32")),
+                (prep(tx[:test_size]), ty[:test_size].astype("int32")))
     raise ValueError(f"dataset {name!r} is unknown: allowed are 'fashion_mnist' and 'synthetic'")
 
 

@@ -54,7 +54,8 @@ def line_of(code: str, marker: str) -> str:
     return f"<string>:{next(i for i, line in enumerate(lines, 1) if marker in line)}"
 
 
-def run_python(code: str, *, env: dict | None = None, args: tuple = (), timeout: int = 240) -> subprocess.CompletedProcess:
+def run_python(code: str, *, env: dict | None = None, args: tuple = (),
+               timeout: int = 240) -> subprocess.CompletedProcess:
     """Runs `code` in a new interpreter; `report(obj)` in it prints a JSON result line."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("TFPLACE_", "TF_CPP"))}
     full_env.update(env or {})

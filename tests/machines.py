@@ -21,10 +21,12 @@ CPU_LOG = (FIXTURES / "cpu_machine_tensorflow_2.21_cuda_wheel.log").read_text()
 # line), its and-cuda requirements, and the pip folders in the run path of its .so files (readelf -d)
 BUILD_2_21 = ast.literal_eval(next(line[len("BUILD "):] for line in CPU_LOG.splitlines() if line.startswith("BUILD ")))
 REQUIRES_2_21 = [f'{r}; extra == "and-cuda"' for r in (
-    "nvidia-cublas-cu12<13.0,>=12.5.3.2", "nvidia-cuda-cupti-cu12<13.0,>=12.5.82", "nvidia-cuda-nvcc-cu12<13.0,>=12.5.82",
-    "nvidia-cuda-nvrtc-cu12<13.0,>=12.5.82", "nvidia-cuda-runtime-cu12<13.0,>=12.5.82", "nvidia-cudnn-cu12<10.0,>=9.3.0.75",
-    "nvidia-cufft-cu12<12.0,>=11.2.3.61", "nvidia-curand-cu12<11.0,>=10.3.6.82", "nvidia-cusolver-cu12<12.0,>=11.6.3.83",
-    "nvidia-cusparse-cu12<13.0,>=12.5.1.3", "nvidia-nccl-cu12<3.0,>=2.27.7", "nvidia-nvjitlink-cu12<13.0,>=12.5.82")]
+    "nvidia-cublas-cu12<13.0,>=12.5.3.2", "nvidia-cuda-cupti-cu12<13.0,>=12.5.82",
+    "nvidia-cuda-nvcc-cu12<13.0,>=12.5.82", "nvidia-cuda-nvrtc-cu12<13.0,>=12.5.82",
+    "nvidia-cuda-runtime-cu12<13.0,>=12.5.82", "nvidia-cudnn-cu12<10.0,>=9.3.0.75",
+    "nvidia-cufft-cu12<12.0,>=11.2.3.61", "nvidia-curand-cu12<11.0,>=10.3.6.82",
+    "nvidia-cusolver-cu12<12.0,>=11.6.3.83", "nvidia-cusparse-cu12<13.0,>=12.5.1.3", "nvidia-nccl-cu12<3.0,>=2.27.7",
+    "nvidia-nvjitlink-cu12<13.0,>=12.5.82")]
 FOLDERS_2_21 = ("nccl", "cuda_cupti", "cublas", "cudnn", "cufft", "cusparse", "cuda_runtime", "nvshmem", "cusolver")
 SITE = "/opt/venv/lib/python3.12/site-packages"
 
@@ -90,10 +92,12 @@ def cpu_machine() -> dict:
         "format": "tfplace-machine/1",
         "platform": {"system": "Linux", "release": "6.8.0", "machine": "x86_64", "wsl": False},
         "python": "3.11.7", "driver": None, "gpus": [], "tensorflow": tensorflow(),
-        "libraries": {"libcuda.so.1": {"path": None, "version": None, "cuda": None,
-                                       "error": "libcuda.so.1: cannot open shared object file: No such file or directory"}},
+        "libraries": {"libcuda.so.1": {
+            "path": None, "version": None, "cuda": None,
+            "error": "libcuda.so.1: cannot open shared object file: No such file or directory"}},
         "environment": {"CUDA_VISIBLE_DEVICES": None},
-        "tensorflow_view": {"gpus": [], "log": list(dict.fromkeys(filter(None, map(_view.diagnostic, CPU_LOG.splitlines()))))},
+        "tensorflow_view": {"gpus": [],
+                            "log": list(dict.fromkeys(filter(None, map(_view.diagnostic, CPU_LOG.splitlines()))))},
     }
 
 
@@ -113,7 +117,8 @@ def release(name: str) -> dict:
             "requires": requires, "path": f"{SITE}/tensorflow"}
 
 
-def machine(tf: dict | None, *, gpus: tuple = (("NVIDIA GeForce RTX 3090", "8.6"),), driver: tuple | None = ("535.183.01", "12.2"),
+def machine(tf: dict | None, *, gpus: tuple = (("NVIDIA GeForce RTX 3090", "8.6"),),
+            driver: tuple | None = ("535.183.01", "12.2"),
             python: str = "3.10.12", system: str = "Linux", arch: str = "x86_64", loaded: dict | None = None,
             wheels: dict | None = None, container: str | None = None, dev_nvidia: tuple = (), **environment) -> dict:
     """Facts of a machine as a user describes it: its GPUs (name, compute capability), driver (version, CUDA),
@@ -130,9 +135,10 @@ def machine(tf: dict | None, *, gpus: tuple = (("NVIDIA GeForce RTX 3090", "8.6"
     for want in wants:
         found = (loaded or {}).get(want.soname, ("/usr/lib/x86_64-linux-gnu/" + want.soname,
                                                   ".".join((want.minimum or "").split(".")[:3]) or None))
-        libraries[want.soname] = ({"path": None, "version": None, "cuda": None,
-                                   "error": f"{want.soname}: cannot open shared object file: No such file or directory"}
-                                  if found is None else {"path": found[0], "error": None, "version": found[1], "cuda": None})
+        libraries[want.soname] = (
+            {"path": None, "version": None, "cuda": None,
+             "error": f"{want.soname}: cannot open shared object file: No such file or directory"}
+            if found is None else {"path": found[0], "error": None, "version": found[1], "cuda": None})
     return {
         "format": "tfplace-machine/1",
         "platform": {"system": system, "release": "5.15.0", "machine": arch, "wsl": False, "container": container,

@@ -119,7 +119,8 @@ def test_implicit_copy_has_its_source_line_and_explicit_copies_none(python):
     assert out["explicit"] == 0
     # an identity is an explicit copy under a tf.device scope only (TensorFlow's "warn" policy logs this one)
     assert out["ran"] == ["/device:CPU:0"] * 2
-    assert out["unscoped"] == [["Identity", 0, "/device:CPU:1", "/device:CPU:0", line_of(COPIES, "t = tf.identity(y)")]] * 2
+    assert out["unscoped"] == [["Identity", 0, "/device:CPU:1", "/device:CPU:0",
+                                line_of(COPIES, "t = tf.identity(y)")]] * 2
 
 
 def test_host_memory_arguments_are_not_copies(python):
@@ -150,7 +151,8 @@ def test_variables_handed_to_ops_are_read_where_they_live_and_each_read_is_recor
             with tf.device("CPU:1"):
                 v * 2.0                  # read on CPU:0, where v lives; the product on CPU:1
             v.assign_add([1.0, 1.0])     # no read
-        reads = [(r.device, r.requested, r.origin, r.source.split(":")[-1]) for r in log.records if r.op == "ReadVariableOp"]
+        reads = [(r.device, r.requested, r.origin, r.source.split(":")[-1]) for r in log.records
+                 if r.op == "ReadVariableOp"]
         left = [name for name in ("_dtype", "_handle") if name in vars(resource_variable_ops.BaseResourceVariable)]
         report({"ops": [r.op for r in log.records], "reads": reads, "copies": [(c.op, c.from_device, c.to_device)
                 for c in log.copies], "left": left, "value": v.numpy().tolist()})
@@ -224,7 +226,8 @@ def test_functions_placed_before_and_inside_the_block(python):
             with tfplace.capture_placement() as inside:
                 fresh(tf.ones((2, 2)))
         report({"before": [before.complete, before.incomplete_reason, [r.kind for r in before.records]],
-                "inside": [inside.complete, sorted({(r.op, r.name, r.kind) for r in inside.records if r.kind == "place"})],
+                "inside": [inside.complete,
+                           sorted({(r.op, r.name, r.kind) for r in inside.records if r.kind == "place"})],
                 "warnings": [str(w.message) for w in caught], "lineno": [w.lineno for w in caught]})
     """
     out = python(code)
@@ -446,8 +449,8 @@ def program():
 def test_ops_repeated_from_a_line_get_the_records_a_fresh_reading_gives(python, tmp_path):
     """An eager op a thread ran before from the same call, with the same device, scope and attributes, takes
     its record from the callback's kept entries: sources, origins, requesters and copies equal those the
-    callback reads afresh for every op, when the scope alternates, a helper is called from two lines, a Keras layer's line is further out than the frame
-    that decides its origin, or an op copies."""
+    callback reads afresh for every op, when the scope alternates, a helper is called from two lines, a Keras layer's
+    line is further out than the frame that decides its origin, or an op copies."""
     program = tmp_path / "repeated.py"
     program.write_text(REPEATED_OPS)
     out = python(f"""
@@ -461,7 +464,8 @@ def test_ops_repeated_from_a_line_get_the_records_a_fresh_reading_gives(python, 
             learned.append(args[0])
             return original(self, *args)
         def fields(log):
-            return ([[r.op, r.device, r.source, r.origin, r.requested, r.requested_by, r.kind, r.dtypes] for r in log.records],
+            return ([[r.op, r.device, r.source, r.origin, r.requested, r.requested_by, r.kind, r.dtypes]
+                     for r in log.records],
                     [[c.op, c.input_index, c.from_device, c.to_device, c.source, c.kind] for c in log.copies])
         runs = {{}}
         for kept in ("kept", "none"):
@@ -485,9 +489,10 @@ def test_ops_repeated_from_a_line_get_the_records_a_fresh_reading_gives(python, 
         return sum(1 for r in records if r[:7] == list(record) and r[7] == [[attribute, dtype]])
 
     assert count("MatMul", "/device:CPU:0", line("layer(x)"), "user", "", "", "execute") == 4
-    assert count("AddV2", "/device:CPU:1", line("y = x + 1.0"), "user", "/device:CPU:1", line("with tf.device(device)"), "execute") == 4
-    assert count("Mul", "/device:CPU:1", line("tf.identity(t) * 2.0"), "user", "/device:CPU:1", line("with tf.device(device)"),
+    assert count("AddV2", "/device:CPU:1", line("y = x + 1.0"), "user", "/device:CPU:1", line("with tf.device(device)"),
                  "execute") == 4
+    assert count("Mul", "/device:CPU:1", line("tf.identity(t) * 2.0"), "user", "/device:CPU:1",
+                 line("with tf.device(device)"), "execute") == 4
     assert count("AddV2", "/device:CPU:0", line("lambda t"), "user", "", "", "execute") == 8
     assert count("MatMul", "/device:CPU:0", line("other = layer(x)"), "user", "", "", "execute") == 4
     assert count("ReadVariableOp", "/device:CPU:1", line("return tf.identity(v)"), "user", "", "", "execute",
@@ -495,8 +500,8 @@ def test_ops_repeated_from_a_line_get_the_records_a_fresh_reading_gives(python, 
     assert count("Mul", "/device:CPU:0", line("tf.identity(t) * 2.0"), "user", "", "", "execute", dtype="float64") == 4
     assert count("AddV2", "/device:CPU:0", line("y = x + 1.0"), "user", "/device:GPU:0", line("with tf.device(device)"),
                  "execute") == 4
-    assert count("Mul", "/device:CPU:1", line("tf.identity(t) * 2.0"), "user", "/device:CPU:1", line('        with tf.device("/cpu:1")'),
-                 "execute") == 4
+    assert count("Mul", "/device:CPU:1", line("tf.identity(t) * 2.0"), "user", "/device:CPU:1",
+                 line('        with tf.device("/cpu:1")'), "execute") == 4
     assert count("IteratorGetNext", "/device:CPU:0", line("tf.data.Dataset"), "input", "", "", "execute",
                  attribute="output_types", dtype="int64") == 8
     assert copies == [["AddV2", 0, "/device:CPU:0", "/device:CPU:1", line("y = x + 1.0"), "eager"],

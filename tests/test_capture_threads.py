@@ -114,8 +114,9 @@ def test_captures_in_threads_keep_their_own_functions_under_concurrent_first_cal
                     else:
                         f(x)
                     f(x)
-                found[index] = (sorted({r.op for r in log.records if r.kind in ("place", "removed") and not r.op.startswith("_")
-                                        and r.op != "Identity"}), log.complete, log.incomplete_reason)
+                found[index] = (sorted({r.op for r in log.records if r.kind in ("place", "removed")
+                                        and not r.op.startswith("_") and r.op != "Identity"}),
+                                log.complete, log.incomplete_reason)
 
             threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
             for t in threads:
@@ -128,7 +129,8 @@ def test_captures_in_threads_keep_their_own_functions_under_concurrent_first_cal
 
         together = [entry for _ in range(10) for entry in run_once(False)]
         apart = [entry for _ in range(10) for entry in run_once(True)]
-        report({"together": sorted({(tuple(ops), complete, reason.split(":")[0]) for ops, complete, reason in together}),
+        report({"together": sorted({(tuple(ops), complete, reason.split(":")[0])
+                                    for ops, complete, reason in together}),
                 "apart": sorted({(tuple(ops), complete) for ops, complete, _ in apart})})
     """)
     own = {("MatMul",), ("AddV2",), ("Mul",), ("Sub",)}
@@ -185,7 +187,8 @@ FIRST_CALLS = """
             with tfplace.capture_placement() as log:
                 start.wait()
                 f(x)
-            own = sorted({r.op for r in log.records if r.kind in ("place", "removed")} - {"_Arg", "_Retval", "Identity"})
+            own = sorted({r.op for r in log.records if r.kind in ("place", "removed")}
+                         - {"_Arg", "_Retval", "Identity"})
             found[(index, log.complete, log.incomplete_reason.split(",")[0], tuple(own))] += 1
 
         threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
@@ -198,7 +201,8 @@ FIRST_CALLS = """
 
 
 @pytest.mark.parametrize("functions", ["distinct", "same"])
-def test_four_threads_each_calling_a_new_function_once_in_its_own_capture_record_its_nodes_every_time(python, functions):
+def test_four_threads_each_calling_a_new_function_once_in_its_own_capture_record_its_nodes_every_time(python,
+                                                                                                     functions):
     # a server or a threaded test runner capturing per request: 80 first calls released together, each log
     # complete with its own function's node; where the four functions have the same code, TensorFlow's
     # graphs cannot be told apart by their nodes, and each call still gets one of them
@@ -277,8 +281,9 @@ def test_an_entry_whose_placed_graph_holds_two_functions_gives_each_its_own_grap
     session.unplaced.append(_instances.Instance(graph(*sub), graph_pb2.GraphDef(), (), ""))
     found = _graphs._taken_apart(session, [Entry(graph(*matmul), graph(*matmul[:2], matmul[3], *sub[:2], sub[3]))])
     assert sorted(([n.op for n in g.pre_optimization_graph.node], [n.op for n in g.post_optimization_graph.node], whole)
-                  for g, whole in found) == [(["_Arg", "MatMul", "Identity", "_Retval"], ["_Arg", "MatMul", "_Retval"], True),
-                                            (["_Arg", "Sub", "Identity", "_Retval"], ["_Arg", "Sub", "_Retval"], True)]
+                  for g, whole in found) == [
+        (["_Arg", "MatMul", "Identity", "_Retval"], ["_Arg", "MatMul", "_Retval"], True),
+        (["_Arg", "Sub", "Identity", "_Retval"], ["_Arg", "Sub", "_Retval"], True)]
     assert session.unplaced == []
 
 
@@ -335,14 +340,16 @@ LATE_GRAPH = """
     runs = {}
     for (device, op, category), count in log.runs.items():
         runs[op] = runs.get(op, 0) + count
-    report({"ops": sorted({r.op for r in log.records if r.kind in ("place", "removed")} - {"_Arg", "_Retval", "Identity"}),
+    report({"ops": sorted({r.op for r in log.records if r.kind in ("place", "removed")}
+                          - {"_Arg", "_Retval", "Identity"}),
             "complete": log.complete, "reason": log.incomplete_reason, "warned": [str(w.message) for w in warned],
             "runs": {op: count for op, count in runs.items() if not op.startswith("_")}})
 """
 
 
 @pytest.mark.parametrize("calls", [1, 2])
-def test_a_first_call_whose_graph_comes_with_a_later_collection_keeps_its_nodes_and_the_log_stays_complete(python, calls):
+def test_a_first_call_whose_graph_comes_with_a_later_collection_keeps_its_nodes_and_the_log_stays_complete(python,
+                                                                                                          calls):
     # its first call, while another thread's call is in flight, finds no graph; the next call's collection
     # (or the block's last, at its end) brings it
     out = python(LATE_GRAPH, args=["later", str(calls)])

@@ -35,7 +35,8 @@ def test_help_and_usage_errors_answer_without_importing_tensorflow(tmp_path):
     no_script = tfplace("trace", str(tmp_path / "nowhere.py"), env=env)
     for done in (main_help, trace_help, bad_count, bogus, no_script):
         assert "tfplace" in imported(done.stderr) and "tensorflow" not in imported(done.stderr)
-    assert main_help.returncode == 0 and main_help.stdout.startswith("usage: tfplace [-h] {devices,env,doctor,trace,launch,diff,merge} ...")
+    assert main_help.returncode == 0 and main_help.stdout.startswith(
+        "usage: tfplace [-h] {devices,env,doctor,trace,profile,launch,diff,merge} ...")
     assert trace_help.returncode == 0 and trace_help.stdout.startswith("usage: tfplace trace [tfplace flags]")
     assert "--soft_placement, --nosoft_placement" in trace_help.stdout
     assert bad_count.returncode == 2 and messages(bad_count.stderr).endswith(
@@ -61,7 +62,8 @@ def test_env_reports_versions_variables_and_warnings():
     assert report["tensorflow"].startswith("2.") and report["is_cuda_build"] is False
     assert report["environment"]["TF_CPP_MIN_LOG_LEVEL"] == "1"
     assert report["environment"]["TFPLACE_LOGICAL_CPUS"] == "2"
-    for unset in ("TF_ENABLE_ONEDNN_OPTS", "CUDA_VISIBLE_DEVICES", "TF_FORCE_GPU_ALLOW_GROWTH", "TFPLACE_MEMORY_GROWTH"):
+    for unset in ("TF_ENABLE_ONEDNN_OPTS", "CUDA_VISIBLE_DEVICES", "TF_FORCE_GPU_ALLOW_GROWTH",
+                  "TFPLACE_MEMORY_GROWTH"):
         if unset not in os.environ:
             assert report["environment"][unset] is None
     assert any("hides TensorFlow's own eager" in w for w in report["warnings"])

@@ -106,7 +106,8 @@ def test_cluster_guard_names_a_group_size_that_differs_between_workers(tmp_path)
     lines = _mismatch_line(done)
     assert lines, [d.stderr[-2000:] for d in done]
     assert lines[0].startswith("tfplace: collective group 100 (CollectiveReduceV2) differs between worker:0 and "
-                               "worker:1: group size 2 vs 3 (worker:0 at {at}, worker:1 at {at})".format(at=line("extra_all_reduce(tf.ones")))
+                               "worker:1: group size 2 vs 3 (worker:0 at {at}, worker:1 at {at})".format(
+                                   at=line("extra_all_reduce(tf.ones")))
     assert 3 in [d.returncode for d in done]
     assert time.monotonic() - start < 60
 
@@ -118,7 +119,8 @@ def test_cluster_guard_names_uneven_steps_with_both_workers_and_their_calls(tmp_
     lines = _mismatch_line(done)
     assert lines, [d.stderr[-2000:] for d in done]
     assert lines[0].startswith(f"tfplace: uneven calls of collective group 1 (CollectiveReduceV2 at "
-                               f"{line('train_step(batches)')}): worker:0 exited after 3 call(s), worker:1 waits in call 4")
+                               f"{line('train_step(batches)')}): worker:0 exited after 3 call(s), "
+                               "worker:1 waits in call 4")
     assert [d.returncode for d in done] == [0, 3]
     assert "crashed" not in done[1].stderr  # stopped before TensorFlow's own late error
 
@@ -292,8 +294,9 @@ def test_conformance_a_parameter_server_cluster_each_task_says_what_its_own_log_
             logs[task] = server.communicate(timeout=30)[1]
     assert chief.returncode == 0, chief.stderr[-3000:]
     capture = json.loads((tmp_path / "chief.json").read_text())["capture"]
-    result = compare.compare_logs(compare.Result("pss-chief", "-"), tflog.parse(chief.stderr, "/job:chief/replica:0/task:0"),
-                                  capture, json.loads((tmp_path / "chief.json").read_text()).get("sends"))
+    result = compare.compare_logs(compare.Result("pss-chief", "-"),
+                                  tflog.parse(chief.stderr, "/job:chief/replica:0/task:0"), capture,
+                                  json.loads((tmp_path / "chief.json").read_text()).get("sends"))
     result.complete_expected = False  # the workers place the steps it schedules, and say so in their logs
     assert result.problems() == [], compare.describe(result)
     assert "another task's device" in result.incomplete_reason

@@ -136,7 +136,8 @@ def test_log_placement_is_the_guides_logging_fixed_at_start():
     """)
     out = result_of(shown)
     assert out["before"] is True and out["same"] is True
-    assert "log_placement=False (from argument log_placement) cannot be applied: placement logging is on" in out["error"]
+    assert ("log_placement=False (from argument log_placement) cannot be applied: placement logging is on"
+            in out["error"])
     from tfplace import PlacementLog
 
     PlacementLog.from_text(shown.stderr).assert_placed("MatMul", "CPU:0")  # TensorFlow's own line, any kernel name

@@ -18,7 +18,8 @@ import pytest
 
 from conformance import compare
 
-pytestmark = pytest.mark.slow  # slow tier: the conformance suite: each program in a process of its own, in both oneDNN modes
+# slow tier: the conformance suite: each program in a process of its own, in both oneDNN modes
+pytestmark = pytest.mark.slow
 
 conformance = pytest.mark.conformance  # registered in pyproject.toml
 
@@ -30,7 +31,8 @@ CASES = [pytest.param(program, mode, id=f"{program.stem}-onednn{mode}")
 # Real lines of TensorFlow 2.21's stderr (from the programs' runs), in the order TensorFlow wrote them.
 _D0 = "/job:localhost/replica:0/task:0/device:CPU:0"
 _D1 = "/job:localhost/replica:0/task:0/device:CPU:1"
-_REAL_LOG = "\n".join(f"{level}0000 00:00:1795386404.5{i:05d}   {thread} {text}" for i, (level, thread, text) in enumerate([
+_REAL_LOG = "\n".join(f"{level}0000 00:00:1795386404.5{i:05d}   {thread} {text}"
+                      for i, (level, thread, text) in enumerate([
     ("I", 100, f"placer.cc:162] input: (_Arg): {_D1}"),                       # explicit copy: tf.identity on CPU:1
     ("I", 100, f"placer.cc:162] Identity: (Identity): {_D1}"),
     ("I", 100, f"placer.cc:162] output_RetVal: (_Retval): {_D1}"),
@@ -101,7 +103,8 @@ def test_referee_reads_real_lines():
 
 # Real lines of TensorFlow 2.16's stderr (o_mirrored_fit), which name no thread: a tf.data thread's warning
 # landed between an eager op's wrapper lines and its `Executing op`, as it does when the machine is busy.
-_DATED_LOG = "\n".join(f"2026-11-27 09:10:37.5{i:05d}: {level} tensorflow/core/{text}" for i, (level, text) in enumerate([
+_DATED_LOG = "\n".join(f"2026-11-27 09:10:37.5{i:05d}: {level} tensorflow/core/{text}"
+                       for i, (level, text) in enumerate([
     ("I", f"common_runtime/placer.cc:125] input__dataset: (_Arg): {_D0}"),
     ("I", f"common_runtime/placer.cc:125] OptionsDataset: (OptionsDataset): {_D0}"),
     ("W", "framework/local_rendezvous.cc:404] Local rendezvous is aborting with status: OUT_OF_RANGE: End of sequence"),
@@ -126,8 +129,10 @@ def test_referee_reads_lines_that_name_no_thread():
     assert not log.threads_known and log.main_thread == 100
     assert [(e.op, e.device, e.wrapper_placed) for e in log.eager] == [
         ("OptionsDataset", "/device:CPU:0", True), ("__inference_f_12", "/device:CPU:0", False)]
-    assert [[n.name for n in nodes] for _, nodes in log.wrappers] == [["input__dataset", "OptionsDataset", "handle_RetVal"]]
-    assert [(n.name, n.op) for n in log.nodes] == [("x", "_Arg"), ("Identity", "Identity"), ("identity_RetVal", "_Retval")]
+    assert [[n.name for n in nodes] for _, nodes in log.wrappers] == [
+        ["input__dataset", "OptionsDataset", "handle_RetVal"]]
+    assert [(n.name, n.op) for n in log.nodes] == [
+        ("x", "_Arg"), ("Identity", "Identity"), ("identity_RetVal", "_Retval")]
     assert not log.suspicious
 
 
@@ -137,7 +142,8 @@ def test_referee_compares_multisets():
     log = tflog.parse("CONFORMANCE-BEGIN 100\n" + _REAL_LOG + "\nCONFORMANCE-END 100\n")
     capture = {"complete": True, "incomplete_reason": "", "copies": [
         {"op": "MatMul", "input_index": 1, "from_device": "/device:CPU:0", "to_device": "/device:CPU:1", "source": ""}],
-        "records": [{"op": op, "name": "", "device": dev, "kind": "execute", "source": "", "requested": "", "dtypes": []}
+        "records": [{"op": op, "name": "", "device": dev, "kind": "execute", "source": "", "requested": "",
+                     "dtypes": []}
                     for op, dev in [("Identity", "/device:CPU:1"), ("MatMul", "/device:CPU:1"),
                                     ("AnonymousIteratorV3", "/device:CPU:0"), ("MakeIterator", "/device:CPU:0"),
                                     ("IteratorGetNext", "/device:CPU:0"), ("All", "/device:CPU:1")]]
@@ -168,8 +174,8 @@ def test_there_are_enough_programs():
 def test_capture_matches_tensorflow_log(program, mode):
     result = compare.run_program(program, onednn=mode)
     if result.problems():
-        pytest.fail(compare.describe(result) + "\n(CONFORMANCE_KEEP=DIR keeps each run's stderr and capture JSON; stderr line numbers refer to it)",
-                    pytrace=False)
+        pytest.fail(compare.describe(result) + "\n(CONFORMANCE_KEEP=DIR keeps each run's stderr and capture JSON; "
+                    "stderr line numbers refer to it)", pytrace=False)
 
 
 @conformance

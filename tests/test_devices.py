@@ -40,7 +40,9 @@ def test_missing_gpu_falls_back_with_a_log_line(caplog):
 
 
 def test_missing_gpu_without_fallback_lists_real_devices():
-    with pytest.raises(DeviceNotFoundError, match=r"GPU:3 \(from tfplace.device's argument spec\) does not exist: this process has /device:CPU:0"):
+    with pytest.raises(DeviceNotFoundError,
+                       match=r"GPU:3 \(from tfplace.device's argument spec\) does not exist: "
+                             r"this process has /device:CPU:0"):
         tfplace.device("GPU:3", fallback=False)
 
 

@@ -106,7 +106,8 @@ def _notebook(cells: list[Block], workdir: Path, env: dict[str, str]):
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "docs", "language": "python"}), encoding="utf-8")
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c.text.rstrip("\n")) for c in cells])
-    manager = KernelManager(kernel_name="docs-python", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)]))
+    manager = KernelManager(kernel_name="docs-python",
+                            kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)]))
     NotebookClient(notebook, km=manager, timeout=600, allow_errors=True,
                    resources={"metadata": {"path": str(workdir)}}).execute(env=env)
     return notebook

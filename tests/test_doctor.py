@@ -240,14 +240,17 @@ def doctor_cli(*args, env=None):
 
 
 @pytest.mark.parametrize("content, says", [
-    ("{not json", "not JSON"), ('{"format": "tfplace-doctor/1"}', "format 'tfplace-doctor/1' is not 'tfplace-machine/1'"),
-    ('{"format": "tfplace-machine/1", "platform": {}}', "the key 'python' is missing"), ("[1]", "expected a JSON object")])
+    ("{not json", "not JSON"),
+    ('{"format": "tfplace-doctor/1"}', "format 'tfplace-doctor/1' is not 'tfplace-machine/1'"),
+    ('{"format": "tfplace-machine/1", "platform": {}}', "the key 'python' is missing"),
+    ("[1]", "expected a JSON object")])
 def test_bad_facts_exit_2_with_one_line_naming_the_file(tmp_path, content, says):
     path = tmp_path / "facts.json"
     path.write_text(content)
     done = doctor_cli(f"--facts={path}")
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.count("\n") == 1 and done.stderr.startswith(f"tfplace doctor: error: {path}: ") and says in done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith(f"tfplace doctor: error: {path}: ")
+    assert says in done.stderr
 
 
 def test_missing_facts_file_and_facts_with_run(tmp_path):
@@ -300,7 +303,7 @@ def test_nvidia_smi_that_fails_or_hangs_gives_no_gpu_and_no_traceback(tmp_path):
         from tfplace.machine import _facts
         from tfplace.machine._verdict import diagnose
         facts = _facts.read()
-        report([facts["driver"], facts["gpus"], [f.to_json() for f in diagnose(facts).findings]])
+        report([facts.driver, list(facts.gpus), [f.to_json() for f in diagnose(facts).findings]])
     """, env={"PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"})
     driver, gpus, findings = result_of(done)
     assert driver is None and gpus == [] and "Traceback" not in done.stderr
@@ -330,7 +333,8 @@ def two_gpu_driver(tmp_path):
         #!/bin/sh
         case "$1" in
           --query-gpu=driver_version) echo 550.54.15;;
-          --query-gpu=index*) printf '0, Tesla V100-SXM2-16GB, 16160, GPU-aa, 0, 7.0\\n1, Tesla V100-SXM2-16GB, 16160, GPU-bb, 0, 7.0\\n';;
+          --query-gpu=index*) printf '0, Tesla V100-SXM2-16GB, 16160, GPU-aa, 0, 7.0\\n'
+                              printf '1, Tesla V100-SXM2-16GB, 16160, GPU-bb, 0, 7.0\\n';;
           *) echo '| NVIDIA-SMI 550.54.15   Driver Version: 550.54.15   CUDA Version: 12.4 |';;
         esac
     """))
@@ -386,7 +390,8 @@ def test_requires_gpu_skips_with_the_verdict(pytester, two_gpu_driver, monkeypat
 
 
 def test_env_prints_the_verdict_line_first():
-    done = subprocess.run([sys.executable, "-m", "tfplace", "env"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "tfplace", "env"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == ("GPUs: 0 reported by the driver (no NVIDIA driver), 0 used by TensorFlow: "
                                            "it runs on the CPU")
@@ -398,7 +403,8 @@ def test_doctor_on_this_machine_reads_tensorflow_in_a_child_only():
         import tfplace
         diagnosis = tfplace.doctor()
         report([diagnosis.ok, diagnosis.gpus_reported, "tensorflow" in sys.modules,
-                diagnosis.facts["tensorflow_view"]["gpus"], diagnosis.summary, diagnosis.facts["platform"]["container"]])
+                diagnosis.facts["tensorflow_view"]["gpus"], diagnosis.summary,
+                diagnosis.facts["platform"]["container"]])
     """)
     ok, reported, imported, listed, summary, container = result_of(done)
     assert ok and reported == 0 and listed == [] and not imported
@@ -411,8 +417,9 @@ def test_save_here_then_explain_the_saved_facts(tmp_path):
     path = tmp_path / "here.json"
     saved = doctor_cli(f"--save={path}")
     assert saved.returncode == 0, saved.stderr
-    assert saved.stdout.splitlines()[-1] == f"facts saved to {path} (explain them anywhere: tfplace doctor --facts={path})"
+    assert saved.stdout.splitlines()[-1] == (f"facts saved to {path} (explain them anywhere: "
+                                             f"tfplace doctor --facts={path})")
     facts = _facts.load(path)
-    assert facts["tensorflow_view"]["gpus"] == [] and facts["tensorflow"]["distributions"]
+    assert facts.tensorflow_view is not None and facts.tensorflow_view.gpus == () and facts.tensorflow.distributions
     explained = doctor_cli(f"--facts={path}")
     assert explained.returncode == 0 and explained.stdout.splitlines()[0] == saved.stdout.splitlines()[0]

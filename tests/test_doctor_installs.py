@@ -65,7 +65,8 @@ def test_the_cuda_wheel_alone_with_an_old_cudnn_names_the_missing_libraries_and_
     assert status == 0 and document["gpus_reported"] == 0  # no GPU here: what would stop one are warnings
     findings = {f["code"]: f for f in document["findings"]}
     assert set(findings) == {no_driver(document), "cuda-libraries-missing", "library-version-mismatch"}
-    assert {"libcudart.so.12", "libcublas.so.12", "libcufft.so.11"} <= set(findings["cuda-libraries-missing"]["evidence"]["missing"])
+    missing = set(findings["cuda-libraries-missing"]["evidence"]["missing"])
+    assert {"libcudart.so.12", "libcublas.so.12", "libcufft.so.11"} <= missing
     old = findings["library-version-mismatch"]["evidence"]
     assert old["library"] == "libcudnn.so.9" and old["found"]["version"].startswith("9.1.")
     assert old["required"]["version"].startswith("9.3")

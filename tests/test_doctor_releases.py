@@ -53,8 +53,10 @@ def test_the_last_release_for_an_old_architecture_is_the_last_with_its_machine_c
     def codes_of(name):
         return machines.release(name)["build"]["cuda_compute_capabilities"]
 
-    assert "sm_35" in codes_of("tensorflow-2.14.1") and not any(c.startswith("sm_3") for c in codes_of("tensorflow-2.15.1"))
-    assert "sm_50" in codes_of("tensorflow-2.16.2") and not any(c.startswith("sm_5") for c in codes_of("tensorflow-2.17.1"))
+    assert "sm_35" in codes_of("tensorflow-2.14.1")
+    assert not any(c.startswith("sm_3") for c in codes_of("tensorflow-2.15.1"))
+    assert "sm_50" in codes_of("tensorflow-2.16.2")
+    assert not any(c.startswith("sm_5") for c in codes_of("tensorflow-2.17.1"))
     assert _releases.LAST_RELEASE_FOR == {3: "2.14", 5: "2.16"}
 
 
@@ -83,13 +85,20 @@ DERIVED = {
     "tensorflow-2.11.1": ("libcudart.so.11.0", "libcudnn.so.8", "", _conda("11.2", "8.1")),
     "tensorflow-2.12.1": ("libcudart.so.11.0", "libcudnn.so.8", "", _conda("11.8", "8.6")),
     "tensorflow-2.13.1": ("libcudart.so.11.0", "libcudnn.so.8", "", _conda("11.8", "8.6")),
-    "tensorflow-2.14.1": ("libcudart.so.11.0", "libcudnn.so.8", "==8.7.0.84", "pip install 'tensorflow[and-cuda]==2.14.1'"),
-    "tensorflow-2.15.1": ("libcudart.so.12", "libcudnn.so.8", "==8.9.4.25", "pip install 'tensorflow[and-cuda]==2.15.1'"),
-    "tensorflow-2.16.1": ("libcudart.so.12", "libcudnn.so.8", "==8.9.7.29", "pip install 'tensorflow[and-cuda]==2.16.1'"),
-    "tensorflow-2.16.2": ("libcudart.so.12", "libcudnn.so.8", "==8.9.7.29", "pip install 'tensorflow[and-cuda]==2.16.2'"),
-    "tensorflow-2.17.1": ("libcudart.so.12", "libcudnn.so.8", "==8.9.7.29", "pip install 'tensorflow[and-cuda]==2.17.1'"),
-    "tensorflow-2.18.1": ("libcudart.so.12", "libcudnn.so.9", "==9.3.0.75", "pip install 'tensorflow[and-cuda]==2.18.1'"),
-    "tensorflow-2.19.1": ("libcudart.so.12", "libcudnn.so.9", "==9.3.0.75", "pip install 'tensorflow[and-cuda]==2.19.1'"),
+    "tensorflow-2.14.1": ("libcudart.so.11.0", "libcudnn.so.8", "==8.7.0.84",
+                          "pip install 'tensorflow[and-cuda]==2.14.1'"),
+    "tensorflow-2.15.1": ("libcudart.so.12", "libcudnn.so.8", "==8.9.4.25",
+                          "pip install 'tensorflow[and-cuda]==2.15.1'"),
+    "tensorflow-2.16.1": ("libcudart.so.12", "libcudnn.so.8", "==8.9.7.29",
+                          "pip install 'tensorflow[and-cuda]==2.16.1'"),
+    "tensorflow-2.16.2": ("libcudart.so.12", "libcudnn.so.8", "==8.9.7.29",
+                          "pip install 'tensorflow[and-cuda]==2.16.2'"),
+    "tensorflow-2.17.1": ("libcudart.so.12", "libcudnn.so.8", "==8.9.7.29",
+                          "pip install 'tensorflow[and-cuda]==2.17.1'"),
+    "tensorflow-2.18.1": ("libcudart.so.12", "libcudnn.so.9", "==9.3.0.75",
+                          "pip install 'tensorflow[and-cuda]==2.18.1'"),
+    "tensorflow-2.19.1": ("libcudart.so.12", "libcudnn.so.9", "==9.3.0.75",
+                          "pip install 'tensorflow[and-cuda]==2.19.1'"),
     "tensorflow-2.20.0": ("libcudart.so.12", "libcudnn.so.9", "<10.0,>=9.3.0.75",
                           "pip install 'tensorflow[and-cuda]==2.20.0'"),
     "tensorflow-2.21.0": ("libcudart.so.12", "libcudnn.so.9", "<10.0,>=9.3.0.75",
@@ -122,7 +131,8 @@ def test_a_cpu_build_of_each_release_is_fixed_by_that_releases_gpu_build():
     cpu_115 = machines.release("tensorflow-1.15.5")
     diagnosis = diagnose(machines.machine(cpu_115, python="3.7.12"))
     fix = finding(diagnosis, "cpu-only-tensorflow").fix
-    assert fix.startswith("pip uninstall -y tensorflow && pip install 'tensorflow-gpu==1.15.5'") and "[and-cuda]" not in fix
+    assert fix.startswith("pip uninstall -y tensorflow && pip install 'tensorflow-gpu==1.15.5'")
+    assert "[and-cuda]" not in fix
     cpu_216 = dict(machines.release("tensorflow-2.16.2"), distributions={"tensorflow-cpu": "2.16.2"},
                    build={"is_cuda_build": False})
     fix = finding(diagnose(machines.machine(cpu_216, python="3.12.3")), "cpu-only-tensorflow").fix
@@ -132,7 +142,8 @@ def test_a_cpu_build_of_each_release_is_fixed_by_that_releases_gpu_build():
 def test_satisfies_reads_each_form_of_bound_on_the_parts_a_library_reports():
     assert satisfies("8.9.7", "==8.9.7.29") and not satisfies("8.8.0", "==8.9.4.25")
     assert satisfies("9.3.0", "<10.0,>=9.3.0.75") and not satisfies("10.1.0", "<10.0,>=9.3.0.75")
-    assert not satisfies("9.1.0", "<10.0,>=9.3.0.75") and satisfies("2.2.1", "~=2.2.0") and not satisfies("2.3", "~=2.2.0")
+    assert not satisfies("9.1.0", "<10.0,>=9.3.0.75")
+    assert satisfies("2.2.1", "~=2.2.0") and not satisfies("2.3", "~=2.2.0")
     assert satisfies("12.5", "<12.5.1") and not satisfies("12.6", "<12.5.1") and satisfies("", "==1.0")
 
 
@@ -144,8 +155,8 @@ def test_tf_2_16_1_with_its_cuda_wheels_installed_where_its_run_path_does_not_lo
     fix puts the wheels' folders in LD_LIBRARY_PATH (2.16.1's own run path misses them)."""
     tf = machines.release("tensorflow-2.16.1")
     wants = wanted(tf["requires"])
-    wheels = {w.package: {"version": w.minimum, "lib": f"{machines.SITE}/nvidia/{w.package[7:-5].replace('-', '_')}/lib"}
-              for w in wants}
+    wheels = {w.package: {"version": w.minimum,
+                          "lib": f"{machines.SITE}/nvidia/{w.package[7:-5].replace('-', '_')}/lib"} for w in wants}
     facts = machines.machine(tf, python="3.11.8", driver=("550.54.14", "12.4"), loaded={w.soname: None for w in wants},
                              wheels=wheels)
     facts["tensorflow_view"] = {"gpus": [], "log": ["W0000 ... Cannot dlopen some GPU libraries."]}
@@ -181,11 +192,13 @@ def test_tf_2_15_beside_a_system_cudnn_older_than_its_pin():
     """TensorFlow 2.15 logs `Loaded runtime CuDNN library: 8.8.0 but source was compiled with: 8.9.4`: a
     system cuDNN 8.8 put first by LD_LIBRARY_PATH."""
     tf = machines.release("tensorflow-2.15.1")
-    facts = machines.machine(tf, python="3.10.12", loaded={"libcudnn.so.8": ("/usr/local/cuda/lib64/libcudnn.so.8", "8.8.0")},
+    facts = machines.machine(tf, python="3.10.12",
+                             loaded={"libcudnn.so.8": ("/usr/local/cuda/lib64/libcudnn.so.8", "8.8.0")},
                              LD_LIBRARY_PATH="/usr/local/cuda/lib64")
     diagnosis = diagnose(facts)
     mismatch = finding(diagnosis, "library-version-mismatch")
-    assert not diagnosis.ok and mismatch.severity == "error" and "8.8.0" in mismatch.message and "==8.9.4.25" in mismatch.message
+    assert not diagnosis.ok and mismatch.severity == "error"
+    assert "8.8.0" in mismatch.message and "==8.9.4.25" in mismatch.message
     assert mismatch.fix == ("export LD_LIBRARY_PATH=  # it puts /usr/local/cuda/lib64 first; then: "
                             "pip install 'tensorflow[and-cuda]==2.15.1'")
 
@@ -197,7 +210,8 @@ def test_tf_2_3_on_an_rtx_3090_is_too_new_for_its_cuda_10_1():
     diagnosis = diagnose(machines.machine(tf, python="3.8.10", driver=("455.23.05", "11.1")))
     unsupported = finding(diagnosis, "compute-capability-unsupported")
     assert not diagnosis.ok and "ptx-jit" not in codes(diagnosis)
-    assert "newer than the build's CUDA 10.1 knows (up to 7.5); its PTX compute_70 cannot serve it" in unsupported.message
+    assert ("newer than the build's CUDA 10.1 knows (up to 7.5); its PTX compute_70 cannot serve it"
+            in unsupported.message)
     assert unsupported.fix.startswith("pip install 'tensorflow==2.13.*'  # then CUDA 11.8 and cuDNN 8.6: conda install")
 
 
@@ -215,7 +229,8 @@ def test_native_windows_after_2_10_gets_wsl2_and_no_cpu_reinstall():
 def test_native_windows_2_10_gets_its_own_gpu_build_with_cuda_11_2():
     tf = {"distributions": {"tensorflow-cpu": "2.10.1"}, "build": {"is_cuda_build": False}, "requires": [],
           "path": "C:\\Python310\\Lib\\site-packages\\tensorflow"}
-    fix = finding(diagnose(machines.machine(tf, python="3.10.11", system="Windows", arch="AMD64")), "cpu-only-tensorflow").fix
+    diagnosis = diagnose(machines.machine(tf, python="3.10.11", system="Windows", arch="AMD64"))
+    fix = finding(diagnosis, "cpu-only-tensorflow").fix
     assert fix.startswith("pip uninstall -y tensorflow-cpu && pip install 'tensorflow==2.10.1'  # then CUDA 11.2 and "
                           "cuDNN 8.1")
 

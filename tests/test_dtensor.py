@@ -105,7 +105,8 @@ def test_an_op_on_dtensors_device_records_the_per_device_functions_and_their_cal
     assert placed == ["/device:CPU:0", "/device:CPU:1"]
     # the device id DTensor keeps on the host moves to CPU:1 for that device's function, at every call
     moved = [c for c in got["copies"] if c[4] == "function"]
-    assert moved and all(c[:2] == ["/device:CPU:0", "/device:CPU:1"] and c[3].startswith("MatMul__func_") for c in moved)
+    assert moved and all(c[:2] == ["/device:CPU:0", "/device:CPU:1"] and c[3].startswith("MatMul__func_")
+                         for c in moved)
     assert len(moved) % 2 == 0 and [c[:6] for c in moved[:len(moved) // 2]] == [c[:6] for c in moved[len(moved) // 2:]]
     # before each call, TensorFlow copies the CPU:1 function's device id (made on CPU:1) to the host, where
     # that function's argument is placed: the "warn" policy logs "MatMul__func_... input #0 was expected to be on

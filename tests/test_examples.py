@@ -93,7 +93,8 @@ def test_log_placement_flag_shows_tensorflows_own_lines():
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     own = [r for r in parse_placement(done.stderr).records if r.kind == "execute"]  # every line TensorFlow printed
-    assert [(r.op, r.device) for r in own][-3:] == [("_EagerConst", "/device:CPU:0")] * 2 + [("MatMul", "/device:CPU:0")]
+    assert [(r.op, r.device) for r in own][-3:] == ([("_EagerConst", "/device:CPU:0")] * 2
+                                                    + [("MatMul", "/device:CPU:0")])
     assert executed(done.stdout) == [("MatMul", "/device:CPU:0")]  # the records, as without the flag
 
 

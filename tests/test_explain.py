@@ -266,7 +266,8 @@ def test_a_file_that_is_not_a_kernel_table_is_refused_naming_it(tmp_path):
     path = tmp_path / "bad.json.gz"
     with gzip.open(path, "wt", encoding="utf-8") as handle:
         json.dump({"format": "something else"}, handle)
-    with pytest.raises(ValueError, match=r"bad\.json\.gz has format 'something else': expected 'tfplace-gpu-kernels/1'"):
+    with pytest.raises(ValueError,
+                       match=r"bad\.json\.gz has format 'something else': expected 'tfplace-gpu-kernels/1'"):
         _kernel_table.shipped(str(path))
     (tmp_path / "plain.json.gz").write_text("not gzip")
     with pytest.raises(ValueError, match=r"plain\.json\.gz could not be read"):
@@ -309,7 +310,8 @@ def test_readiness_of_string_ops_advises_no_cast(python):
         from tfplace.placement.shown._explain import gpu_readiness
         from tfplace.placement.ops._kernel_table import gpu_table
         from tfplace.placement.records._records import PlacementRecord
-        records = [PlacementRecord("Reshape", "", "/device:CPU:0", "execute", dtypes=(("T", "string"), ("Tshape", "int32"))),
+        records = [PlacementRecord("Reshape", "", "/device:CPU:0", "execute",
+                                   dtypes=(("T", "string"), ("Tshape", "int32"))),
                    PlacementRecord("MatMul", "", "/device:CPU:0", "execute", dtypes=(("T", "int32"),))]
         report({entry.op: entry.message for entry in gpu_readiness(records, gpu_table())})
     """)

@@ -73,7 +73,8 @@ def test_a_replicas_function_converted_by_autograph_names_the_users_lines(tmp_pa
 
         with tfplace.capture_placement(sources=True) as log:
             step(tf.ones((2, 2)))
-        report(sorted({(r.op, r.device, r.source.rpartition(":")[2]) for r in log.records if r.op in ("MatMul", "Mul")}))
+        report(sorted({(r.op, r.device, r.source.rpartition(":")[2]) for r in log.records
+                       if r.op in ("MatMul", "Mul")}))
     """)
     text = (tmp_path / "program.py").read_text().splitlines()  # the program's own lines, not autograph's
     matmul, mul = (next(i for i, line in enumerate(text, 1) if marker in line) for marker in ("tf.matmul", "z * 2"))
@@ -206,7 +207,8 @@ def test_copies_follow_where_the_memory_is(tmp_path):
     assert out["strings"] == []
     # The argument crosses into the function's Mul on CPU:1 (a function transfer), and the result,
     # whose memory stays on CPU:1, crosses back into the eager AddV2.
-    assert out["output"] == [["Mul", 0, "/device:CPU:0", "/device:CPU:1"], ["AddV2", 0, "/device:CPU:1", "/device:CPU:0"]]
+    assert out["output"] == [["Mul", 0, "/device:CPU:0", "/device:CPU:1"],
+                             ["AddV2", 0, "/device:CPU:1", "/device:CPU:0"]]
 
 
 def test_complete_is_live_and_an_incomplete_snapshot_fails_whatever_the_order(pytester):
@@ -436,4 +438,5 @@ def test_a_function_tensorflow_does_not_inline_is_placed_on_its_own_on_the_calls
     # device, Sin where it asked
     assert {("Sin", "Sin", "CPU:1"), ("mul", "Mul", "CPU:0"), ("mul/y", "Const", "CPU:0"),
             ("PartitionedCall", "PartitionedCall", "CPU:0")} <= {tuple(r) for r in records}
-    assert ["__inference_inn", "Mul", "CPU:1", "CPU:0"] in copies and ["__inference_inn", "Sin", "CPU:0", "CPU:1"] in copies
+    assert (["__inference_inn", "Mul", "CPU:1", "CPU:0"] in copies
+            and ["__inference_inn", "Sin", "CPU:0", "CPU:1"] in copies)

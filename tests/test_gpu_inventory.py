@@ -74,7 +74,8 @@ def test_without_nvml_or_nvidia_smi_memory_is_unknown(monkeypatch, tmp_path):
     assert _gpu_inventory.read_gpus(0) == []
 
 
-@pytest.mark.parametrize("visible, expected", [("1,0", ["GPU-bb", "GPU-aa"]), ("GPU-b", ["GPU-bb"]), ("0,7,1", ["GPU-aa"])])
+@pytest.mark.parametrize("visible, expected", [("1,0", ["GPU-bb", "GPU-aa"]), ("GPU-b", ["GPU-bb"]),
+                                               ("0,7,1", ["GPU-aa"])])
 def test_cuda_visible_devices_renumbers_the_driver_gpus(visible, expected):
     driver = [GpuInfo(i, name, total, uuid, used) for i, (name, total, uuid, used) in enumerate(V100S)]
     mapped = _gpu_inventory.map_cuda_visible(driver, visible)

@@ -57,8 +57,10 @@ def test_table_of_cpu_kernels_has_the_documented_format():
     # Fill's int32 CPU kernels keep `dims` in host memory; one per index_type.
     fill_int32 = [e for e in table["kernels"]["Fill"] if e["constraints"]["T"] == ["int32"]]
     assert fill_int32 == [
-        {"device": "CPU", "constraints": {"T": ["int32"], "index_type": ["int32"]}, "host_memory": ["dims"], "label": ""},
-        {"device": "CPU", "constraints": {"T": ["int32"], "index_type": ["int64"]}, "host_memory": ["dims"], "label": ""},
+        {"device": "CPU", "constraints": {"T": ["int32"], "index_type": ["int32"]}, "host_memory": ["dims"],
+         "label": ""},
+        {"device": "CPU", "constraints": {"T": ["int32"], "index_type": ["int64"]}, "host_memory": ["dims"],
+         "label": ""},
     ]
     string_join = table["kernels"]["StringJoin"]
     assert [e["device"] for e in string_join] == ["CPU"] and string_join[0]["host_memory"] == []
@@ -100,7 +102,8 @@ def test_constraint_values_of_an_unsupported_kind_are_refused():
     kernel = kernel_def_pb2.KernelDef(op="Fake", device_type="GPU")
     constraint = kernel.constraint.add(name="shape")
     constraint.allowed_values.list.shape.add()
-    with pytest.raises(script.TableError, match=r"kernel 'Fake' on 'GPU', attribute 'shape': allowed values of kinds \['shape'\]"):
+    with pytest.raises(script.TableError,
+                       match=r"kernel 'Fake' on 'GPU', attribute 'shape': allowed values of kinds \['shape'\]"):
         script.table_from_kernel_list(kernel_def_pb2.KernelList(kernel=[kernel]), "2.21.0")
 
 

@@ -50,7 +50,8 @@ def test_log_level_logs_each_copy_and_goes_on(python):
     out = python(code)
     assert out["a"] == [[2.0, 2.0], [2.0, 2.0]] and out["b"] == [[1.0, 1.0], [1.0, 1.0]]
     assert len(out["lines"]) == 3
-    assert out["lines"][0].startswith(f"tfplace.transfer_guard: implicit copy at {line_of(code, '# first copy')}: AddV2")
+    assert out["lines"][0].startswith(
+        f"tfplace.transfer_guard: implicit copy at {line_of(code, '# first copy')}: AddV2")
     assert out["lines"][1].startswith(f"tfplace.transfer_guard: implicit copy at {line_of(code, '# second copy')}: Mul")
     assert out["lines"][2].startswith(f"tfplace.transfer_guard: implicit copy at {line_of(code, '# third copy')}: "
                                       "Identity input #0 lives on /device:CPU:1, but Identity runs on /device:CPU:0")
@@ -155,4 +156,5 @@ def test_device_guard(python):
     assert "allow_ops=('Mul',)" in message
     assert out["CPU:7"] == ["DeviceNotFoundError", "device CPU:7 (from tfplace.device_guard's argument device) "
                                                    "does not exist: this process has /device:CPU:0, /device:CPU:1"]
-    assert out["cpu one"][0] == "DeviceSpecError" and "(from tfplace.device_guard's argument device)" in out["cpu one"][1]
+    assert (out["cpu one"][0] == "DeviceSpecError"
+            and "(from tfplace.device_guard's argument device)" in out["cpu one"][1])

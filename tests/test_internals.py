@@ -52,7 +52,8 @@ INTERNALS = [
     ("tensorflow.python.data.ops.from_generator_op", "_GeneratorDataset",
      "tf.data: generator datasets, which tf.data's rewrites skip (its _init_func, _next_func, _finalize_func)"),
     ("tensorflow.python.data.ops.map_op", "_ParallelMapDataset", "tf.data: the datasets map() makes"),
-    ("tensorflow.python.data.ops.cache_op", "CacheDataset", "tf.data: the dataset cache() makes, known by its class name"),
+    ("tensorflow.python.data.ops.cache_op", "CacheDataset",
+     "tf.data: the dataset cache() makes, known by its class name"),
     ("tensorflow.python.data.ops.interleave_op", "_ParallelInterleaveDataset",
      "tf.data: interleave with num_parallel_calls, known by its class name"),
     ("tensorflow.python.data.experimental.ops.distribute", "_AutoShardDataset",
@@ -61,7 +62,8 @@ INTERNALS = [
      "tf.data: prefetch_to_device's copy, whose input is iterated on its _source_device_string"),
     ("tensorflow.python.client.pywrap_tf_session", "TF_NewImportGraphDefOptions",
      "transfers: a placed graph imported for its static shapes, without a Python op per node"),
-    ("tensorflow.python.client.pywrap_tf_session", "TF_ImportGraphDefOptionsAddReturnOutput", "transfers: static shapes"),
+    ("tensorflow.python.client.pywrap_tf_session", "TF_ImportGraphDefOptionsAddReturnOutput",
+     "transfers: static shapes"),
     ("tensorflow.python.client.pywrap_tf_session", "TF_GraphImportGraphDefWithResults", "transfers: static shapes"),
     ("tensorflow.python.client.pywrap_tf_session", "TF_ImportGraphDefResultsReturnOutputs", "transfers: static shapes"),
     ("tensorflow.python.client.pywrap_tf_session", "TF_DeleteImportGraphDefResults", "transfers: static shapes"),
@@ -91,7 +93,8 @@ INTERNALS = [
     ("tensorflow.python.framework.ops", "_EagerTensorBase._numpy",
      "steps: every read of an eager tensor's value in Python, replaced while a timed capture listens"),
     ("tensorflow.python.ops.resource_variable_ops", "BaseResourceVariable",
-     "eager ops: the variables whose _dtype and _handle the eager fast path reads in C++ (watched while a capture listens)"),
+     "eager ops: the variables whose _dtype and _handle the eager fast path reads in C++ "
+     "(watched while a capture listens)"),
     ("tensorflow.python.eager.execute", "execute_with_cancellation",
      "eager ops: function calls under a cancellation manager (ClusterCoordinator closures) reach no op callback"),
     ("tensorflow.python.eager.context", "Context.ensure_initialized",
@@ -207,8 +210,10 @@ def test_every_internal_used_is_listed_and_only_the_state_package_uses_any():
         assert not unlisted, f"{state.relative_to(ROOT)} uses internals missing from INTERNALS: {sorted(unlisted)}"
         private = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)} | {
             node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
-        private = {name for name in private if name.startswith("_") and not name.startswith("__") and name.isidentifier()}
-        assert private <= known | own, f"private names in {state.relative_to(ROOT)} not listed: {sorted(private - known - own)}"
+        private = {name for name in private
+                   if name.startswith("_") and not name.startswith("__") and name.isidentifier()}
+        assert private <= known | own, (f"private names in {state.relative_to(ROOT)} not listed: "
+                                        f"{sorted(private - known - own)}")
     for path in sorted((ROOT / "tfplace").rglob("*.py")):
         if path.parent == STATE_PACKAGE:
             continue
@@ -216,7 +221,8 @@ def test_every_internal_used_is_listed_and_only_the_state_package_uses_any():
             imported = [node.module or ""] if isinstance(node, ast.ImportFrom) else [
                 a.name for a in node.names] if isinstance(node, ast.Import) else []
             where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', '?')}"
-            assert not any(m.startswith("tensorflow.python") for m in imported), f"{where} imports a TensorFlow internal"
+            assert not any(m.startswith("tensorflow.python") for m in imported), (
+                f"{where} imports a TensorFlow internal")
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "tf":
                 assert node.attr not in ("config", "sysconfig"), f"{where} uses tf.{node.attr}: go through _tensorflow"
 

@@ -140,8 +140,8 @@ def test_a_task_whose_process_dies_after_its_script_ended_is_named_with_what_to_
     assert "[worker 0] sum 3.0" in done.stdout.splitlines()
     lines = done.stdout[done.stdout.index("what is uneven or costly"):].splitlines()
     assert lines[1] == ("  worker:0: no trace: its script ended (status 0), then the process was killed by signal 11 "
-                        "as it closed its trace (with --timing, TensorFlow's profiler can crash as it stops: run again, "
-                        "or leave out --timing); its figures below are what its peers saw")
+                        "as it closed its trace (with --timing, TensorFlow's profiler can crash as it stops: "
+                        "run again, or leave out --timing); its figures below are what its peers saw")
     tasks = json.loads((tmp_path / "cluster.json").read_text())["tasks"]
     assert [(t["task"], t["trace"], t["script_exit_status"]) for t in tasks if t["task"] == "worker:0"] == \
         [("worker:0", None, 0)]
@@ -352,7 +352,8 @@ def test_a_parameter_server_cluster_traced_has_its_variables_steps_and_reads_whe
                   cwd=tmp_path, timeout=150)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"kernel on {PS.format(0)}; bias on {PS.format(1)}" in done.stdout
-    assert not re.search(r"placer\.cc|SessionOptions|^\[\w+ ?\d?\] \S+: \(\w+\): /job:", done.stdout + done.stderr, re.M)
+    assert not re.search(r"placer\.cc|SessionOptions|^\[\w+ ?\d?\] \S+: \(\w+\): /job:", done.stdout + done.stderr,
+                         re.M)
     folder = Path(re.search(r"; traces in (\S+)", done.stderr)[1])
     assert not folder.exists()  # merged: the tasks' own files are gone
     merged = json.loads((tmp_path / "cluster.json").read_text())
@@ -371,7 +372,8 @@ def test_a_parameter_server_cluster_traced_has_its_variables_steps_and_reads_whe
     assert {(r["to_task"], r["bytes"]) for r in writes} == {("ps:1", 8)}
     timeline = json.loads(gzip.decompress((tmp_path / "cluster.json.gz").read_bytes()))
     processes = {e["args"]["name"] for e in timeline["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
-    assert {"chief /job:chief/replica:0/task:0/device:CPU:0", f"chief {PS.format(0)}", f"chief {W.format(1)}"} <= processes
+    assert {"chief /job:chief/replica:0/task:0/device:CPU:0", f"chief {PS.format(0)}",
+            f"chief {W.format(1)}"} <= processes
     assert any(e["ph"] == "X" and e["name"].startswith("send AssignVariableOp") for e in timeline["traceEvents"])
     reason = traces["chief"]["incomplete_reason"]
     assert "another task's device" in reason and "placed before the block opened" not in reason
@@ -380,7 +382,8 @@ def test_a_parameter_server_cluster_traced_has_its_variables_steps_and_reads_whe
     assert {r["device"] for r in steps} <= {W.format(0), W.format(1)} and sum(r.get("count", 1) for r in steps) == 4
     assert "__inference_train_step" in reason
     # the steps the coordinator scheduled, at the user's schedule line; 32 B per step makes no ps a hotspot
-    schedule = next(i for i, text in enumerate(Path(PSS_LOOP).read_text().splitlines(), 1) if "coordinator.schedule(" in text)
+    schedule = next(i for i, text in enumerate(Path(PSS_LOOP).read_text().splitlines(), 1)
+                    if "coordinator.schedule(" in text)
     assert merged["steps"]["chief"]["count"] + merged["steps"]["chief"]["warmup"] == 4
     assert merged["steps"]["chief"]["source"] == f"{PSS_LOOP}:{schedule}" and merged["advice"] == []
 
@@ -406,8 +409,10 @@ def test_a_ps_task_serving_most_bytes_per_step_is_a_hotspot_and_the_coordinator_
                   "--units=65536", cwd=tmp_path, timeout=200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     merged = json.loads((tmp_path / "cluster.json").read_text())
-    kernel = next(i for i, text in enumerate(Path(PSS_LOOP).read_text().splitlines(), 1) if "kernel = tf.Variable(" in text)
-    assert [(a["rule"], a["task"], a["source"]) for a in merged["advice"]] == [("ps-hotspot", "ps:0", f"{PSS_LOOP}:{kernel}")]
+    kernel = next(i for i, text in enumerate(Path(PSS_LOOP).read_text().splitlines(), 1)
+                  if "kernel = tf.Variable(" in text)
+    assert [(a["rule"], a["task"], a["source"]) for a in merged["advice"]] == [
+        ("ps-hotspot", "ps:0", f"{PSS_LOOP}:{kernel}")]
     hot = merged["advice"][0]["evidence"]
     assert hot["bytes_per_step"] == 2 * 2 * 4 * 65536 * 4  # two workers each read and write the 1 MiB kernel
     chief = merged["steps"]["chief"]

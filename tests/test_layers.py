@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "scripts"))
-import layers  # noqa: E402  (scripts/layers.py)
+import layers  # scripts/layers.py
 
 GRAPH = layers.imports()
 MODULES = layers.modules()
@@ -74,4 +74,5 @@ def test_a_cycle_and_an_upward_import_are_found(tmp_path):
 
 def test_build_md_shows_the_layers_as_the_code_draws_them():
     build = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
-    assert layers.drawing() in build, "docs/architecture.md's layers are not what `python scripts/layers.py` prints: paste its output"
+    assert layers.drawing() in build, (
+        "docs/architecture.md's layers are not what `python scripts/layers.py` prints: paste its output")

@@ -96,7 +96,8 @@ def test_an_out_of_memory_error_raised_in_the_block_gets_the_note_of_the_device_
                 with tf.device("CPU:1"):
                     kept = tf.ones((100, 100))   # the largest
                 small = tf.ones((10,))
-                raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape[1099511627776] "
+                raise tf.errors.ResourceExhaustedError(None, None,
+                    "OOM when allocating tensor with shape[1099511627776] "
                     "and type float on /job:localhost/replica:0/task:0/device:CPU:1 by allocator cpu")
         except tf.errors.ResourceExhaustedError as error:
             report(error.__notes__)

@@ -94,7 +94,8 @@ def test_collectives_of_two_workers_merge_into_one_group_and_flag_uneven_calls()
     even = merge([("worker:0", worker(0, 3)), ("worker:1", worker(1, 3))])["collectives"]
     assert len(even) == 1
     group = even[0]
-    assert (group["op"], group["group_key"], group["group_size"], group["dtype"]) == ("CollectiveReduceV2", 1, 2, "float32")
+    assert (group["op"], group["group_key"], group["group_size"], group["dtype"]) == (
+        "CollectiveReduceV2", 1, 2, "float32")
     assert (group["bytes_per_call"], group["calls"], group["tasks"]) == (32, 3, ["worker:0", "worker:1"])
     assert group["devices"] == [W.format(0), W.format(1)] and group["source"] == "train.py:20"
     assert group["uneven"] == []
@@ -133,7 +134,8 @@ def test_traffic_rows_and_matrix_between_tasks():
     assert (read["count"], read["bytes"], read["per_step"]) == (6, 192, True) and "ReadVariableOp" in read["what"]
     tensor = rows[("ps:0", "worker:1", "tensor")]
     assert (tensor["count"], tensor["bytes"]) == (5, 160) and "MatMul input #0" in tensor["what"]
-    assert not any(r["from_task"] == r["to_task"] for r in merged["traffic"])  # the chief's CPU:0 -> CPU:1 is no traffic
+    # the chief's CPU:0 -> CPU:1 is no traffic
+    assert not any(r["from_task"] == r["to_task"] for r in merged["traffic"])
     assert [r["bytes"] for r in merged["traffic"]] == sorted((r["bytes"] for r in merged["traffic"]), reverse=True)
     tasks = merged["matrix"]["tasks"]
     assert tasks == ["chief", "worker:0", "worker:1", "ps:0"]
@@ -229,7 +231,8 @@ def test_each_task_has_its_single_process_sections_read_from_its_json():
                                                              "top": [["train.py:3", 2048]]}]}
     data["incomplete_reason"] = "a thread ran ops outside the capture"
     text = render(merge([("worker:0", data)]))
-    section = text[text.index("== worker:0: train.py --steps=3 (exit status 0): 7 op placement(s) (eager ops run, function nodes placed: each once)"):]
+    section = text[text.index("== worker:0: train.py --steps=3 (exit status 0): 7 op placement(s) "
+                              "(eager ops run, function nodes placed: each once)"):]
     assert f"  {W.format(0)}  2 compute op type(s): MatMul 6, AddV2 1" in section
     assert f"not where asked, and why (by source line):\n  train.py:9  MatMul x1 on {W.format(0)}: no-device" in section
     assert f"    MirroredStrategy: 1 x ReadVariableOp ran on {W.format(0)} (colocated)" in section
@@ -373,7 +376,8 @@ def test_a_task_whose_script_ended_but_whose_trace_was_never_written_says_so(tmp
             "--timing)") in text
     assert "  worker:1: no trace (exit status 137): it ended before writing one" in text
     # a peer's trace shows the run was not timed: the profiler is not what crashed it
-    tasks = [entry for entry in merged["tasks"] if entry["task"] == "worker:0"] + merge([("worker:1", worker(1))])["tasks"]
+    tasks = ([entry for entry in merged["tasks"] if entry["task"] == "worker:0"]
+             + merge([("worker:1", worker(1))])["tasks"])
     untimed = render({**merged, "tasks": tasks})
     assert ("  worker:0: no trace: its script ended (status 0), then the process was killed by signal 11 as it "
             "closed its trace; its figures below are what its peers saw") in untimed

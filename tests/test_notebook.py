@@ -140,7 +140,8 @@ CELLS = {
     "perfetto": ('%%placement --sources --perfetto=cell.json\nwith tf.device("CPU:0"):\n    w = tf.ones((2, 2))\n'
                  'with tf.device("CPU:1"):\n    y = tf.matmul(w, w)'),
     "perfetto_file": ('import json\nevents = json.load(open("cell.json"))["traceEvents"]\n'
-                      'sorted({e["args"].get("line", "") for e in events if e["ph"] == "X" and e["name"] == "MatMul"})'),
+                      'sorted({e["args"].get("line", "") for e in events '
+                      'if e["ph"] == "X" and e["name"] == "MatMul"})'),
     "device_guard": "%%placement --device-guard=CPU:1\n\ny = tf.ones(2) * 2.0",
     "why": ('%%placement --sources\nwith tf.device("GPU:0"):\n    m = tf.ones((2, 2)) * 2.0\ntry:\n'
             "    tf.matmul(tf.ones((2, 3)), tf.ones((2, 3)))\nexcept tf.errors.InvalidArgumentError:\n"

@@ -62,7 +62,8 @@ def test_mirrored_fit_report_leads_with_compute_and_counts_the_strategy_in_one_l
     strategy = [e for e in data["explanations"] if e["record"]["requested_by"] == "MirroredStrategy"]
     assert strategy and all(e["record"]["origin"] == "framework" for e in strategy)
     assert not [e for e in strategy if "create the resource" in e["message"]]
-    counted = [line for line in lines if line.strip().startswith("MirroredStrategy initialises each replica's variables")]
+    counted = [line for line in lines
+               if line.strip().startswith("MirroredStrategy initialises each replica's variables")]
     assert counted and all("reads colocated with /device:CPU:" in line for line in counted)
     assert not [line for line in lines if "create the resource" in line]
 
@@ -97,7 +98,8 @@ def test_device_guard_around_keras_fit_checks_the_users_compute_by_default(tmp_p
     [raised] = [line for line in done.stdout.splitlines() if line.startswith("RAISED:")]
     op = raised.split()[1]
     assert "Dataset" in op or "Iterator" in op or op.startswith("Optional"), raised
-    assert f"{op} (origin 'input') ran on /device:CPU:0" in raised and "of origins 'user', 'input', 'framework'" in raised
+    assert (f"{op} (origin 'input') ran on /device:CPU:0" in raised
+            and "of origins 'user', 'input', 'framework'" in raised)
     assert "Place it with tf.device" not in raised and "not a line of yours" in raised
 
 
@@ -260,7 +262,8 @@ def test_traced_nodes_origins_read_as_each_op_is_made_equal_those_of_their_saved
             for batch in dataset:
                 with tf.GradientTape() as tape:
                     loss = tf.reduce_sum(layer(batch))
-                optimizer.apply_gradients(zip(tape.gradient(loss, layer.trainable_variables), layer.trainable_variables))
+                optimizer.apply_gradients(zip(tape.gradient(loss, layer.trainable_variables),
+                                              layer.trainable_variables))
                 total += loss
             return total
 
@@ -268,7 +271,8 @@ def test_traced_nodes_origins_read_as_each_op_is_made_equal_those_of_their_saved
         def replicated(dist_dataset):  # TensorFlow's custom training tutorial: the loop inside the function
             total = 0.0
             for batch in dist_dataset:
-                total += strategy.reduce("SUM", strategy.run(lambda x: tf.reduce_sum(x * 2.0), args=(batch,)), axis=None)
+                total += strategy.reduce("SUM", strategy.run(lambda x: tf.reduce_sum(x * 2.0), args=(batch,)),
+                                         axis=None)
             return total
 
         dist_dataset = strategy.experimental_distribute_dataset(dataset)

@@ -37,7 +37,8 @@ def test_copy_warning_line():
             f"to be on {FULL.format('CPU', 1)} but is actually on {FULL.format('CPU', 0)} (operation running on "
             f"{FULL.format('CPU', 1)}). This triggers a copy which can be a performance bottleneck.\n")
     copy, = parse_placement(line).copies
-    assert (copy.op, copy.input_index, copy.from_device, copy.to_device) == ("AddV2", 0, "/device:CPU:0", "/device:CPU:1")
+    assert (copy.op, copy.input_index, copy.from_device, copy.to_device) == (
+        "AddV2", 0, "/device:CPU:0", "/device:CPU:1")
     assert copy.line.startswith("before computing AddV2 input #0")
 
 

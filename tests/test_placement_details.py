@@ -11,7 +11,7 @@ import pytest
 from conftest import PRELUDE, ROOT, result_of
 
 sys.path.insert(0, str(ROOT / "tests"))
-from conformance import tflog  # noqa: E402  # TensorFlow's stderr read without tfplace's parser
+from conformance import tflog  # TensorFlow's stderr read without tfplace's parser
 
 SETUP = """
 import tensorflow as tf, tfplace

@@ -156,7 +156,7 @@ KERNEL = "regs:64 static_shared:0 dynamic_shared:0 grid:4,1,1 block:256,1,1 occ_
 def test_the_gpu_plane_reader_on_a_written_profile():
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-    from tfplace.placement.taking import _profile
+    from tfplace.placement.profile import _xspace
 
     space = xplane_pb2.XSpace()
     gpu = _Plane(space, "/device:GPU:0")
@@ -166,7 +166,7 @@ def test_the_gpu_plane_reader_on_a_written_profile():
     gpu.event(stream, "relu_kernel", 300, 50, correlation_id=12, context_id="$$1", kernel_details=KERNEL)
     gpu.event(stream, "MemcpyH2D", 400, 700, correlation_id=13, context_id="$$1",
               memcpy_details="kind_src:pageable kind_dst:device size:4194304 dest:0 async:1")
-    timing = _profile.read_xspace(space)
+    timing = _xspace.read_xspace(space)
     assert timing.devices == {"/device:GPU:0": (2, 300.0)}  # 250 µs + 50 µs of kernels
     assert timing.ops == {("/device:GPU:0", "MatMul"): (1, 250.0), ("/device:GPU:0", "relu_kernel"): (1, 50.0)}
     assert timing.transfers == {("/device:CPU:0", "/device:GPU:0"): (1, 4194304, 700.0)}
@@ -176,7 +176,7 @@ def test_the_gpu_plane_reader_on_a_written_profile():
 def test_gpu_copies_out_and_between_gpus_and_a_host_op_on_a_timed_gpu():
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-    from tfplace.placement.taking import _profile
+    from tfplace.placement.profile import _xspace
 
     space = xplane_pb2.XSpace()
     host = _Plane(space, "/host:CPU")
@@ -191,7 +191,7 @@ def test_gpu_copies_out_and_between_gpus_and_a_host_op_on_a_timed_gpu():
             ("MemcpyOther", 70, 5, "kind_src:pageable kind_dst:pinned size:8 dest:0 async:0")]:  # host to host
         gpus[0].event(copies, name, offset, duration, memcpy_details=details)
     gpus[1].event(gpus[1].line("Stream #3(Kernel)"), "sgemm", 0, 40, kernel_details=KERNEL, tf_op="MatMul:MatMul")
-    timing = _profile.read_xspace(space, eager=[("MatMul", "/device:GPU:1")])
+    timing = _xspace.read_xspace(space, eager=[("MatMul", "/device:GPU:1")])
     assert timing.transfers == {("/device:GPU:0", "/device:CPU:0"): (1, 1024, 10.0),
                                 ("/device:GPU:0", "/device:GPU:1"): (1, 2048, 30.0),
                                 ("/device:GPU:0", "/device:GPU:0"): (1, 64, 5.0)}
@@ -202,7 +202,7 @@ def test_gpu_copies_out_and_between_gpus_and_a_host_op_on_a_timed_gpu():
 def test_host_events_count_leaf_work_once():
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-    from tfplace.placement.taking import _profile
+    from tfplace.placement.profile import _xspace
 
     space = xplane_pb2.XSpace()
     host = _Plane(space, "/host:CPU")
@@ -219,7 +219,7 @@ def test_host_events_count_leaf_work_once():
     host.event(pool, "ExecutorState::ProcessAsync::Start", 205, 2, name="x/_2", kernel_type="_Recv")
     host.event(pool, "x/_1:_Send", 208, 1, key="/job:localhost/replica:0/task:0/device:CPU:0;1;"
                "/job:localhost/replica:0/task:0/device:CPU:1;edge_2_x;0:0", **{"from": "x", "to": "MatMul"})
-    timing = _profile.read_xspace(space, {"MatMul": "/device:CPU:1", "Sum": "/device:CPU:0"},
+    timing = _xspace.read_xspace(space, {"MatMul": "/device:CPU:1", "Sum": "/device:CPU:0"},
                                   [("MatMul", "/device:CPU:0")])
     assert timing.ops == {("/device:CPU:0", "MatMul"): (1, 60.0), ("/device:CPU:0", "Sum"): (1, 20.0),
                           ("/device:CPU:1", "MatMul"): (1, 50.0)}
@@ -232,7 +232,7 @@ def test_host_events_count_leaf_work_once():
 def test_function_nodes_on_the_devices_of_the_placed_graphs(tmp_path):
     out = run_file(tmp_path, """
         from tfplace import _tensorflow
-        from tfplace.placement.taking import _profile, _profiling
+        from tfplace.placement.profile import _session, _xspace
         x = tf.ones((256, 256))
 
         @tf.function
@@ -247,10 +247,10 @@ def test_function_nodes_on_the_devices_of_the_placed_graphs(tmp_path):
         graphs = [g for f in _tensorflow.export_run_metadata().function_graphs for g in f.partition_graphs]
         _tensorflow.disable_graph_collection()
         devices = {n.name: n.device for g in graphs for n in g.node}
-        session = _profiling.ProfilerSession.start()
+        session = _session.ProfilerSession.start()
         for _ in range(3):
             step(x)
-        timing = _profile.read_xspace(session.stop(), devices)
+        timing = _xspace.read_xspace(session.stop(), devices)
         report({"missing": session.missing, "ops": [[d, o, n] for (d, o), (n, _) in timing.ops.items()],
                 "nodes": timing.nodes, "transfers": [[a, b, n] for (a, b), (n, _, _) in timing.transfers.items()],
                 "ops_of": {n.name: n.op for g in graphs for n in g.node}})
@@ -269,12 +269,12 @@ def test_a_session_while_another_is_active_starts_nothing_and_disturbs_nothing(t
     out = run_file(tmp_path, """
         import glob, tempfile
         from tensorflow.tsl.profiler.protobuf import xplane_pb2
-        from tfplace.placement.taking import _profile, _profiling
+        from tfplace.placement.profile import _session, _xspace
         x = tf.ones((64, 64))
         theirs = tempfile.mkdtemp()
         tf.profiler.experimental.start(theirs)
         tf.matmul(x, x)
-        second = _profiling.ProfilerSession.start()
+        second = _session.ProfilerSession.start()
         tf.matmul(x, x)
         stopped = second.stop()
         tf.matmul(x, x)
@@ -283,14 +283,14 @@ def test_a_session_while_another_is_active_starts_nothing_and_disturbs_nothing(t
         space = xplane_pb2.XSpace.FromString(open(path, "rb").read())
         theirs_saw = sum(1 for p in space.planes for line in p.lines for e in line.events
                          if p.event_metadata[e.metadata_id].name == "EagerLocalExecute: MatMul")
-        ours = _profiling.ProfilerSession.start()
+        ours = _session.ProfilerSession.start()
         tf.matmul(x, x)
-        nested = _profiling.ProfilerSession.start()
+        nested = _session.ProfilerSession.start()
         nested_stopped = nested.stop()
-        ours_timing = _profile.read_xspace(ours.stop(), eager=[("MatMul", "/device:CPU:0")])
+        ours_timing = _xspace.read_xspace(ours.stop(), eager=[("MatMul", "/device:CPU:0")])
         report({"missing": second.missing, "stopped": stopped is None, "theirs_saw": theirs_saw,
                 "nested": nested.missing, "nested_stopped": nested_stopped is None, "ours": ours.missing,
-                "ours_ops": ours_timing.ops[("/device:CPU:0", "MatMul")][0], "again": _profiling.ProfilerSession.start().missing})
+                "ours_ops": ours_timing.ops[("/device:CPU:0", "MatMul")][0], "again": _session.ProfilerSession.start().missing})
     """)
     assert out["missing"].startswith("another TensorFlow profiler session was active (TensorFlow said: Another "
                                      "profiler is running")

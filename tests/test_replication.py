@@ -42,7 +42,8 @@ def test_helpers_on_two_logical_cpus(python):
 
 
 @pytest.mark.parametrize("raw,what", [("{not json", "Expecting property name"),
-                                      ('{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 3}}',
+                                      ('{"cluster": {"worker": ["127.0.0.1:1"]}, '
+                                       '"task": {"type": "worker", "index": 3}}',
                                        "is not in the cluster"),
                                       ('{"task": {"type": "worker", "index": 0}}', "'cluster'")])
 def test_malformed_tf_config(monkeypatch, raw, what):

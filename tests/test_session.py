@@ -86,7 +86,8 @@ def test_a_capture_records_what_a_tf1_session_placed_ran_and_moved_and_says_what
         with tfplace.capture_placement(sources=True) as log:
             exec(compile(PROGRAM, "guide.py", "exec"))
         report([[[r.op, r.name, r.device, r.kind, r.source] for r in log.records],
-                sorted([c.op, c.input_index, c.from_device, c.to_device, c.tensor, c.bytes, c.call] for c in log.copies),
+                sorted([c.op, c.input_index, c.from_device, c.to_device, c.tensor, c.bytes, c.call]
+                       for c in log.copies),
                 {d: f.executions for d, f in log.cost().devices.items()}, log.complete, log.incomplete_reason])
     """.replace("PROGRAM", repr(GPU_GUIDE_TF1)))
     records, copies, executions, complete, reason = found
@@ -97,7 +98,8 @@ def test_a_capture_records_what_a_tf1_session_placed_ran_and_moved_and_says_what
     # one transfer per tensor crossing devices (x feeds both of MatMul's inputs: one), per run
     runs = ["guide.py:13"] * 3 + ["guide.py:14"]
     assert copies == sorted([["AddN", 0, "/device:CPU:1", "/device:CPU:0", "c:0", 16, line] for line in runs]
-                            + [["MatMul", 0, "/device:CPU:0", "/device:CPU:1", "x:0", 16, line] for line in runs]), copies
+                            + [["MatMul", 0, "/device:CPU:0", "/device:CPU:1", "x:0", 16, line]
+                               for line in runs]), copies
     assert executions == {"/device:CPU:0": 4, "/device:CPU:1": 4}, executions  # each run's MatMul and AddN
     assert complete is False  # the callable made from options, alone
     assert "no run of the block needed" not in reason, reason

@@ -238,7 +238,8 @@ def test_differences_name_each_change():
     ]
     assert _snapshots.differences(after, after) == []
     log = PlacementLog.from_text("a: (_Arg): /job:localhost/replica:0/task:0/device:CPU:0\n"
-                                 "Executing op __inference_f_123 in device /job:localhost/replica:0/task:0/device:CPU:0\n")
+                                 "Executing op __inference_f_123 in device "
+                                 "/job:localhost/replica:0/task:0/device:CPU:0\n")
     assert _snapshots.placement(log) == {"/device:CPU:0": {"__inference_f": 1}}
 
 

@@ -22,7 +22,7 @@ def _profile(n=6, traced=(0,), marks=False, stages=True, graph_building=(), read
     step, µs of Python after its call, before the next). Every time is multiplied by `scale`."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-    from tfplace.placement.taking import _profile
+    from tfplace.placement.profile import _xspace
 
     space = xplane_pb2.XSpace()
     host = Plane(space, "/host:CPU")
@@ -53,7 +53,7 @@ def _profile(n=6, traced=(0,), marks=False, stages=True, graph_building=(), read
         event(pool, "MatMul:MatMul", at + 650, 200)
         if i in reads:
             event(python, "tfplace_host_read", at + CALL_US + 10, 40, source="train.py:10")
-    return _profile.read_xspace(space, {"MatMul": "/device:CPU:0"})
+    return _xspace.read_xspace(space, {"MatMul": "/device:CPU:0"})
 
 
 RECORDS = [PlacementRecord("TensorSliceDataset", "", "/device:CPU:0", "execute", "train.py:3"),
@@ -289,7 +289,7 @@ def test_on_a_gpu_each_step_has_its_kernels_idle_time_and_copies_from_pageable_o
     every step and a 16 KiB one from pinned memory in the odd ones; GPU planes as CUPTI's collector writes them."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-    from tfplace.placement.taking import _profile
+    from tfplace.placement.profile import _xspace
 
     space = xplane_pb2.XSpace()
     host, gpu = Plane(space, "/host:CPU"), Plane(space, "/device:GPU:0")
@@ -304,7 +304,7 @@ def test_on_a_gpu_each_step_has_its_kernels_idle_time_and_copies_from_pageable_o
         gpu.event(stream, "sgemm", at + 100, 200, kernel_details=kernel, tf_op="MatMul:MatMul")
         gpu.event(stream, "relu", at + 400, 100, kernel_details=kernel, tf_op="Relu:Relu")
     records = [PlacementRecord("__inference_step_5", "", "/device:GPU:0", "execute", "train.py:9")] * 5
-    steps = _analysis.steps(records, _profile.read_xspace(space), "")
+    steps = _analysis.steps(records, _xspace.read_xspace(space), "")
     assert (steps.count, steps.warmup) == (4, 1)
     gpu0 = steps.gpus["/device:GPU:0"]
     assert gpu0["compute_us"] == 300.0 and gpu0["idle_us"] == pytest.approx((3 * STEP_US + CALL_US) / 4 - 300.0)

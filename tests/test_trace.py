@@ -134,7 +134,8 @@ def test_plot_is_readable_with_twenty_op_types(tmp_path, monkeypatch):
     figure, small = drawn
     axes = figure.axes[0]
     labels = [text.get_text() for text in axes.get_legend().get_texts()]
-    assert labels[:2] == ["Op02 (6)", "Op05 (6)"] and labels[-1] == "5 other compute op types (10)" and len(labels) == 16
+    assert (labels[:2] == ["Op02 (6)", "Op05 (6)"] and labels[-1] == "5 other compute op types (10)"
+            and len(labels) == 16)
     colours = [tuple(bars.patches[0].get_facecolor()) for bars in axes.containers]
     assert len(set(colours)) == 16  # "other" too has a colour of its own
     figure.canvas.draw()

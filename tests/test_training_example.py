@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "examples"))
-import resnet_training  # noqa: E402
+import resnet_training
 
 pytestmark = pytest.mark.slow  # slow tier: the example scripts, each a whole program
 

@@ -95,7 +95,8 @@ def test_a_function_moves_its_argument_in_and_its_product_out_on_every_call(func
     assert len(copies) == 6 and all(c["kind"] == "function" for c in copies)
     rows = {(t["op"], t["input_index"], t["from_device"], t["to_device"]): t for t in function_run["transfers"]}
     assert set(rows) == {("MatMul", 0, "/device:CPU:0", "/device:CPU:1"), ("Sum", 0, "/device:CPU:1", "/device:CPU:0")}
-    into, out = rows[("MatMul", 0, "/device:CPU:0", "/device:CPU:1")], rows[("Sum", 0, "/device:CPU:1", "/device:CPU:0")]
+    into, out = (rows[("MatMul", 0, "/device:CPU:0", "/device:CPU:1")],
+                 rows[("Sum", 0, "/device:CPU:1", "/device:CPU:0")])
     for row in (into, out):
         assert row["count"] == 3 and row["bytes"] == 256 * 256 * 4 and row["total_bytes"] == 3 * 256 * 256 * 4
         assert row["dtype"] == "float32" and row["function"].startswith("__inference_step_") and not row["lower_bound"]
@@ -182,8 +183,9 @@ def test_a_control_edge_across_devices_is_a_transfer_of_no_bytes(tmp_path):
     out = run_file(tmp_path, code)
     controls = out["copies"]
     assert len(controls) == 2  # one per call
-    assert {(c["op"], c["input_index"], c["from_device"], c["to_device"], c["tensor"], c["bytes"], c["node"], c["source"])
-            for c in controls} == {("Cos", -1, "/device:CPU:0", "/device:CPU:1", "^Sin", 0, "Cos", line(code, "waits for a"))}
+    assert {(c["op"], c["input_index"], c["from_device"], c["to_device"], c["tensor"], c["bytes"], c["node"],
+             c["source"]) for c in controls} == {
+        ("Cos", -1, "/device:CPU:0", "/device:CPU:1", "^Sin", 0, "Cos", line(code, "waits for a"))}
     assert out["rows"] == [["Cos", -1, 2, 0, 0]]
     assert "control edge" in out["message"] and "waits for Sin on /device:CPU:0" in out["message"]
 
@@ -217,7 +219,8 @@ def test_keras_fit_under_mirrored_strategy_has_every_cross_device_edge(tmp_path,
             model.fit(data, epochs=2, verbose=0)
         functions = [c for c in log.copies if c.kind == "function"]
         report({"edges": oracle.finish(), "copies": len(functions),
-                "sizes": [[c.tensor, c.bytes, oracle.sizes.get(c.tensor)] for c in functions if c.tensor in oracle.sizes],
+                "sizes": [[c.tensor, c.bytes, oracle.sizes.get(c.tensor)] for c in functions
+                          if c.tensor in oracle.sizes],
                 "into_replica": [[t.count, t.dtype, t.tensor] for t in log.transfers()
                                  if t.kind == "function" and t.to_device == "/device:CPU:1"]})
     """, onednn)
@@ -258,10 +261,11 @@ def test_tf_data_functions_transfers_are_recorded_per_instantiation_and_guarded(
     out = run_file(tmp_path, code)
     copies = out["copies"]
     assert all(c["kind"] == "function" and c["function"].startswith("__inference_Dataset_map_scale_") for c in copies)
-    edges = {(c["op"], c["node"], c["input_index"], c["tensor"], c["from_device"], c["to_device"], c["dtype"], c["source"])
-             for c in copies}
+    edges = {(c["op"], c["node"], c["input_index"], c["tensor"], c["from_device"], c["to_device"], c["dtype"],
+              c["source"]) for c in copies}
     assert edges == {("Mul", "mul", 0, "Cast:0", "/device:CPU:0", "/device:CPU:1", "float32", line(code, "# the Mul")),
-                     ("AddV2", "add", 0, "mul:0", "/device:CPU:1", "/device:CPU:0", "float32", line(code, "# the AddV2"))}
+                     ("AddV2", "add", 0, "mul:0", "/device:CPU:1", "/device:CPU:0", "float32",
+                      line(code, "# the AddV2"))}
     assert {c["bytes"] for c in copies} == {4}  # a float32 scalar per element: the arguments' shapes are known
     # each iterator instantiates the function once (two eager loops, one inside the function): three each
     calls = sorted(c["call"] for c in copies)
@@ -284,12 +288,14 @@ def test_prefetch_to_device_instantiates_its_input_pipeline_on_the_source_device
         with tfplace.capture_placement() as log:
             devices = [value.device for value in prefetched]
         report({"devices": sorted(set(devices)), "complete": log.complete,
-                "map": sorted((r.op, r.device) for r in log.records if r.kind == "place" and r.op in ("Cast", "Mul", "AddV2")),
+                "map": sorted((r.op, r.device) for r in log.records
+                              if r.kind == "place" and r.op in ("Cast", "Mul", "AddV2")),
                 "copies": sorted((c.op, c.from_device, c.to_device) for c in log.copies if c.kind == "function")})
     """)
     assert out["devices"] == ["/job:localhost/replica:0/task:0/device:CPU:1"] and out["complete"]
     # the copy's generator (on CPU:1) makes the pipeline's iterator on CPU:0, through a remote call
-    assert list(map(tuple, out["map"])) == [("AddV2", "/device:CPU:0"), ("Cast", "/device:CPU:0"), ("Mul", "/device:CPU:1")]
+    assert list(map(tuple, out["map"])) == [("AddV2", "/device:CPU:0"), ("Cast", "/device:CPU:0"),
+                                            ("Mul", "/device:CPU:1")]
     assert list(map(tuple, out["copies"])) == [("AddV2", "/device:CPU:1", "/device:CPU:0"),
                                                ("Mul", "/device:CPU:0", "/device:CPU:1")]
 
@@ -309,6 +315,6 @@ def test_static_shapes_of_a_graphs_tensors_are_read_with_their_dtypes(python):
         names = ["MatMul:0", "add:0", "unstack:1", "x:0", "missing:0", "nocolon"]
         report([_tensorflow.static_tensors(graph, names), _tensorflow.static_tensors(graph, names + ["MatMul:7"])])
     """)
-    expected = {"MatMul:0": ["float32", 16], "add:0": ["float32", 16], "unstack:1": ["int32", 2], "x:0": ["float32", 16],
-                "missing:0": ["", None], "nocolon": ["", None]}
+    expected = {"MatMul:0": ["float32", 16], "add:0": ["float32", 16], "unstack:1": ["int32", 2],
+                "x:0": ["float32", 16], "missing:0": ["", None], "nocolon": ["", None]}
     assert out == [expected, {**expected, "MatMul:7": ["", None]}]

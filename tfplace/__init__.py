@@ -38,11 +38,12 @@ if TYPE_CHECKING:
     from tfplace.machine._doctor import doctor
     from tfplace.machine._gpus import GpuInfo
     from tfplace.placement.api._capture import capture_placement
+    from tfplace.placement.api._kept import Profile, read_profile
     from tfplace.placement.shown._explain import Explanation, Readiness
     from tfplace.placement.steps._model import Advice, InputStage, Step, Steps
     from tfplace.placement.api._guards import device_guard, transfer_guard
     from tfplace.placement.api._log import PlacementLog
-    from tfplace.placement.records._memory_figures import DeviceMemory, Memory
+    from tfplace.placement.records._memory_figures import AllocatorPeak, DeviceMemory, Memory
     from tfplace.placement.taking._memory import LiveTensor, live_tensors
     from tfplace.placement.records._records import CopyRecord, PlacementRecord
 
@@ -62,7 +63,8 @@ _LAZY = {
     **dict.fromkeys(("Explanation", "Readiness"), "tfplace.placement.shown._explain"),
     **dict.fromkeys(("Steps", "Step", "InputStage", "Advice"), "tfplace.placement.steps._model"),
     **dict.fromkeys(("PlacementLog",), "tfplace.placement.api._log"),
-    **dict.fromkeys(("Memory", "DeviceMemory"), "tfplace.placement.records._memory_figures"),
+    **dict.fromkeys(("Memory", "DeviceMemory", "AllocatorPeak"), "tfplace.placement.records._memory_figures"),
+    **dict.fromkeys(("Profile", "read_profile"), "tfplace.placement.api._kept"),
     **dict.fromkeys(("LiveTensor", "live_tensors"), "tfplace.placement.taking._memory"),
     **dict.fromkeys(("PlacementRecord", "CopyRecord"), "tfplace.placement.records._records"),
     **dict.fromkeys(("split_batch", "replicate", "reduce_on", "strategy"), "tfplace._replication"),
@@ -97,6 +99,9 @@ __all__ = [
     "Readiness",
     "Memory",
     "DeviceMemory",
+    "AllocatorPeak",
+    "Profile",
+    "read_profile",
     "LiveTensor",
     "live_tensors",
     "transfer_guard",
@@ -131,7 +136,8 @@ def __getattr__(name: str) -> Any:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """`%load_ext tfplace` in IPython or Jupyter: registers the `%%placement` cell magic and `%tfplace_doctor` (`tfplace.integrations._notebook`)."""
+    """`%load_ext tfplace` in IPython or Jupyter: registers the `%%placement` cell magic and `%tfplace_doctor`
+    (`tfplace.integrations._notebook`)."""
     from tfplace.integrations import _notebook
 
     _notebook.load_ipython_extension(ipython)

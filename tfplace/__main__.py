@@ -1,4 +1,4 @@
-"""`python -m tfplace devices|env|trace`: the tfplace command line."""
+"""`python -m tfplace devices|env|doctor|trace|profile|launch|diff|merge`: the tfplace command line."""
 
 import sys
 

@@ -228,7 +228,8 @@ def gpu(i: int = 0) -> Device:
 def _existing(names: tuple[str, ...], task: str = "") -> frozenset[Device]:
     """The devices named, a cluster task's own devices also under `/job:localhost` (what `tf.device` accepts)."""
     found = {parse_device(name) for name in names}
-    return frozenset(found | {Device(d.device_type, d.index) for d in found if task and d.full_name.startswith(task + "/")})
+    return frozenset(found | {Device(d.device_type, d.index) for d in found
+                              if task and d.full_name.startswith(task + "/")})
 
 
 def _exists(dev: Device) -> bool:

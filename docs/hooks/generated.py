@@ -46,7 +46,8 @@ def command_line() -> str:
         raise RuntimeError(f"`tfplace --help` lists no subcommands in braces: {top[:500]}")
     parts = ["```text", f"$ tfplace --help\n{top.rstrip()}", "```"]
     for command in commands.group(1).split(","):
-        parts += [f"\n## tfplace {command}\n", "```text", f"$ tfplace {command} --help\n{_help(command).rstrip()}", "```"]
+        parts += [f"\n## tfplace {command}\n", "```text", f"$ tfplace {command} --help\n{_help(command).rstrip()}",
+                  "```"]
     return "\n".join(parts)
 
 

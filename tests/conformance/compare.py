@@ -201,7 +201,8 @@ class Result:
         if not self.eager_equal:
             lines = [f"{name}: eager events differ: TensorFlow logged {self.eager_tf} `Executing op` line(s), "
                      f"the capture has {self.eager_capture} execute/failed record(s)"]
-            lines += [f"    in TF's log, not captured: {op} on {dev} x{n}{note}" for op, dev, n, note in self.eager_missing[:SHOW]]
+            lines += [f"    in TF's log, not captured: {op} on {dev} x{n}{note}"
+                      for op, dev, n, note in self.eager_missing[:SHOW]]
             lines += [f"    captured, not in TF's log: {op} on {dev} x{n}" for op, dev, n in self.eager_extra[:SHOW]]
             more = len(self.eager_missing) + len(self.eager_extra) - 2 * SHOW
             if more > 0:
@@ -221,7 +222,8 @@ class Result:
             lines += [f"    {s}" for s in self.nodes_unmatched]
             out.append("\n".join(lines))
         if self.place_extras and EXTRAS_FAIL:
-            out.append(f"{name}: {self.place_extras} capture `place` record(s) have no placer line in TF's log; first:\n"
+            out.append(f"{name}: {self.place_extras} capture `place` record(s) have no placer line in TF's log; "
+                       "first:\n"
                        + "\n".join(f"    {s}" for s in self.place_extra_list))
         if self.removed_extras:
             out.append(f"{name}: {len(self.removed_extras)} capture `removed` record(s) name no node TensorFlow "
@@ -233,7 +235,8 @@ class Result:
                        + "\n".join(f"    {op} input #{i} {a} -> {b} x{n}" for op, i, a, b, n in false[:SHOW]))
         if self.copies_missing:
             out.append(f"{name}: implicit copies TensorFlow logged (warn policy) that the capture lacks:\n"
-                       + "\n".join(f"    {op} input #{i} {a} -> {b} x{n}" for op, i, a, b, n in self.copies_missing[:SHOW]))
+                       + "\n".join(f"    {op} input #{i} {a} -> {b} x{n}"
+                                   for op, i, a, b, n in self.copies_missing[:SHOW]))
         if self.sends != self.function_copies:
             out.append(f"{name}: the functions the block called have {self.sends} cross-device _Send edge(s) "
                        f"(one per call) in TensorFlow's partitioned graphs; the capture has {self.function_copies} "
@@ -277,7 +280,8 @@ class Result:
                 "extras": str(self.place_extras + len(self.removed_extras)),
                 "copies TF/capture": copies,
                 "function transfers edges/capture": f"{self.sends}/{self.function_copies}"
-                                                    + (f" ({len(self.bytes_wrong)} wrong bytes)" if self.bytes_wrong else ""),
+                                                    + (f" ({len(self.bytes_wrong)} wrong bytes)"
+                                                       if self.bytes_wrong else ""),
                 "complete": complete,
                 "from_text": self._from_text_cell(),
                 "seconds": f"{self.seconds:.1f}"}
@@ -323,7 +327,8 @@ def compare_logs(result: Result, log: tflog.TfLog, capture: dict, sends: Optiona
     cap_eager = Counter((r["op"], r["device"]) for r in records if r["kind"] in EAGER_KINDS
                         and CUSTOM_DEVICE not in r["device"]) - result.eager_remote
     result.eager_tf, result.eager_capture = sum(tf_eager.values()), sum(cap_eager.values())
-    off_main = Counter((e.op, e.device) for e in log.eager if log.main_thread is not None and e.thread != log.main_thread)
+    off_main = Counter((e.op, e.device) for e in log.eager
+                       if log.main_thread is not None and e.thread != log.main_thread)
     first_line = {}
     for e in log.eager:
         first_line.setdefault((e.op, e.device), e.lineno)
@@ -372,7 +377,8 @@ def compare_logs(result: Result, log: tflog.TfLog, capture: dict, sends: Optiona
     result.unmatched_by_op = _counter_diff(Counter((tflog.registered_op(n.op), n.device) for n in unmatched), Counter())
     extras = +by_kind["place"]
     result.place_extras = sum(extras.values())
-    result.place_extra_list = [f"{name} ({op}) {dev} x{n}" for name, op, dev, n in _counter_diff(extras, Counter())[:SHOW]]
+    result.place_extra_list = [f"{name} ({op}) {dev} x{n}"
+                               for name, op, dev, n in _counter_diff(extras, Counter())[:SHOW]]
     # Removed records TensorFlow never placed: those on a device left unmatched, and those without one.
     left = Counter({key: n for key, n in by_kind["removed"].items() if key[2] and n > 0})
     left.update({(name, op, ""): n for (name, op), n in removed_anywhere.items() if n > 0})
@@ -447,7 +453,8 @@ def run_program(program: Path | str, onednn: Optional[str] = None, timeout: floa
         start = time.perf_counter()
         try:
             done = subprocess.run([sys.executable, str(HARNESS), str(program), str(out)], cwd=ROOT,
-                                  env=harness_env(onednn, Path(tmp) / "graphs", callback_first), capture_output=True, text=True,
+                                  env=harness_env(onednn, Path(tmp) / "graphs", callback_first),
+                                  capture_output=True, text=True,
                                   errors="replace",
                                   timeout=timeout)
         except subprocess.TimeoutExpired as expired:
@@ -467,7 +474,7 @@ def run_program(program: Path | str, onednn: Optional[str] = None, timeout: floa
                 (keep / f"{stem}.json").write_text(out.read_text(encoding="utf-8"), encoding="utf-8")
         if done.returncode != 0 or not out.exists():
             result.error = f"the harness exited with status {done.returncode}"
-            result.stderr_tail = "\n".join(l for l in done.stderr.splitlines() if "placer.cc" not in l)[-3000:]
+            result.stderr_tail = "\n".join(line for line in done.stderr.splitlines() if "placer.cc" not in line)[-3000:]
             return result
         report = json.loads(out.read_text(encoding="utf-8"))
     result.capture_source = report.get("capture_source", "")

@@ -41,11 +41,10 @@ import sys
 import threading
 import time
 
+from sends import SendOracle, dumped_sends  # the harness runs as a script: its folder is on sys.path
+
 BEGIN = "CONFORMANCE-BEGIN"
 END = "CONFORMANCE-END"
-
-
-from sends import SendOracle, dumped_sends  # the harness runs as a script: its folder is on sys.path
 
 
 def _setup() -> None:

@@ -4,8 +4,8 @@ It reads the graphs TensorFlow hands graph collection (teeing the export tfplace
 reading the collection empties it) and counts, per function call, the `_Send` nodes whose
 `send_device` and `recv_device` differ, on its own: no tfplace code decides what counts. Control
 edges count (the partitioner's dummy `.../ctrl/_N` scalar: a transfer of 0 bytes, as the contract
-says). Left out: host-memory values (`_HostSend`/`_HostRecv`, resource handles, strings). A function's edges count once per
-call: they are attributed to the call after which TensorFlow reported the function's graphs (an op on
+says). Left out: host-memory values (`_HostSend`/`_HostRecv`, resource handles, strings). A function's edges count
+once per call: they are attributed to the call after which TensorFlow reported the function's graphs (an op on
 DTensor's device is such a call, keyed by its inputs' shapes: DTensor runs it as per-device functions).
 The functions graph collection never reports (tf.data's, per instantiation) are read from the partitions
 TensorFlow's own graph dumper writes (`dumped_sends`).
@@ -114,7 +114,8 @@ class SendOracle:
         itself): their cross-device edges, one per run, with their bytes from the graph's static shapes."""
         original = _session_lib.BaseSession.run
 
-        def run(session: Any, fetches: Any, feed_dict: Any = None, options: Any = None, run_metadata: Any = None) -> Any:
+        def run(session: Any, fetches: Any, feed_dict: Any = None, options: Any = None,
+                run_metadata: Any = None) -> Any:
             asked = config_pb2.RunOptions()
             if options is not None:
                 asked.CopyFrom(options)

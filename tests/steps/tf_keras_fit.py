@@ -3,9 +3,9 @@ import os
 import time
 
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import tf_keras  # noqa: E402
+import numpy as np
+import tensorflow as tf
+import tf_keras
 
 
 def slow(x, y):

@@ -1,4 +1,4 @@
-"""The command line: `tfplace devices|env|doctor|trace|launch|diff|merge`.
+"""The command line: `tfplace devices|env|doctor|trace|profile|launch|diff|merge`.
 
 `_cli` parses and dispatches; `_arguments` reads arguments; `_script` runs a script as `python script.py`
 runs it; `_trace` makes `tfplace trace`'s findings, report and JSON; `_diff` is `tfplace diff`;
@@ -7,5 +7,5 @@ merge`'s arguments; `_launch` starts a cluster on 127.0.0.1, `_task_output` prin
 `_server` runs a ps or worker task's server.
 
 Imports: `tfplace` (the front module), `tfplace._contained`, `tfplace._errors`, `tfplace._files`,
-`tfplace._tensorflow`, `tfplace.cluster`, `tfplace.config`, `tfplace.machine`, `tfplace.placement`.
+`tfplace._names`, `tfplace._tensorflow`, `tfplace.cluster`, `tfplace.config`, `tfplace.machine`, `tfplace.placement`.
 """

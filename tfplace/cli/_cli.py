@@ -38,6 +38,7 @@ from tfplace.cli._arguments import absl_booleans, add_settings, check_outputs, c
 from tfplace.cli._cluster import LAUNCH_VALUED, add_launch, add_merge
 from tfplace.cli._cluster import launch as run_launch
 from tfplace.cli._cluster import merge as run_merge
+from tfplace.cli._profile import add_profile, run_profile
 from tfplace.config._settings import SETTINGS
 from tfplace.placement.shown._report import ROWS
 
@@ -121,11 +122,9 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
             except tfplace.Error as err:
                 opened["error"] = f"tfplace trace: error: {err}"
                 raise SystemExit(2) from None
-            if args.profile_dir is not None:
-                from tfplace.placement.taking._profiling import keeping
-
-                stack.enter_context(keeping(os.path.abspath(args.profile_dir)))
-            opened["tracing"] = stack.enter_context(_trace.tracing(timing=args.timing, memory=args.memory))
+            kept = os.path.abspath(args.profile_dir) if args.profile_dir is not None else None
+            opened["tracing"] = stack.enter_context(_trace.tracing(timing=args.timing, memory=args.memory,
+                                                                   profile_dir=kept))
 
         with _script.after_import("tensorflow", start):
             status = _script.run_main(args.script, script_args)
@@ -294,6 +293,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     env.add_argument("--json", action="store_true", help="print JSON")
     _add_doctor(commands)
     trace = _add_trace(commands)
+    add_profile(commands)
     launch = add_launch(commands)
     compare = commands.add_parser(
         "diff", help="what moved between two tfplace trace --json runs (exit 1 if a compute op moved or a transfer "
@@ -319,6 +319,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return run_launch(launch, args, passed)
     if args.command == "diff":
         return _diff(args)
+    if args.command == "profile":
+        return run_profile(args)
     if args.command == "merge":
         return run_merge(args)
     if args.command == "doctor":

@@ -34,7 +34,8 @@ from collections import Counter
 from typing import Any, Mapping, NamedTuple, Optional
 
 from tfplace.placement.records._groups import category
-from tfplace.placement.records._records import Kind, Origin, PlacementRecord, input_label, is_function_call
+from tfplace.placement.records._records import Kind, Origin, PlacementRecord, input_label
+from tfplace._names import is_function_call
 from tfplace.placement.shown._report import ROWS
 from tfplace.placement.steps._model import PHASES
 

@@ -32,12 +32,13 @@ from collections import Counter, defaultdict
 from typing import Any, Callable, Iterator, NamedTuple, Optional, Sequence
 
 from tfplace import _files
-from tfplace.placement.api._capture import capture_placement
+from tfplace.placement.api._capture import capture_into
 from tfplace.placement.api._log import PlacementLog
 from tfplace.placement.functions import _placed
 from tfplace.placement.records import _groups
 from tfplace.placement.records._memory_figures import NOT_COUNTED
-from tfplace.placement.records._records import ARGUMENT_OPS, Kind, is_function_call
+from tfplace.placement.records._records import ARGUMENT_OPS, Kind
+from tfplace._names import function_name, is_function_call
 from tfplace.placement.shown import _display, _explain, _report, _steps_view
 from tfplace.placement.shown._explain import Explanation, Readiness
 
@@ -55,9 +56,10 @@ class Tracing(NamedTuple):
 
 
 @contextlib.contextmanager
-def tracing(*, timing: bool = False, memory: bool = False) -> Iterator[Tracing]:
+def tracing(*, timing: bool = False, memory: bool = False, profile_dir: Optional[str] = None) -> Iterator[Tracing]:
     """What `tfplace trace` runs a script under: a capture with sources and all threads (and
-    TensorFlow's profiler, with `timing`; counting tensors per device, with `memory`); in a task of a
+    TensorFlow's profiler, with `timing`, its profile kept in `profile_dir` where given; counting tensors per
+    device, with `memory`); in a task of a
     cluster, its checks' publishing and the variables it makes on other tasks. Close it after the
     script's non-daemon threads ended, so that their ops are in the log.
 
@@ -74,7 +76,8 @@ def tracing(*, timing: bool = False, memory: bool = False) -> Iterator[Tracing]:
     with contextlib.ExitStack() as stack:
         publisher = stack.enter_context(_checks.publishing(directory))
         stack.enter_context(_variables.recording())
-        with capture_placement(sources=True, all_threads=True, timing=timing, memory=memory) as log:
+        with capture_into(PlacementLog(), sources=True, all_threads=True, timing=timing, memory=memory,
+                          profile_dir=profile_dir) as log:
             yield Tracing(log, publisher.exited)
 
 
@@ -113,13 +116,6 @@ def findings(log: PlacementLog, *, gpus_visible: bool) -> Findings:
 _NO_OPS = "  (no ops ran)"
 
 
-def _readable(function: str) -> str:
-    """"__inference_train_step_12" -> "train_step" (a traced function's Python name)."""
-    name = function.removeprefix("__inference_")
-    head, _, tail = name.rpartition("_")
-    return head if head and tail.isdigit() else name
-
-
 def _device_lines(log: PlacementLog, top: int) -> list[str]:
     """Per device, the user's compute ops by executions (or time), then plumbing, input pipeline and
     framework in a line each."""
@@ -142,7 +138,7 @@ def _device_lines(log: PlacementLog, top: int) -> list[str]:
         steps = sorted(((op, n) for (device, op), n in compiled.items() if device == group.device), key=lambda x: -x[1])
         if steps:  # XLA runs them whole: their ops' executions above count each call
             lines.append("      compiled by XLA (jit_compile), each call one compiled program: "
-                         + ", ".join(f"{_readable(op)} {n} call(s)" for op, n in steps[:top]))
+                         + ", ".join(f"{function_name(op)} {n} call(s)" for op, n in steps[:top]))
     if removed:
         lines.append(f"  ({removed} function node(s) removed by TensorFlow's graph optimizer before running, device unknown)")
     return lines or [_NO_OPS]

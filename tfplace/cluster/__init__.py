@@ -10,5 +10,5 @@ DTensor) seen as truly as one process.
 
 Starting a cluster (`tfplace launch`) and its servers is the command line's (`tfplace.cli`).
 
-Imports: `tfplace._devices`, `tfplace._errors`, `tfplace._tensorflow`, `tfplace.placement`.
+Imports: `tfplace._devices`, `tfplace._errors`, `tfplace._names`, `tfplace._tensorflow`, `tfplace.placement`.
 """

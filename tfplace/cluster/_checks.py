@@ -23,8 +23,9 @@ Example:
     ...          "source": "train.py:20", "function": "f"}
     >>> states = {"worker:0": {"groups": [group], "calls": {"f": [3, 3]}},
     ...           "worker:1": {"groups": [dict(group, group_size=3)], "calls": {"f": [1, 0]}}}
-    >>> print(mismatch(states, {"worker:0": None, "worker:1": None}))
-    tfplace: collective group 1 (CollectiveReduceV2) differs between worker:0 and worker:1: group size 2 vs 3 (worker:0 at train.py:20, worker:1 at train.py:20)
+    >>> print(mismatch(states, {"worker:0": None, "worker:1": None}))  # doctest: +NORMALIZE_WHITESPACE
+    tfplace: collective group 1 (CollectiveReduceV2) differs between worker:0 and worker:1: group size 2 vs 3
+    (worker:0 at train.py:20, worker:1 at train.py:20)
 """
 
 from __future__ import annotations
@@ -341,7 +342,7 @@ def watch(directory: str, statuses: dict[str, Optional[int]], jobs: Optional[dic
 
 def script_statuses(directory: str) -> dict[str, int]:
     """Each task's script's exit status, published before its trace closes (`Publisher.exited`), if it ended."""
-    return {task: state["exit"] for task, state in _read_states(directory).items() if isinstance(state.get("exit"), int)}
+    return {task: s["exit"] for task, s in _read_states(directory).items() if isinstance(s.get("exit"), int)}
 
 
 # --- in a task ---------------------------------------------------------------------------------------

@@ -71,7 +71,8 @@ def read_trace(path: str, command: str = "tfplace merge") -> dict[str, Any]:
                          "files tfplace trace --json=FILE wrote, one per task")
     if found != JSON_FORMAT or not isinstance(data.get("records"), list):
         what = f"its \"format\" is {found!r}" if found is not None else "it has no \"format\""
-        raise MergeError(f"{command}: {path} is not a tfplace trace: {what}{'' if found != JSON_FORMAT else ' but no list of records'}"
+        raise MergeError(f"{command}: {path} is not a tfplace trace: {what}"
+                         f"{'' if found != JSON_FORMAT else ' but no list of records'}"
                          f"; allowed is {JSON_FORMAT!r} with its records, what tfplace trace --json=FILE writes")
     return data
 
@@ -201,7 +202,8 @@ def _collectives(tasks: Sequence[Mapping[str, Any]], moved: _Traffic) -> list[di
                      "devices": ring, "source": sources.most_common(1)[0][0] if sources else "", "kind": kind,
                      "instance_keys": sorted({c.get("instance_key") for _, c in members}, key=str),
                      "calls_per_task": calls_per_task,
-                     "uneven": [t for t, n in calls_per_task.items() if calls is not None and n is not None and n < calls]})
+                     "uneven": [t for t, n in calls_per_task.items()
+                                if calls is not None and n is not None and n < calls]})
         for task, c in members:
             n, total = c.get("calls"), None if c.get("bytes_per_call") is None or c.get("calls") is None else \
                 c["bytes_per_call"] * c["calls"]
@@ -225,7 +227,8 @@ def _remote(tasks: Sequence[Mapping[str, Any]], moved: _Traffic) -> None:
     seen = set()
     for entry in tasks:
         for r in ((entry.get("trace") or {}).get("cluster") or {}).get("remote") or []:
-            source, target = (full_device(str(r.get(side, "")), entry["device_prefix"]) for side in ("from_device", "to_device"))
+            source, target = (full_device(str(r.get(side, "")), entry["device_prefix"])
+                              for side in ("from_device", "to_device"))
             what = str(r.get("what", ""))
             key = (source, target, what, r.get("count"), r.get("bytes"), r.get("per_step"))
             if key in seen:  # two tasks saw the same reads
@@ -262,10 +265,12 @@ def _tensors(tasks: Sequence[Mapping[str, Any]], moved: _Traffic) -> None:
         rows.sort(key=lambda r: -(r.get("total_bytes") or 0))
         ops = list(dict.fromkeys(input_label(r.get('op'), r.get('input_index')) for r in rows))
         unknown = sum(1 for r in rows if r.get("total_bytes") is None)
-        what = ("tensors (implicit transfers: " + ", ".join(ops[:3]) + (f" and {len(ops) - 3} more" if len(ops) > 3 else "")
+        what = ("tensors (implicit transfers: " + ", ".join(ops[:3])
+                + (f" and {len(ops) - 3} more" if len(ops) > 3 else "")
                 + (f"; {unknown} of unknown size" if unknown else "") + ")")
         moved.add(source, target, sum(int(r.get("count", 1)) for r in rows),
-                  sum(int(r.get("total_bytes") or 0) for r in rows), what, "tensor", where=str(rows[0].get("source") or ""))
+                  sum(int(r.get("total_bytes") or 0) for r in rows), what, "tensor",
+                  where=str(rows[0].get("source") or ""))
 
 
 def _variables(tasks: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, int], Optional[float]]:
@@ -283,7 +288,8 @@ def _variables(tasks: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]]
         devices += [str(c.get(side, "")) for c in trace.get("copies") or [] for side in ("from_device", "to_device")]
         ps.update(p for p in map(device_task, devices) if p.startswith("/job:ps/"))
     variables = sorted(found.values(), key=lambda v: (task_key(task_name(device_task(v["device"])))
-                                                       if device_task(v["device"]) else (9, "", 0), v["device"], str(v["name"])))
+                                                       if device_task(v["device"]) else (9, "", 0),
+                                                       v["device"], str(v["name"])))
     ps.update(p for p in (device_task(v["device"]) for v in variables) if p.startswith("/job:ps/"))
     ps_bytes = {prefix: 0 for prefix in sorted(ps, key=lambda p: task_key(task_name(p)))}
     for variable in variables:
@@ -331,7 +337,8 @@ def merge(traces: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
     steps = _steps.worker_steps(entries)
     slowest = _steps.slowest(steps)
     merged: dict[str, Any] = {"format": FORMAT, "tasks": entries, "collectives": collectives, "variables": variables,
-                              "ps_bytes": ps_bytes, "traffic": traffic, "matrix": {"tasks": matrix_tasks, "bytes": matrix},
+                              "ps_bytes": ps_bytes, "traffic": traffic,
+                              "matrix": {"tasks": matrix_tasks, "bytes": matrix},
                               "steps": steps, "slowest": slowest,
                               "advice": _steps.skew(entries, steps, slowest) + _steps.ps_hotspot(
                                   traffic, [e["task"] for e in entries if e["task"].startswith("ps:")])}

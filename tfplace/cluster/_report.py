@@ -27,7 +27,8 @@ from typing import Any, Mapping, NamedTuple, Optional, Sequence
 from tfplace.cluster._names import device_task, full_device, owner, task_key, task_name
 from tfplace.placement.records import _groups, _log_json
 from tfplace.placement.records._cost import OpCost
-from tfplace.placement.records._records import ARGUMENT_OPS, PlacementRecord, input_label, is_function_call
+from tfplace.placement.records._records import ARGUMENT_OPS, PlacementRecord, input_label
+from tfplace._names import is_function_call
 from tfplace.placement.shown import _report, _steps_view
 from tfplace.placement.shown._report import ROWS
 
@@ -41,7 +42,7 @@ def _more(rows: Sequence[Any], top: int, indent: str) -> list[str]:
 
 
 def _group(c: Mapping[str, Any]) -> str:
-    return f"{c['op']} group {c['group_key']}" if c.get("group_key") is not None else f"{c['op']} (eager: group not kept)"
+    return f"{c['op']} (eager: group not kept)" if c.get("group_key") is None else f"{c['op']} group {c['group_key']}"
 
 
 def device_figures(tasks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -187,8 +188,8 @@ def _steps_line(steps: Mapping[str, Any]) -> str:
     what = f"{steps['kind']} at {steps['source']}" if steps.get("source") else steps["kind"]
     if steps.get("median_us") is None:
         return f"steps: {steps['count']} ({what}; no times)"
-    return (f"steps: {steps['count']} x {steps['median_us'] / 1000:.1f} ms median: {_steps_view.shares(steps['shares'])}; "
-            f"compute {steps['compute_us'] / 1000:.1f} ms per step ({what})")
+    return (f"steps: {steps['count']} x {steps['median_us'] / 1000:.1f} ms median: "
+            f"{_steps_view.shares(steps['shares'])}; compute {steps['compute_us'] / 1000:.1f} ms per step ({what})")
 
 
 def _per_task(merged: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -219,8 +220,8 @@ def _per_task(merged: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> l
         for r in mine:
             share = (f", busy {r['busy_us'] / 1000:.1f} ms = {100 * r['share']:.1f}%" if r["busy_us"] is not None
                      and r["share"] is not None else "")
-            moved = (f", implicit transfers: sent {_report.size(r['sent_bytes'])}, received {_report.size(r['received_bytes'])}"
-                     if r["sent_bytes"] or r["received_bytes"] else "")
+            moved = (f", implicit transfers: sent {_report.size(r['sent_bytes'])}, "
+                     f"received {_report.size(r['received_bytes'])}" if r["sent_bytes"] or r["received_bytes"] else "")
             seen = f" (recorded by {', '.join(r['recorded_by'])})" if r["recorded_by"] not in ([], [task]) else ""
             lines.append(f"    {r['device']}: {r['executions']} op execution(s){share}{moved}{seen}")
     unowned = [r for r in rows if not r["task"]]
@@ -241,8 +242,8 @@ def _traffic_lines(merged: Mapping[str, Any], top: int) -> list[str]:
         fewer = ", ".join(f"{t} made {c['calls_per_task'][t]}" for t in c.get("uneven") or [])
         fewer = f" ({fewer})" if fewer else ""
         lines.append(f"    {_group(c)}: size {c['group_size'] or '?'}, {c['dtype'] or 'dtype unknown'}, "
-                     f"{_report.size(c['bytes_per_call'])} per call, {c['calls'] if c['calls'] is not None else '?'} call(s)"
-                     f"{fewer}, tasks {', '.join(c['tasks'])}{' at ' + c['source'] if c.get('source') else ''}")
+                     f"{_report.size(c['bytes_per_call'])} per call, {c['calls'] if c['calls'] is not None else '?'} "
+                     f"call(s){fewer}, tasks {', '.join(c['tasks'])}{' at ' + c['source'] if c.get('source') else ''}")
     lines += _more(collectives, top, "    ")
     ps = merged.get("ps_bytes") or {}
     if ps:
@@ -362,8 +363,8 @@ def _task_lines(entry: Mapping[str, Any], top: int) -> list[str]:
                      f"({trace.get('gpu_readiness_source') or 'tfplace kernel table'}):")
     for r in (readiness or [])[:top]:
         dtypes = " ".join(f"{n}={v}" for n, v in r.get("dtypes") or [])
-        lines.append(f"  {r.get('op')}{' ' + dtypes if dtypes else ''} at {', '.join((r.get('sources') or [])[:3]) or 'an unknown line'}: "
-                     f"{r.get('message')}")
+        lines.append(f"  {r.get('op')}{' ' + dtypes if dtypes else ''} "
+                     f"at {', '.join((r.get('sources') or [])[:3]) or 'an unknown line'}: {r.get('message')}")
     memory = trace.get("memory") or {}
     if memory.get("devices"):
         lines.append("memory per device (peak and live at the end; the lines holding most):")

@@ -52,7 +52,7 @@ def plan_gpus(
 ) -> GpuPlan:
     """Plans the GPU settings for the GPUs in `inventory`.
 
-    Settings are assumed valid one by one (see `tfplace.config._settings`); this checks
+    Settings are assumed valid one by one (each by its own declaration); this checks
     them against the machine. A cap (`memory_fraction` of each GPU's own total,
     or `memory_limit_mb`) applies to every logical device; `logical_gpus=N`
     without a cap gives each logical device an equal share of its GPU.

@@ -30,7 +30,8 @@ from tfplace.placement.records._records import ARGUMENT_OPS
 if TYPE_CHECKING:  # this module loads without TensorFlow: the pytest plugin reads snapshot folders in any run
     from tfplace.placement.api._log import PlacementLog
 
-__all__ = ["placement", "differences", "path_for", "folder_for", "read", "write", "FORMAT", "SnapshotError", "SnapshotUse"]
+__all__ = ["placement", "differences", "path_for", "folder_for", "read", "write", "FORMAT", "SnapshotError",
+           "SnapshotUse"]
 
 FORMAT = 1
 UPDATE = "--tfplace-update-snapshots"

@@ -17,14 +17,16 @@ Example (facts saved on a machine whose driver reports one GPU and that has no T
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import warnings
-from typing import Any, Optional, Union
+from typing import Any, Mapping, Optional, Union
 
 from tfplace._errors import GpuUnusedWarning
 from tfplace.machine import _facts, _gpus, _view
-from tfplace.machine._diagnosis import Diagnosis
+from tfplace.machine._diagnosis import Diagnosis, HiddenGpus
+from tfplace.machine._records import MachineFacts, View
 from tfplace.machine._verdict import diagnose
 
 __all__ = ["doctor", "warn_if_unused", "verdict_line", "unused_reason"]
@@ -32,10 +34,12 @@ __all__ = ["doctor", "warn_if_unused", "verdict_line", "unused_reason"]
 _warned = False
 
 
-def doctor(*, facts: Union[None, str, os.PathLike, dict[str, Any]] = None, run: bool = False) -> Diagnosis:
-    """Why TensorFlow does or does not use this machine's GPUs (or those of `facts`: a path or a dict in the
-    `tfplace-machine/1` format, saved by `tfplace doctor --save` elsewhere). `run=True` also runs a `MatMul` on
-    each GPU TensorFlow lists (in a child process) and reports where it ran and how long its first call took."""
+def doctor(*, facts: Union[None, str, os.PathLike[str], Mapping[str, Any], MachineFacts] = None,
+           run: bool = False) -> Diagnosis:
+    """Why TensorFlow does or does not use this machine's GPUs (or those of `facts`: a path, a dict in the
+    `tfplace-machine/1` format, saved by `tfplace doctor --save` elsewhere, or `MachineFacts`). `run=True` also
+    runs a `MatMul` on each GPU TensorFlow lists (in a child process) and reports where it ran and how long its
+    first call took."""
     if facts is not None:
         if run:
             raise _facts.FactsError("doctor(facts=..., run=True): run=True runs TensorFlow on this machine, and "
@@ -43,15 +47,13 @@ def doctor(*, facts: Union[None, str, os.PathLike, dict[str, Any]] = None, run: 
         return diagnose(_facts.load(facts))
     child = _view.start(run) if importlib.util.find_spec("tensorflow") is not None else None
     read = _facts.read()
-    read["tensorflow_view"] = _view.finish(child) if child is not None else None
-    return diagnose(read)
+    return diagnose(dataclasses.replace(read, tensorflow_view=_view.finish(child) if child is not None else None))
 
 
 def _in_process(tensorflow_gpus: int) -> Diagnosis:
     """The diagnosis with TensorFlow's view taken from this process (TensorFlow already imported here)."""
-    read = _facts.read()
-    read["tensorflow_view"] = {"gpus": [f"/physical_device:GPU:{i}" for i in range(tensorflow_gpus)], "log": []}
-    return diagnose(read)
+    view = View(tuple(f"/physical_device:GPU:{i}" for i in range(tensorflow_gpus)))
+    return diagnose(dataclasses.replace(_facts.read(), tensorflow_view=view))
 
 
 def unused_reason(tensorflow_gpus: int) -> Optional[str]:
@@ -63,7 +65,7 @@ def unused_reason(tensorflow_gpus: int) -> Optional[str]:
     diagnosis = _in_process(tensorflow_gpus)
     errors = [f for f in diagnosis.findings if f.severity == "error"]
     chosen = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
-    if not errors or (chosen and all(f.code == "cuda-visible-devices-hides" for f in errors)):
+    if not errors or (chosen and all(isinstance(f, HiddenGpus) for f in errors)):
         return None
     return diagnosis.summary
 

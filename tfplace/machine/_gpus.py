@@ -28,8 +28,11 @@ from typing import Any, Callable, Optional, Sequence, TypeVar
 
 from absl import logging
 
+from tfplace.machine import _cuda
+
 __all__ = ["GpuInfo", "read_gpus", "driver_gpus", "driver_version", "driver_cuda", "driver_gpu_count",
-           "proc_driver_version", "parse_proc_version", "pci_gpus", "parse_nvidia_smi", "parse_driver_cuda", "map_cuda_visible"]
+           "proc_driver_version", "parse_proc_version", "pci_gpus", "parse_nvidia_smi", "parse_driver_cuda",
+           "map_cuda_visible"]
 
 # compute_cap is known to nvidia-smi since driver 510; older drivers are asked without it
 NVIDIA_SMI_QUERY = ("--query-gpu=index,name,memory.total,uuid,memory.used,compute_cap", "--format=csv,noheader,nounits")
@@ -114,7 +117,7 @@ def _nvml(read: Callable[[Any], _T], problems: Optional[list[str]] = None) -> Op
         return None
     try:
         return read(pynvml)
-    except Exception as err:  # noqa: BLE001  a binding older or newer than the driver: say so, go on without it
+    except Exception as err:  # a binding older or newer than the driver: say so, go on without it
         logging.warning("tfplace: NVML failed (%s); trying nvidia-smi", err)
         if problems is not None:
             problems.append(f"NVML failed: {type(err).__name__}: {err}")
@@ -137,8 +140,8 @@ def _nvidia_smi(*query: str, quiet: bool = False, problems: Optional[list[str]] 
         if problems is not None:
             problems.append(
                 f"nvidia-smi exited with status {err.returncode}" if isinstance(err, subprocess.CalledProcessError)
-                else f"nvidia-smi did not answer within {err.timeout:.0f} s" if isinstance(err, subprocess.TimeoutExpired)
-                else f"nvidia-smi could not run ({err})")
+                else f"nvidia-smi did not answer within {err.timeout:.0f} s"
+                if isinstance(err, subprocess.TimeoutExpired) else f"nvidia-smi could not run ({err})")
             problems[-1] += f": {said[0]}" if said else ""
         return None
 
@@ -190,7 +193,7 @@ def driver_cuda() -> Optional[str]:
     """The newest CUDA the driver supports (`"13.0"`), from NVML or nvidia-smi's table; None when unknown."""
     number = _nvml(lambda pynvml: int(pynvml.nvmlSystemGetCudaDriverVersion()))
     if number:
-        return f"{number // 1000}.{number % 1000 // 10}"
+        return _cuda.cuda_version(number)
     return parse_driver_cuda(_nvidia_smi(quiet=True) or "")
 
 

@@ -20,15 +20,18 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from tfplace.machine import _elf
+from tfplace.machine import _cuda
+from tfplace.machine._cuda import version_tuple
+from tfplace.machine._records import BuildInfo
 
-__all__ = ["Wanted", "wanted", "from_build", "satisfies", "REQUIRED", "probe", "describe", "cuda_of", "version_tuple"]
+__all__ = ["Wanted", "wanted", "from_build", "satisfies", "REQUIRED", "probe", "describe", "cuda_of"]
 
 # pip package (without its -cuXX suffix) -> the libraries of it that TensorFlow loads
 _PACKAGE_LIBRARIES = {
@@ -63,21 +66,11 @@ class Wanted:
 
     @property
     def base(self) -> str:
-        return self.soname.split(".so")[0]
+        return _cuda.soname_base(self.soname)
 
     @property
     def required(self) -> bool:
         return self.base in REQUIRED
-
-
-def _soname(base: str, version: str) -> str:
-    """The soname of `base` at release `version` of its package: the major, except CUDA 10's and 11's
-    runtime (`libcudart.so.11.0`) and CUPTI (`libcupti.so.11.8`), which name a minor too."""
-    parts = version_tuple(version)
-    if base in ("libcudart", "libcupti", "libnvrtc") and parts and parts[0] in (10, 11) and len(parts) > 1:
-        minor = 0 if base == "libcudart" and parts[0] == 11 else 2 if base == "libnvrtc" else parts[1]
-        return f"{base}.so.{parts[0]}.{minor}"
-    return f"{base}.so.{parts[0]}"
 
 
 def wanted(requires: Sequence[str], folders: Optional[Sequence[str]] = None) -> list[Wanted]:
@@ -103,7 +96,7 @@ def wanted(requires: Sequence[str], folders: Optional[Sequence[str]] = None) -> 
         minimum = min(lower, key=version_tuple)
         specifier = str(requirement.specifier)
         for base in _PACKAGE_LIBRARIES[match.group(1)]:
-            found.append(Wanted(_soname(base, minimum), canonicalize_name(requirement.name), minimum,
+            found.append(Wanted(_cuda.soname(base, minimum), canonicalize_name(requirement.name), minimum,
                                 f"{canonicalize_name(requirement.name)}{specifier}", specifier))
     return sorted(found, key=lambda w: _ORDER.index(w.base))
 
@@ -124,11 +117,12 @@ _BUILD_SONAMES = {
 }
 
 
-def from_build(build: dict[str, Any]) -> list[Wanted]:
+def from_build(build: Union[BuildInfo, Mapping[str, Any]]) -> list[Wanted]:
     """The libraries a CUDA build without an `and-cuda` extra loads, from its build info (`cuda_version`
     "11.8", `cudnn_version` "8"): their sonames, with no pip package (the release ships none)."""
-    cuda = version_tuple(str(build.get("cuda_version") or ""))[:2]
-    cudnn = version_tuple(str(build.get("cudnn_version") or ""))[:1]
+    build = build if isinstance(build, BuildInfo) else BuildInfo.from_json(dict(build), "build info")
+    cuda = version_tuple(build.cuda_version)[:2]
+    cudnn = version_tuple(build.cudnn_version)[:1]
     if not cuda:
         return []
     table = _BUILD_SONAMES[max((k for k in _BUILD_SONAMES if k <= (cuda + (0,))[:2]), default=(10, 0))]
@@ -157,24 +151,16 @@ def satisfies(version: str, specifier: str) -> bool:
     return True
 
 
-def version_tuple(text: Optional[str]) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text or ""))
-
-
-def _runtime(number: int) -> str:  # cudaRuntimeGetVersion's encoding: 12050 is 12.5
-    return f"{number // 1000}.{number % 1000 // 10}"
-
-
 def describe(soname: str, calls: dict[str, Any]) -> tuple[Optional[str], Optional[str]]:
     """(version, cuda) from what `soname`'s version functions answered (`_load_child`'s `calls`)."""
-    base = soname.split(".so")[0]
+    base = _cuda.soname_base(soname)
     value = next((v for v in calls.values() if v is not None), None)
     version: Optional[str] = None
     if isinstance(value, list):
         version = ".".join(map(str, value))
     elif isinstance(value, int):
         if base in ("libcuda", "libcudart"):
-            version = _runtime(value)
+            version = _cuda.cuda_version(value)
         elif base in ("libcublasLt", "libcudnn") and (base == "libcublasLt" or value >= 90000):
             version = f"{value // 10000}.{value % 10000 // 100}.{value % 100}"
         elif base == "libnccl" and value >= 20900:
@@ -183,7 +169,7 @@ def describe(soname: str, calls: dict[str, Any]) -> tuple[Optional[str], Optiona
             version = f"{value // 1000}.{value % 1000 // 100}.{value % 100}"
     cuda = None
     if isinstance(calls.get("cudnnGetCudartVersion"), int):
-        cuda = _runtime(calls["cudnnGetCudartVersion"])
+        cuda = _cuda.cuda_version(calls["cudnnGetCudartVersion"])
     elif base in ("libcuda", "libcudart") and version:
         cuda = version
     return version, cuda
@@ -193,7 +179,7 @@ def cuda_of(soname: str, path: Optional[str], version: Optional[str], needed: Se
     """The CUDA major a library belongs to, where it tells: the CUDA libraries it needs
     (`libnvJitLink.so.13`), the folder it lies in (`/usr/local/cuda-13.0/`, pip's `nvidia/cu13/`), or its own
     major for the libraries versioned with CUDA."""
-    base = soname.split(".so")[0]
+    base = _cuda.soname_base(soname)
     for name in needed:
         match = re.fullmatch(r"lib(?:cudart|nvJitLink|cublasLt|cublas|nvrtc)\.so\.(\d+)", name)
         if match and not name.startswith(base + ".so"):

@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple, Optional, Sequence
 
+from tfplace.machine._cuda import version_tuple
+
 __all__ = ["Release", "RELEASES", "release_of", "gpu_install", "cuda_install", "newest_for", "NEWEST_CAPABILITY",
            "DRIVER_FOR_CUDA", "LAST_RELEASE_FOR"]
 
@@ -52,25 +54,21 @@ DRIVER_FOR_CUDA = {(10, 0): "410.48", (10, 1): "418.39", (10, 2): "440.33", (11,
 LAST_RELEASE_FOR = {3: "2.14", 5: "2.16"}
 
 
-def _tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text or ""))
-
-
 def release_of(version: Optional[str]) -> Optional[Release]:
     """The release a TensorFlow version (`2.15.1`, `2.16.0rc0`) belongs to, None when the table lacks it."""
-    key = ".".join(map(str, _tuple(version or "")[:2]))
+    key = ".".join(map(str, version_tuple(version or "")[:2]))
     return next((r for r in RELEASES if r.version == key), None)
 
 
 def newest_capability(cuda: str) -> Optional[str]:
     """The newest compute capability a CUDA release knows."""
-    have = _tuple(cuda)[:2]
+    have = version_tuple(cuda)[:2]
     return next((c for major, minor, c in reversed(NEWEST_CAPABILITY) if have >= (major, minor)), None)
 
 
 def driver_for(cuda: str) -> Optional[str]:
     """The oldest Linux driver that runs CUDA `cuda`."""
-    have = _tuple(cuda)
+    have = version_tuple(cuda)
     return DRIVER_FOR_CUDA.get(have[:2]) or DRIVER_FOR_CUDA.get(have[:1])
 
 
@@ -87,7 +85,7 @@ def gpu_install(version: str, system: str, machine: str, installed: Sequence[str
     release has none for this platform (macOS, Linux on ARM)."""
     release = release_of(version)
     pin = f"=={version}" if re.fullmatch(r"[\d.]+", version or "") else (f"=={release.version}.*" if release else "")
-    at = _tuple(version)[:2]
+    at = version_tuple(version)[:2]
     if system == "Windows":
         if at and at > (2, 10):
             return "wsl --install  # then, inside WSL2: pip install 'tensorflow[and-cuda]'"
@@ -109,7 +107,7 @@ def gpu_install(version: str, system: str, machine: str, installed: Sequence[str
 
 def newest_for(capability: str, python: str) -> Optional[Release]:
     """The newest release whose CUDA knows a GPU of `capability` and that has wheels for `python` (`"3.8"`)."""
-    have, py = _tuple(capability)[:2], _tuple(python)[:2]
+    have, py = version_tuple(capability)[:2], version_tuple(python)[:2]
     fitting = [r for r in RELEASES if py and r.pythons[0] <= py[1] <= r.pythons[1] and py[0] == 3
-               and _tuple(newest_capability(r.cuda) or "0.0") >= have]
+               and version_tuple(newest_capability(r.cuda) or "0.0") >= have]
     return fitting[-1] if fitting else None

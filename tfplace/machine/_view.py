@@ -5,7 +5,8 @@ caller's process never imports TensorFlow nor makes a CUDA context.
 
 Example:
     >>> from tfplace.machine._view import diagnostic
-    >>> diagnostic("I0000 00:00:1.2   24423 cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used.")
+    >>> diagnostic("I0000 00:00:1.2   24423 cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU "
+    ...            "will not be used.")
     'I cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used.'
     >>> diagnostic("2026-11-27 09:10:37.5: W tensorflow/core/common_runtime/gpu/gpu_device.cc:2251] Cannot dlopen "
     ...            "some GPU libraries.")
@@ -20,6 +21,8 @@ import re
 import subprocess
 import sys
 from typing import Any, Optional
+
+from tfplace.machine._records import View
 
 __all__ = ["read", "start", "finish", "diagnostic", "TIME_LIMIT"]
 
@@ -72,19 +75,20 @@ def diagnostic(line: str) -> Optional[str]:
     return f"{match.group(1)} {match.group(2)}] {match.group(4)}"
 
 
-def start(run: bool = False) -> subprocess.Popen:
+def start(run: bool = False) -> subprocess.Popen[str]:
     """Starts the child (so that the caller can read the machine's facts meanwhile)."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0", "TF_CPP_MAX_VLOG_LEVEL": "1"}
     return subprocess.Popen([sys.executable, "-c", _CHILD, "run" if run else "list"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, errors="backslashreplace")
 
 
-def finish(child: subprocess.Popen, limit: float = TIME_LIMIT) -> dict[str, Any]:
-    """The facts format's `"tensorflow_view"` from a started child: its GPUs and diagnostic lines; a child that
-    fails or outlives `limit` gives no GPUs and says so in its log."""
+def finish(child: subprocess.Popen[str], limit: float = TIME_LIMIT) -> View:
+    """TensorFlow's view (the facts' `"tensorflow_view"`) from a started child: its GPUs and diagnostic lines; a
+    child that fails or outlives `limit` gives no GPUs and says so in its log."""
     try:
         out, err = child.communicate(timeout=limit)
-        ended = None if child.returncode == 0 else f"the child importing TensorFlow ended with status {child.returncode}"
+        ended = (None if child.returncode == 0 else
+                 f"the child importing TensorFlow ended with status {child.returncode}")
     except subprocess.TimeoutExpired:
         child.kill()
         out, err = child.communicate()
@@ -98,9 +102,9 @@ def finish(child: subprocess.Popen, limit: float = TIME_LIMIT) -> dict[str, Any]
         tail = [line for line in err.splitlines() if line.strip()][-3:]
         log += [f"E tfplace] {ended}"] + [f"E tfplace] {line}" for line in tail]
     view["log"] = log
-    return view
+    return View.from_json(view, "the child importing TensorFlow")
 
 
-def read(run: bool = False, limit: float = TIME_LIMIT) -> dict[str, Any]:
+def read(run: bool = False, limit: float = TIME_LIMIT) -> View:
     """TensorFlow's view, read in a child process (see the module's docstring)."""
     return finish(start(run), limit)

@@ -3,7 +3,8 @@
 CPU:0 and CPU:1 stand in for GPU:0 and GPU:1. Cells: "Logging device placement",
 "Manual device placement", "Using a single GPU on a multi-GPU system" (soft
 placement of a device that does not exist), an explicit and an implicit copy across
-devices (an identity is explicit under a device scope only), and "Using multiple GPUs" / manual replication with `tf.add_n` on CPU:0.
+devices (an identity is explicit under a device scope only), and "Using multiple GPUs" / manual replication with
+`tf.add_n` on CPU:0.
 """
 import tensorflow as tf
 

@@ -14,4 +14,4 @@ if __name__ == "__warmup__":
     scale(tf.ones((2,)))          # placed now, before the capture
 
 else:
-    print(scale(tf.ones((2,))).numpy().tolist())   # noqa: F821 -- defined by the warm-up run
+    print(scale(tf.ones((2,))).numpy().tolist())   # defined by the warm-up run

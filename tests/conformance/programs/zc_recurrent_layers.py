@@ -4,7 +4,6 @@ as functions TensorFlow does not inline (`api_implements`), with their gradients
 loops in the step function.
 """
 import numpy as np
-import tensorflow as tf
 
 try:
     import tf_keras as keras
@@ -12,8 +11,8 @@ except ImportError:
     import keras
 
 vocab, length = 20, 6
-model = keras.Sequential([keras.Input((length,)), keras.layers.Embedding(vocab, 8), keras.layers.GRU(8, return_sequences=True),
-                          keras.layers.LSTM(8), keras.layers.Dense(vocab)])
+model = keras.Sequential([keras.Input((length,)), keras.layers.Embedding(vocab, 8),
+                          keras.layers.GRU(8, return_sequences=True), keras.layers.LSTM(8), keras.layers.Dense(vocab)])
 model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 x = np.random.default_rng(0).integers(0, vocab, (16, length))
 y = np.random.default_rng(1).integers(0, vocab, (16,))

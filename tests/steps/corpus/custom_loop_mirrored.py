@@ -21,7 +21,8 @@ with strategy.scope():
 def step_fn(inputs):
     x, y = inputs
     with tf.GradientTape() as tape:
-        loss = tf.nn.compute_average_loss(tf.reduce_sum(tf.square(model(x) - y), axis=1), global_batch_size=GLOBAL_BATCH)
+        loss = tf.nn.compute_average_loss(tf.reduce_sum(tf.square(model(x) - y), axis=1),
+                                          global_batch_size=GLOBAL_BATCH)
     optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
     return loss
 

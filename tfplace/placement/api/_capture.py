@@ -31,7 +31,8 @@ from tfplace._devices import local_task
 from tfplace._errors import add_note
 from tfplace.placement.api._log import PlacementLog
 from tfplace.placement.functions import _collected, _function_sources, _graphs, _placed
-from tfplace.placement.records._records import Kind, PlacementRecord, is_function_call
+from tfplace.placement.records._records import Kind, PlacementRecord
+from tfplace._names import is_function_call
 from tfplace.placement.session import _session
 from tfplace.placement.session._sources import user_line, user_stacklevel
 from tfplace.placement.shown import _report
@@ -150,7 +151,7 @@ def capture_placement(*, sources: bool = False, all_threads: bool = False, timin
         variable it creates, on the device holding its memory, until it is freed: `log.memory()`
         has each device's peak and live bytes and the lines holding most (with `sources`), and an
         out-of-memory error raised in the block carries a note listing the largest live tensors
-        on its device (`tfplace.placement.taking._memory`).
+        on its device.
 
     Yields:
       The `PlacementLog`, growing while the block runs. As soon as the block
@@ -163,8 +164,9 @@ def capture_placement(*, sources: bool = False, all_threads: bool = False, timin
 
 @contextlib.contextmanager
 def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool = False,
-                 timing: bool = False, memory: bool = False) -> Iterator[PlacementLog]:
-    """`capture_placement()` filling a given log (the pytest fixture's, made earlier)."""
+                 timing: bool = False, memory: bool = False, profile_dir: Optional[str] = None) -> Iterator[PlacementLog]:
+    """`capture_placement()` filling a given log (the pytest fixture's, made earlier); with timing and
+    `profile_dir`, TensorFlow's profile stays in that folder (`tfplace trace --profile_dir`)."""
     census = None
     if memory:
         from tfplace.placement.taking import _memory  # the census loads only when memory is asked for
@@ -176,9 +178,9 @@ def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool 
         _graphs.attach(log, sources=sources)
         profiling = None
         if timing:
-            from tfplace.placement.taking import _profiling  # the profiler loads only when timing is asked for
+            from tfplace.placement.profile._session import ProfilerSession  # loads only when timing is asked for
 
-            profiling = _profiling.ProfilerSession.start()
+            profiling = ProfilerSession.start(profile_dir)
         if profiling is not None and profiling.missing:
             warnings.warn(f"tfplace: capture_placement(timing=True) has no times: {profiling.missing}; executions and "
                           "bytes are still counted", RuntimeWarning, stacklevel=user_stacklevel())
@@ -210,7 +212,7 @@ def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool 
 
 def _timed(log: PlacementLog, profiling: Any) -> None:
     """Gives `log` the profile of its block (function nodes on the devices their records say)."""
-    from tfplace.placement.taking import _profile
+    from tfplace.placement.profile import _xspace
 
     space = profiling.stop()
     if space is None:
@@ -219,4 +221,4 @@ def _timed(log: PlacementLog, profiling: Any) -> None:
     records = log.records
     devices = {r.name: r.device for r in records if r.name and r.kind in (Kind.PLACE, Kind.COMPILED)}
     eager = [(r.op, r.device) for r in records if r.kind == Kind.EXECUTE and not is_function_call(r.op)]
-    log.set_timing(_profile.read_xspace(space, devices, eager))
+    log.set_timing(_xspace.read_xspace(space, devices, eager))

@@ -2,8 +2,7 @@
 
 Example:
     >>> from tfplace.placement.api._log import PlacementLog
-    >>> log = PlacementLog.from_text(
-    ...     "Executing op _MklMatMul in device /job:localhost/replica:0/task:0/device:CPU:0\\n")
+    >>> log = PlacementLog.from_text("Executing op _MklMatMul in device /job:localhost/replica:0/task:0/device:CPU:0")
     >>> log.devices_for("MatMul"), log.ops_on("cpu:0")
     (('/device:CPU:0',), ('MatMul',))
     >>> log.assert_placed("MatMul", "/job:localhost/replica:0/task:0/device:CPU:0")
@@ -25,6 +24,7 @@ from tfplace.placement.records._records import CopyRecord, Kind, PlacementRecord
 from tfplace.placement.shown import _report
 
 if TYPE_CHECKING:
+    from tfplace.placement.profile._model import Timing
     from tfplace.placement.records._cost import Cost, Transfer
     from tfplace.placement.shown._explain import Explanation, Readiness
     from tfplace.placement.steps._model import Advice, Steps
@@ -38,23 +38,22 @@ class PlacementLog(Recorder):
     can assert inside the block); reading it never changes what it says.
 
     Attributes:
-      records: `PlacementRecord`s in order (see `tfplace.placement.records._records`).
+      records: `PlacementRecord`s in order.
       copies: `CopyRecord`s of implicit cross-device copies.
-      complete: False as soon as the block ran something whose placement was
-        decided before it opened (a function placed earlier) or that tfplace
-        cannot see; `incomplete_reason` says what.
+      complete: False as soon as the block ran something whose placement was decided before it opened (a
+        function placed earlier) or that tfplace cannot see; `incomplete_reason` says what.
     """
 
     def __init__(self, records: Iterable[PlacementRecord] = (), copies: Iterable[CopyRecord] = ()) -> None:
         super().__init__(records, copies)
-        self._timing: Any = None  # the profile of the block (`timing=True`)
+        self._timing: Optional[Timing] = None  # the profile of the block (`timing=True`)
         self._timing_missing = ""
         self._steps: Any = (None, None)  # ((records, timing) they were read from, Steps) of the last steps()
         self._census: Any = None  # the tensors the block made (`memory=True`)
         self._rename: Optional[Callable[[str], str]] = None  # how memory figures name their lines
 
-    def set_timing(self, timing: Any, missing: str = "") -> None:
-        """Gives the log its block's profile (`tfplace.placement.taking._profile.Timing`), or why it has none."""
+    def set_timing(self, timing: Optional[Timing], missing: str = "") -> None:
+        """Gives the log its block's profile, or why it has none."""
         self._timing, self._timing_missing = timing, missing
 
     def set_memory(self, census: Any) -> None:
@@ -151,9 +150,9 @@ class PlacementLog(Recorder):
     def to_json(self) -> dict[str, Any]:
         """Every record and copy, the transfers, the cost and the completeness, as JSON-ready data.
 
-        Identical events are stored once, in order of first appearance, with their `count`: the
-        size grows with what differs, not with the number of ops. `runs` holds the executions of
-        function nodes per device, op and category (compute, framework, input, plumbing). `PlacementLog.from_json` reads it back.
+        Identical events are stored once, in order of first appearance, with their `count`: the size grows with
+        what differs, not with the number of ops. `runs` holds the executions of function nodes per device, op
+        and category (compute, framework, input, plumbing). `PlacementLog.from_json` reads it back.
 
         >>> import tensorflow as tf, tfplace
         >>> x = tf.ones(2)
@@ -235,7 +234,7 @@ class PlacementLog(Recorder):
     def summary(self) -> dict[str, dict[str, int]]:
         """Placement events per device and op: `{"/device:CPU:0": {"MatMul": 2, ...}, ...}`; on each
         device the user's compute ops come first, most first, then TensorFlow's and Keras' own, the
-        input pipeline's and plumbing (`tfplace.placement.records._groups`)."""
+        input pipeline's and plumbing, as the report groups them."""
         return _report.summary(self.records)
 
     def guide_lines(self) -> list[str]:
@@ -276,7 +275,7 @@ class PlacementLog(Recorder):
         """Why each op ran where it did, for every record that ran elsewhere than it asked or that
         asked for nothing and ran on a CPU while a GPU was visible: one `Explanation(record,
         reason, message)` each, `reason` one of "no-device", "no-kernel", "colocated",
-        "host-memory", "xla", "unknown" (see `tfplace.placement.shown._explain`). Computed when asked, from this
+        "host-memory", "xla", "unknown" (see `tfplace.Explanation`). Computed when asked, from this
         process's devices and kernel registry.
 
         >>> import tensorflow as tf, tfplace
@@ -338,7 +337,8 @@ class PlacementLog(Recorder):
         from tfplace.placement.functions._function_sources import traced_parameters
         from tfplace.placement.steps import _rules
 
-        return _rules.advice(self.steps(), self.transfers(), getattr(self._timing, "ops", {}), self.records, traced_parameters())
+        ops = self._timing.ops if self._timing is not None else {}
+        return _rules.advice(self.steps(), self.transfers(), ops, self.records, traced_parameters())
 
     def _repr_html_(self) -> str:
         """The log as compact HTML for notebooks (`tfplace.placement.shown._display`); `str(log)` stays text."""

@@ -79,7 +79,8 @@ def _function_records(function_graphs: Any, notes: Optional[tuple[Mapping, Mappi
     kept, moved = _kept_calls.kept_calls(function_graphs.post_optimization_graph, graph)
     records += kept
     transfers += moved
-    runs = Counter((r.device, r.op, _groups.category(r)) for r in records if r.kind == Kind.PLACE and r.op not in ARGUMENT_OPS)
+    runs = Counter((r.device, r.op, _groups.category(r)) for r in records
+                   if r.kind == Kind.PLACE and r.op not in ARGUMENT_OPS)
     return records, transfers, runs
 
 
@@ -129,15 +130,16 @@ class Placed(NamedTuple):
 
 
 class Later:
-    """What `tfplace.placement.functions._graphs.collect(later=True)` found, with `Placed`'s fields: the functions' own nodes' records, transfers
-    and runs made when first read (lowering a function is most of what collecting costs, and a capture's
-    log is often never read); what cannot wait (the functions' notes and their tf.data functions, which
-    TensorFlow's library may forget) is read at once. `moves`: whether a call can move anything (a
+    """What `tfplace.placement.functions._graphs.collect(later=True)` found, with `Placed`'s fields: the functions'
+    own nodes' records, transfers and runs made when first read (lowering a function is most of what collecting
+    costs, and a capture's log is often never read); what cannot wait (the functions' notes and their tf.data
+    functions, which TensorFlow's library may forget) is read at once. `moves`: whether a call can move anything (a
     function on two devices or more, or its tf.data functions' transfers): `transfers` is read without
     making anything where none can. Making it twice (two threads) makes the same records."""
 
     def __init__(self, parts: list[tuple[Any, Any, list[PlacementRecord]]], names: Sequence[str],
-                 instantiated: Sequence[PlacementRecord], unseen: str, dataset_transfers: tuple[CopyRecord, ...]) -> None:
+                 instantiated: Sequence[PlacementRecord], unseen: str,
+                 dataset_transfers: tuple[CopyRecord, ...]) -> None:
         self.functions = len(parts)
         self.unseen = unseen
         self.dataset_transfers = dataset_transfers
@@ -183,7 +185,8 @@ class Later:
 
 
 def placed_by(functions: list[Any], called: str, names: Sequence[str] = (),
-               instantiated: Sequence[PlacementRecord] = (), unseen: str = "", later: bool = False) -> Union[Placed, Later]:
+               instantiated: Sequence[PlacementRecord] = (), unseen: str = "",
+               later: bool = False) -> Union[Placed, Later]:
     """What the placed `functions` hold, for the call of `called`; `names`: the function each one is, for
     its transfers (the call's own name where none is given); `instantiated`: records made before theirs;
     `later`: their own records made when first read (`Later`)."""
@@ -211,7 +214,8 @@ def _datasets_of(parts: Sequence[tuple[Any, Any, list[PlacementRecord]]]) -> tup
 
 
 def _assembled(parts: Sequence[tuple[Any, Any, list[PlacementRecord]]], names: Sequence[str],
-               instantiated: Sequence[PlacementRecord], unseen: str, dataset_transfers: tuple[CopyRecord, ...]) -> Placed:
+               instantiated: Sequence[PlacementRecord], unseen: str,
+               dataset_transfers: tuple[CopyRecord, ...]) -> Placed:
     """`Placed` from each function's graphs, notes and tf.data functions' records (`placed_by`)."""
     every: list[PlacementRecord] = []
     made: list[PlacementRecord] = list(instantiated)

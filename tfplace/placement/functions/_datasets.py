@@ -214,6 +214,6 @@ def _pipeline(dataset: Any, own: tuple[str, ...] = (), iterator: Any = None,
     return _pipelines.Pipeline(tuple(found), own, allowed and not generator,
                            tuple((name, kinds) for name, kinds in found.items() if any(kinds)), tuple(maps),
                            tuple(sorted(more.items())),
-                           "; ".join([_PARALLEL_INTERLEAVE.format(", ".join(dict.fromkeys(uncertain)))] * bool(uncertain)
-                                     + list(dict.fromkeys(unreadable))),
+                           "; ".join([_PARALLEL_INTERLEAVE.format(", ".join(dict.fromkeys(uncertain)))]
+                                     * bool(uncertain) + list(dict.fromkeys(unreadable))),
                            tuple(dict.fromkeys(uncertain)), tuple(elsewhere))

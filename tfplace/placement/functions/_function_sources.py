@@ -36,9 +36,10 @@ from tfplace.placement.records import _origins
 from tfplace.placement.records._records import Origin
 from tfplace.placement.session import _session
 from tfplace.placement.session._sources import AUTOGRAPH, live_line, stack_user_line, user_frame
+from tfplace.placement.session._session import Parameters
 
-__all__ = ["Note", "watching", "watched", "traced_parameters", "lines", "notes", "notes_of_graph", "functions_with_nodes", "node_notes",
-           "identity_line", "made_in_graph"]
+__all__ = ["Note", "watching", "watched", "traced_parameters", "lines", "notes", "notes_of_graph",
+           "functions_with_nodes", "node_notes", "identity_line", "made_in_graph"]
 
 _LIMIT = 4096  # functions remembered (oldest forgotten first)
 _IDENTITIES = frozenset({"Identity", "IdentityN"})
@@ -112,7 +113,8 @@ def made_in_graph(session: Any, graph: Any, name: str, op_type: str, frame: Opti
         lines[name] = identity_line(op_type, frame)
 
 
-def _notes(operations: Sequence[tuple[Any, str, str]], lines: Mapping[str, str], said: Mapping[str, str]) -> dict[str, Note]:
+def _notes(operations: Sequence[tuple[Any, str, str]], lines: Mapping[str, str],
+           said: Mapping[str, str]) -> dict[str, Note]:
     """Each op's line, origin and who asked for its device (`tfplace.placement.records._origins`); a gradient
     op (`gradient_tape/dense/MatMul/MatMul_1`) takes the origin of the op it differentiates. `operations`:
     (op, name, type) of each; `said`: what the code that made an op says, where the op callback read it as
@@ -236,7 +238,7 @@ def watching(every_line: bool = True) -> Iterator[None]:
                     _tensorflow.FROM_FUNC_GRAPH.remove()
 
 
-def traced_parameters() -> Mapping[str, tuple]:
+def traced_parameters() -> Mapping[str, Parameters]:
     """Function (e.g. "__inference_step_12") -> (name, what its trace held it to) per parameter: a tensor's
     `TensorSpec`, a Python value's `Literal[...]` (what tells which argument made a function trace again)."""
     return _session.runtime().parameters

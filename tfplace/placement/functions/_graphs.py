@@ -110,8 +110,8 @@ def attach(log: object, *, sources: bool = False) -> None:
     (a guard) keeps collection on until it is detached. Call it while holding the capture session."""
     session = _session.current()
     if session is None:
-        raise RuntimeError("tfplace.placement.functions._graphs.attach received a log while no capture session was held: "
-                           "allowed only inside `with _session.hold():` (captures and guards hold it)")
+        raise RuntimeError("tfplace.placement.functions._graphs.attach received a log while no capture session "
+                           "was held: allowed only inside `with _session.hold():` (captures and guards hold it)")
     with session.graph_lock:
         session.logs.append((log, sources, threading.get_ident()))
         start()
@@ -160,7 +160,8 @@ def _collect_for_logs(session: _session.Session) -> None:
     pending = collect(elsewhere=in_flight_elsewhere(session))
     for other, sources, thread in session.logs if pending.functions else ():
         if isinstance(other, Recorder) and thread == here:
-            other.add(pending.instantiated if sources else _placed.without_sources(pending.instantiated), pending.transfers)
+            other.add(pending.instantiated if sources else _placed.without_sources(pending.instantiated),
+                      pending.transfers)
 
 
 def _taken_apart(session: _session.Session, collected: Any) -> list[tuple[Any, bool]]:
@@ -191,7 +192,8 @@ def _taken_apart(session: _session.Session, collected: Any) -> list[tuple[Any, b
         session.unplaced_for += 1
         if session.unplaced_for > _UNPLACED_COLLECTIONS:
             session.unplaced[:] = []
-    return [(graphs, whole) for graphs, whole in found if not _collected.is_eager_op_wrapper(graphs.pre_optimization_graph)]
+    return [(graphs, whole) for graphs, whole in found
+            if not _collected.is_eager_op_wrapper(graphs.pre_optimization_graph)]
 
 
 def _awaited(session: _session.Session, here: int) -> tuple[set[str], set[str]]:
@@ -321,11 +323,11 @@ def collect(called: str = "", elsewhere: frozenset = frozenset(), call: Optional
 
 
 def collect_dtensor(op: str, origin: str) -> _dtensor.Ran:
-    """What a call of `op` on DTensor's device placed since the last collection (`tfplace.placement.functions._dtensor`):
-    the nodes and transfers of its per-device functions, taken apart where TensorFlow's collection merged
-    them (DTensor's threads place them at once), the constants DTensor made on each device for it
-    (`Const`, executed from C++: no hook sees them), the per-device calls ("execute" records) and the copies of
-    their arguments."""
+    """What a call of `op` on DTensor's device placed since the last collection
+    (`tfplace.placement.functions._dtensor`): the nodes and transfers of its per-device functions, taken apart
+    where TensorFlow's collection merged them (DTensor's threads place them at once), the constants DTensor made on
+    each device for it (`Const`, executed from C++: no hook sees them), the per-device calls ("execute" records) and
+    the copies of their arguments."""
     session = _session.current()
     if session is None:
         return _dtensor.Ran(_collected.Placed())
@@ -333,7 +335,8 @@ def collect_dtensor(op: str, origin: str) -> _dtensor.Ran:
         if not session.collecting:
             return _dtensor.Ran(_collected.Placed())
         fresh = list(_tensorflow.export_run_metadata().function_graphs)
-        wrapper = [bool(f.pre_optimization_graph.node) and _collected.is_eager_op_wrapper(f.pre_optimization_graph) for f in fresh]
+        wrapper = [bool(f.pre_optimization_graph.node) and _collected.is_eager_op_wrapper(f.pre_optimization_graph)
+                   for f in fresh]
         constants = [PlacementRecord("Const", "", canonical_name(n.device), Kind.EXECUTE, origin=Origin.FRAMEWORK)
                      for f, is_wrapper in zip(fresh, wrapper) if is_wrapper
                      for n in f.pre_optimization_graph.node if n.op == "Const"]

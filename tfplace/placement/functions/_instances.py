@@ -18,7 +18,8 @@ Example:
     >>> from tensorflow.core.framework import graph_pb2
     >>> merged = graph_pb2.GraphDef()
     >>> for device in ("CPU:0", "CPU:1"):
-    ...     node = merged.node.add(name="op_input_0", op="_Arg", device="/job:localhost/replica:0/task:0/device:" + device)
+    ...     node = merged.node.add(name="op_input_0", op="_Arg",
+    ...                            device="/job:localhost/replica:0/task:0/device:" + device)
     >>> [[n.device[-5:] for n in chunk] for chunk in chunks(merged.node)]
     [['CPU:0'], ['CPU:1']]
 """

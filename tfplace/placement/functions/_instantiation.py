@@ -180,7 +180,8 @@ def _in_id_order(nodes: list[InstantiatedNode], function_name: str) -> list[Inst
     renumbered = []
     for node in (nodes[i] for i in order):
         renumbered.append(InstantiatedNode(
-            node.name, node.op, node.device, node.attrs, tuple([(position[source], output) for source, output in node.inputs]),
+            node.name, node.op, node.device, node.attrs,
+            tuple([(position[source], output) for source, output in node.inputs]),
             tuple(sorted({position[c] for c in node.control_inputs})) if node.control_inputs else ()))
     return renumbered
 

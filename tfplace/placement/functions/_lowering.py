@@ -146,7 +146,8 @@ def _inline(graph: Graph, caller: Node, keep_fetchable: bool) -> None:
     outputs = []
     for _, (source, output), controls in sorted(returns, key=lambda r: r[0]):
         produced = (node_of[source], 0 if source in arguments else output)
-        outputs.append(graph.add(graph.new_name(prefix + "output"), "Identity", device="" if multi_device else call_device,
+        outputs.append(graph.add(graph.new_name(prefix + "output"), "Identity",
+                                 device="" if multi_device else call_device,
                                  inputs=[produced], controls=[node_of[c] for c in controls]))
     output_control_node = graph.add(graph.new_name(prefix + "output_control_node"), "NoOp", device=call_device)
     if multi_device:
@@ -183,7 +184,8 @@ def _call_node(graph: Graph, name: str, function: attr_value_pb2.NameAttrList, d
 
 def _output_types(graph: Graph, function: attr_value_pb2.NameAttrList, where: Node) -> list[int]:
     if function.name not in graph.library:
-        raise ValueError(f"node {where.name!r} ({where.op}) needs function {function.name!r}, which is not in the library")
+        raise ValueError(f"node {where.name!r} ({where.op}) needs function {function.name!r}, "
+                         "which is not in the library")
     return sum(arg_types(graph.library[function.name].signature.output_arg, function.attr), [])
 
 
@@ -212,7 +214,8 @@ def _lower_cond(graph: Graph, node: Node, keep_fetchable: bool) -> None:
     else:
         head = graph.add(graph.new_name(f"{node.name}/switch_pred"), "Switch", device=node.device,
                          inputs=[predicate, predicate])
-        pivot_false = graph.add(graph.new_name(f"{node.name}/pivot_f"), "Identity", device=node.device, inputs=[(head, 0)])
+        pivot_false = graph.add(graph.new_name(f"{node.name}/pivot_f"), "Identity", device=node.device,
+                                inputs=[(head, 0)])
         pivots = [graph.add(graph.new_name(f"{node.name}/pivot_t"), "Identity", device=node.device, inputs=[(head, 1)]),
                   pivot_false]
     switches = [graph.add(graph.new_name(f"{node.name}/{edge.source.name}"), "_SwitchN" if case else "Switch",
@@ -226,7 +229,8 @@ def _lower_cond(graph: Graph, node: Node, keep_fetchable: bool) -> None:
         calls.append(_call_node(graph, name, function, node.device, [(s, branch_output(b)) for s in switches]))
         graph.edge(pivots[b], CONTROL, calls[-1], CONTROL)
     merges = [graph.add(graph.new_name(f"{node.name}/{'merge' if case else 'output'}"), "Merge", device=node.device,
-                        inputs=[(call, i) for call in calls]) for i in range(len(_output_types(graph, functions[0], node)))]
+                        inputs=[(call, i) for call in calls])
+              for i in range(len(_output_types(graph, functions[0], node)))]
     executed = graph.add(graph.new_name(f"{node.name}/branch_executed"), "Merge", device=node.device,
                          inputs=[(p, 0) for p in pivots], controls=calls)
     if keep_fetchable and merges:

@@ -165,7 +165,8 @@ class Pipeline(NamedTuple):
     elsewhere: tuple[tuple["Pipeline", str], ...] = ()
 
 
-def dataset_function_names(names: Iterable[str], library: Optional[function_pb2.FunctionDefLibrary] = None) -> list[str]:
+def dataset_function_names(names: Iterable[str],
+                           library: Optional[function_pb2.FunctionDefLibrary] = None) -> list[str]:
     """`names` and every tf.data function their bodies use (a `flat_map` making a generator dataset)."""
     todo, seen = list(names), dict[str, None]()
     while todo:

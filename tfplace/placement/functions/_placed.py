@@ -121,7 +121,8 @@ def without_sources(records: Sequence[PlacementRecord]) -> Sequence[PlacementRec
 
 
 def function_def(name: str, library: Optional[function_pb2.FunctionDefLibrary]) -> Optional[function_pb2.FunctionDef]:
-    """The definition of function `name`: from `library` when it holds it, else from the eager context (None if unknown)."""
+    """The definition of function `name`: from `library` when it holds it, else from the eager context
+    (None if unknown)."""
     if library is not None:
         for function in library.function:
             if function.signature.name == name:

@@ -5,5 +5,6 @@
 (compute, framework, input, plumbing), `_cost` (time and bytes per device and transfer), `_log_json` (JSON),
 `_parsing` (TensorFlow's own log text), `_memory_figures` (memory per device).
 
-Imports: `tfplace._devices`, `tfplace._tensorflow`, `tfplace.placement.ops`, `tfplace.placement.session`.
+Imports: `tfplace._devices`, `tfplace._names`, `tfplace._tensorflow`, `tfplace.placement.ops`,
+`tfplace.placement.profile`, `tfplace.placement.session`.
 """

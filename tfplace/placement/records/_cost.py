@@ -3,7 +3,7 @@
 `transfers()` groups a log's copies into one `Transfer` row per distinct transfer;
 `cost()` adds up executions per device and op (eager records, plus every node of
 each function call) and transfers per direction, with the profiler's times when
-the capture ran with `timing=True` (`tfplace.placement.taking._profile`). Without timing,
+the capture ran with `timing=True` (`tfplace.placement.profile`). Without timing,
 or when another profiler session held TensorFlow's profiler, every time is None:
 never a guess presented as a figure.
 
@@ -22,7 +22,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Iterable, Mapping, NamedTuple, Optional, Sequence
 
-from tfplace.placement.records._records import ARGUMENT_OPS, CopyRecord, Kind, PlacementRecord, is_function_call
+from tfplace.placement.records._records import ARGUMENT_OPS, CopyRecord, Kind, PlacementRecord
+from tfplace._names import is_function_call
+from tfplace.placement.profile._model import Timing
 
 __all__ = ["Transfer", "DeviceCost", "OpCost", "DirectionCost", "Cost", "transfers", "cost"]
 
@@ -119,7 +121,7 @@ def _key(copy: CopyRecord) -> tuple:
             copy.source, copy.tensor, copy.dtype, copy.bytes, copy.in_loop)
 
 
-def transfers(copies: Iterable[CopyRecord], timing: Any = None) -> list["Transfer"]:
+def transfers(copies: Iterable[CopyRecord], timing: Optional[Timing] = None) -> list["Transfer"]:
     """One `Transfer` per distinct transfer in `copies`, most total bytes first (unknown sizes last,
     most frequent first among them). With `timing` (the block's profile), a transfer in a loop body
     counts the `_Send` executions the profile saw between its producer and its consumer (a loop's
@@ -134,16 +136,16 @@ def transfers(copies: Iterable[CopyRecord], timing: Any = None) -> list["Transfe
         kind, function, node, op, index, source_device, target, source, tensor, dtype, size, in_loop = key
         ran = timing.sends.get((tensor.rpartition(":")[0], node)) if timing is not None and kind == "function" else None
         if ran and in_loop:
-            n, in_loop = ran[0], False
+            n, in_loop = ran.executions, False
         rows.append(Transfer(kind, function, node, op, index, source_device, target, source, tensor, dtype, n, size,
-                             None if size is None else size * n, ran[1] if ran else None, in_loop, calls.get(key, "")))
+                             None if size is None else size * n, ran.us if ran else None, in_loop, calls.get(key, "")))
     return sorted(rows, key=lambda t: (t.total_bytes is None, -(t.total_bytes or 0), -t.count))
 
 
 def cost(records: Sequence[PlacementRecord], copies: Sequence[CopyRecord], runs: Mapping[tuple[str, str, str], int],
-         timing: Any = None, missing: str = "") -> Cost:
-    """Executions per device and op, transfers per direction, and with `timing` (a
-    `tfplace.placement.taking._profile.Timing`) the profiler's executions and times.
+         timing: Optional[Timing] = None, missing: str = "") -> Cost:
+    """Executions per device and op, transfers per direction, and with `timing` (the block's profile) the
+    profiler's executions and times.
 
     Args:
       records: the log's records ("execute" ones count one execution each).
@@ -165,14 +167,14 @@ def cost(records: Sequence[PlacementRecord], copies: Sequence[CopyRecord], runs:
     for key, group in directions.items():
         sizes = [c.bytes for c in group if c.bytes is not None]
         measured = timing.transfers.get(key) if timing is not None else None
-        moved[key] = DirectionCost(len(group), sum(sizes) if sizes else None, measured[2] if measured else None)
+        moved[key] = DirectionCost(len(group), sum(sizes) if sizes else None, measured.us if measured else None)
     if timing is None:
         per_device: Counter = Counter()
         for (device, _), n in executions.items():
             per_device[device] += n
         return Cost({d: DeviceCost(n, None, None) for d, n in sorted(per_device.items())},
                     {key: OpCost(n, None) for key, n in sorted(executions.items())}, moved, False, missing)
-    total = sum(busy for _, busy in timing.devices.values()) or 0.0
+    total = sum(device.us for device in timing.devices.values()) or 0.0
     devices = {d: DeviceCost(n, busy, busy / total if total else None)
                for d, (n, busy) in sorted(timing.devices.items())}
     ops = {key: OpCost(n, time) for key, (n, time) in sorted(timing.ops.items())}

@@ -22,7 +22,8 @@ from collections import Counter
 from typing import Any, Iterable, Mapping, NamedTuple, Optional
 
 from tfplace.placement.records._origins import is_plumbing
-from tfplace.placement.records._records import Kind, Origin, PlacementRecord, is_function_call
+from tfplace.placement.records._records import Kind, Origin, PlacementRecord
+from tfplace._names import is_function_call
 
 __all__ = ["CATEGORIES", "OTHER_TITLES", "category", "DeviceGroups", "per_device", "other_line", "op_categories"]
 
@@ -84,7 +85,8 @@ def per_device(records: Iterable[PlacementRecord], runs: Mapping[tuple[str, str,
     for device in sorted(events, key=_device_key):
         groups = events[device]
         # executions, made ms below where the block was timed
-        amounts: dict[str, float] = {op: executions[(device, op, "compute")] or n for op, n in groups["compute"].items()}
+        amounts: dict[str, float] = {op: executions[(device, op, "compute")] or n
+                                     for op, n in groups["compute"].items()}
         rest: dict[str, dict[str, float]] = {name: {op: executions[(device, op, name)] for op in groups[name]}
                                              for name in CATEGORIES[1:]}
         figures = {op: (ops or {}).get((device, op)) for op in amounts}
@@ -98,7 +100,8 @@ def per_device(records: Iterable[PlacementRecord], runs: Mapping[tuple[str, str,
             for name, counts in rest.items():
                 for op, n in counts.items():
                     figure = (ops or {}).get((device, op))
-                    counts[op] = figure.time_us / 1000 * n / every[op] if figure and figure.time_us and every[op] else 0.0
+                    counts[op] = (figure.time_us / 1000 * n / every[op] if figure and figure.time_us and every[op]
+                                  else 0.0)
         ordered = tuple(sorted(amounts.items(), key=lambda item: (-item[1], item[0])))
         found.append(DeviceGroups(device, ordered, {name: groups[name] for name in CATEGORIES[1:]}, timed,
                                   {name: float(sum(rest[name].values())) for name in CATEGORIES[1:]}))

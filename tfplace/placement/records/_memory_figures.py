@@ -1,11 +1,11 @@
 """What a memory capture counted, per device (`Memory`, `DeviceMemory`), and how it is read: sizes as people
-write them (`parse_size`, `size_text`), the assertion on a device's peak (`assert_below`). The census that
+write them (`parse_size`), the assertion on a device's peak (`assert_below`). The census that
 counts them is `tfplace.placement.taking._memory`.
 
 Example:
-    >>> from tfplace.placement.records._memory_figures import parse_size, size_text
-    >>> parse_size("2 GiB", "example"), size_text(3 * 2**20)
-    (2147483648, '3.0 MiB')
+    >>> from tfplace.placement.records._memory_figures import parse_size
+    >>> parse_size("2 GiB", "example")
+    2147483648
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import re
 from typing import Any, Callable, NamedTuple, Optional, Union
 
 from tfplace._devices import parse_device
+from tfplace._names import size_text
 
-__all__ = ["DeviceMemory", "Memory", "NOT_COUNTED", "renamed", "assert_below", "parse_size", "size_text"]
+__all__ = ["AllocatorPeak", "DeviceMemory", "Memory", "NOT_COUNTED", "renamed", "assert_below", "parse_size"]
 
 NOT_COUNTED = "memory was not counted: capture with capture_placement(memory=True)"
 
@@ -39,6 +40,16 @@ class DeviceMemory(NamedTuple):
     allocator_peak_bytes: Optional[int] = None
 
 
+class AllocatorPeak(NamedTuple):
+    """One allocator's own peak inside the block: the largest `bytes_allocated + bytes_reserved` of its
+    `MemoryAllocation`/`MemoryDeallocation` events, as XProf's memory profile computes it, and the devices it
+    serves."""
+
+    allocator: str
+    peak_bytes: int
+    devices: tuple[str, ...]
+
+
 class Memory(NamedTuple):
     """What a memory capture counted: `devices` maps each canonical device name to its `DeviceMemory`.
 
@@ -46,11 +57,13 @@ class Memory(NamedTuple):
       devices: canonical device name -> `DeviceMemory`.
       tracked: how many tensors and variables were counted.
       note: which figure is which (tfplace's count, TensorFlow's allocator's), or why there are none.
+      allocators: each allocator's own peak, where the profile holds its events.
     """
 
     devices: dict[str, DeviceMemory]
     tracked: int = 0
     note: str = NOT_COUNTED
+    allocators: tuple[AllocatorPeak, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The figures as JSON-ready data."""
@@ -58,7 +71,8 @@ class Memory(NamedTuple):
                 "devices": [{"device": device, "peak_bytes": m.peak_bytes, "live_bytes": m.live_bytes,
                              "top": [[source, size] for source, size in m.top],
                              "allocator_current_bytes": m.allocator_current_bytes,
-                             "allocator_peak_bytes": m.allocator_peak_bytes} for device, m in self.devices.items()]}
+                             "allocator_peak_bytes": m.allocator_peak_bytes} for device, m in self.devices.items()],
+                "allocators": [a._asdict() | {"devices": list(a.devices)} for a in self.allocators]}
 
     def lines(self) -> list[str]:
         """The figures as text, a device a line, then its top lines (what reports print)."""
@@ -71,6 +85,8 @@ class Memory(NamedTuple):
             found.append(f"  {device}: peak {size_text(m.peak_bytes)}, live at the end {size_text(m.live_bytes)}"
                          f"{allocator}")
             found += [f"      {source or 'an unknown line'}  {size_text(size)}" for source, size in m.top]
+        found += [f"  allocator {a.allocator} ({', '.join(a.devices) or 'its devices unknown'}): peak "
+                  f"{size_text(a.peak_bytes)}" for a in self.allocators]
         return found + [f"  ({self.note})"]
 
 
@@ -118,17 +134,6 @@ def parse_size(limit: Union[int, float, str], origin: str) -> int:
     unit = match[2].lower() if match else ""
     if match is None or (unit and unit not in _UNITS):
         raise ValueError(f"{origin} received {limit!r}: allowed are a number of bytes >= 0 or a string such as "
-                         f"'2 GiB', '512 MiB', '1.5 GB' (units {', '.join(['B', 'kB', 'MB', 'GB', 'TB', 'KiB', 'MiB', 'GiB', 'TiB'])})")
+                         f"'2 GiB', '512 MiB', '1.5 GB' "
+                         f"(units {', '.join(['B', 'kB', 'MB', 'GB', 'TB', 'KiB', 'MiB', 'GiB', 'TiB'])})")
     return int(float(match[1]) * _UNITS[unit or "b"])
-
-
-def size_text(count: Optional[float]) -> str:
-    """Bytes as people read them: "512 B", "4.0 MiB" ("?" when unknown)."""
-    if count is None:
-        return "?"
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return ""

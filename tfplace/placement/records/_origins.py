@@ -115,7 +115,8 @@ def is_input_op(op: str) -> bool:
 
 def is_plumbing(record: Any) -> bool:
     """True for a record of plumbing (see the module's docstring): a report counts these in one line."""
-    return record.kind == Kind.REMOVED or record.op in PLUMBING_OPS or record.name.rpartition("/")[2].startswith("FakeSink")
+    return (record.kind == Kind.REMOVED or record.op in PLUMBING_OPS
+            or record.name.rpartition("/")[2].startswith("FakeSink"))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -157,8 +158,8 @@ def live(start: int = 1, shortcut: bool = True) -> str:
             pass
     verdict, depth, decider = deciding(frame)
     if shortcut and decider is not None:  # with the code of the frame just inside it
-        shortcuts[_session.pin(innermost)] = (depth, decider.f_code, sys._getframe(start + depth).f_code if depth else None,
-                                              verdict)
+        shortcuts[_session.pin(innermost)] = (depth, decider.f_code,
+                                              sys._getframe(start + depth).f_code if depth else None, verdict)
     return verdict
 
 

@@ -73,7 +73,8 @@ def _read_body(body: str) -> Any:
         return PlacementRecord(op_type(match[1]), "", canonical_name(match[2]), Kind.EXECUTE, line=body)
     match = _COPY_RE.fullmatch(body)
     if match:
-        return CopyRecord(op_type(match[1]), int(match[2]), canonical_name(match[4]), canonical_name(match[3]), "", body)
+        return CopyRecord(op_type(match[1]), int(match[2]), canonical_name(match[4]), canonical_name(match[3]), "",
+                          body)
     match = _PLACE_RE.fullmatch(body)
     if match is None:
         raise ValueError(f"not a placement statement: {body!r}")
@@ -178,5 +179,6 @@ def as_captured(parsed: Parsed) -> Parsed:
     """What a capture of the same run records, from what `parse_placement` read: without the one-op
     functions TensorFlow builds to run each eager op and its `_EagerConst` events, dataset and
     iterator ops of origin "input" (`PlacementLog.from_text`)."""
-    records = [r._replace(origin=Origin.INPUT) if is_input_op(r.op) else r for r in _without_eager_wrappers(parsed.records)]
+    records = [r._replace(origin=Origin.INPUT) if is_input_op(r.op) else r
+               for r in _without_eager_wrappers(parsed.records)]
     return parsed._replace(records=records)

@@ -79,7 +79,8 @@ class Recorder:
 
     def add_later(self, records: Optional[Callable[[], Sequence[PlacementRecord]]] = None, runs: Any = None) -> None:
         """Appends records made when the log is first read (`records()` makes them, in their place among the
-        events), or counts the node runs of a function call then (`runs`: a `tfplace.placement.functions._collected.Later`)."""
+        events), or counts the node runs of a function call then
+        (`runs`: a `tfplace.placement.functions._collected.Later`)."""
         if records is not None:
             self._later.append((len(self._records), records))
         if runs is not None:

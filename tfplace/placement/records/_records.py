@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Iterable, NamedTuple, Optional
 
-__all__ = ["PlacementRecord", "CopyRecord", "CONTROL", "CUSTOM_DEVICE", "input_label", "Kind", "Origin", "ARGUMENT_OPS", "is_function_call"]
+__all__ = ["PlacementRecord", "CopyRecord", "CONTROL", "CUSTOM_DEVICE", "input_label", "Kind", "Origin", "ARGUMENT_OPS"]
 
 # Nodes TensorFlow adds to every function for its arguments and results.
 ARGUMENT_OPS = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval"})
@@ -57,7 +57,7 @@ class Kind(_Text):
 
 class Origin(_Text):
     """Who made an op: the user's code, tf.data's input pipeline, or TensorFlow's and Keras' machinery
-    (see `tfplace.placement.records._origins`).
+    (by the op, its name scope and the frames that made it).
 
     >>> Origin.USER == "user", Origin("framework").users
     (True, False)
@@ -71,12 +71,6 @@ class Origin(_Text):
     def users(self) -> bool:
         """The user's code asked for the op: advice about it is advice the user can follow."""
         return self is Origin.USER
-
-
-def is_function_call(op: str) -> bool:
-    """True for an eager call of a function (its record's op is the function's name, `__inference_f_12`,
-    or a per-device function DTensor runs, `MatMul__func_<h>_<h>_2`)."""
-    return op.startswith("__") or "__func_" in op
 
 
 class _RecordFields(NamedTuple):
@@ -126,7 +120,7 @@ class PlacementRecord(_RecordFields):
       origin: "user" (the user's code asked for the op, Keras layers it called included),
         "input" (tf.data datasets, iterators and their functions) or "framework" (TensorFlow's
         or Keras' machinery with no user request: a strategy's variable initialisation and
-        all-reduce, optimizer slots, metrics); see `tfplace.placement.records._origins`.
+        all-reduce, optimizer slots, metrics).
       error: for a "failed" record, the class of what TensorFlow raised (`"OutOfRangeError"`: the normal
         end of a dataset or iterator, which reports do not count as a failure), else "".
     """
@@ -158,7 +152,8 @@ class PlacementRecord(_RecordFields):
 
 
 CONTROL = -1  # the `input_index` of a transfer that is a control edge
-CUSTOM_DEVICE = "/device:CUSTOM:"  # in the name of a custom device (DTensor's), which runs its ops as functions of its own
+# in the name of a custom device (DTensor's), which runs its ops as functions of its own
+CUSTOM_DEVICE = "/device:CUSTOM:"
 
 
 def input_label(op: Any, input_index: Any) -> str:

@@ -31,7 +31,9 @@ import threading
 import weakref
 from typing import Any, Iterator, Optional
 
-__all__ = ["Session", "Runtime", "hold", "current", "runtime"]
+__all__ = ["Session", "Runtime", "hold", "current", "runtime", "Parameters"]
+
+Parameters = tuple[tuple[str, str], ...]  # (name, what a trace held it to: a TensorSpec, a `Literal[...]`)
 
 
 class Session:
@@ -100,11 +102,13 @@ class Runtime:
         self.cardinalities: dict[int, tuple[Any, int]] = {}  # dataset variants whose size an op said
         self.lines: dict[str, Any] = {}  # function -> its nodes' notes (lines, origins, requesters)
         self.by_nodes: dict[tuple[str, ...], list[str]] = {}  # node names -> functions with them
-        self.parameters: dict[str, tuple] = {}  # function -> what its trace held each parameter to (name, spec)
+        self.parameters: dict[str, Parameters] = {}  # function -> what its trace held each parameter to
         self.made: dict[int, str] = {}  # id of a tensor alive -> the line that made it
         self.warned: set[str] = set()  # warnings given once per process
-        self.unmade: collections.deque = collections.deque()  # `_collected.Later`s waiting (weak references), oldest first
-        self.sessions: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()  # a tf.compat.v1 Session -> what it placed and ran
+        # `_collected.Later`s waiting (weak references), oldest first
+        self.unmade: collections.deque = collections.deque()
+        # a tf.compat.v1 Session -> what it placed and ran
+        self.sessions: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
         self.listening = 0  # how many times the hooks' patches went in: a Session may run unseen between two
         self.iterating: set[str] = set()  # functions whose calls iterate a dataset they are given
 

@@ -21,8 +21,8 @@ from typing import Any, Iterator, Optional, Sequence
 
 from tfplace.placement.session import _session
 
-__all__ = ["user_line", "on_behalf_of", "user_frame", "live_line", "user_stacklevel", "reader_line", "stack_user_line", "shown_path", "started_by_framework", "end_at_user",
-           "AUTOGRAPH"]
+__all__ = ["user_line", "on_behalf_of", "user_frame", "live_line", "user_stacklevel", "reader_line", "stack_user_line",
+           "shown_path", "started_by_framework", "end_at_user", "AUTOGRAPH"]
 
 
 def _package_dir(name: str) -> str:
@@ -182,8 +182,9 @@ def stack_user_line(frames: Sequence[Any]) -> str:
 
 
 # TensorFlow's methods through which Python reads a tensor's value (`EagerTensor`'s and variables').
-_READS = frozenset({"numpy", "_numpy", "numpy_text", "value_text", "__int__", "__float__", "__index__", "__bool__", "__complex__",
-                    "__format__", "__repr__", "__str__", "__array__", "__len__", "__iter__", "__nonzero__"})
+_READS = frozenset({"numpy", "_numpy", "numpy_text", "value_text", "__int__", "__float__", "__index__", "__bool__",
+                    "__complex__", "__format__", "__repr__", "__str__", "__array__", "__len__", "__iter__",
+                    "__nonzero__"})
 
 
 def reader_line(frame: Optional[FrameType]) -> Optional[str]:

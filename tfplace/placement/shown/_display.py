@@ -152,8 +152,8 @@ def _ops_table(records: Sequence[PlacementRecord]) -> str:
     rows.append(_more(len(counts) - ROWS, "op row", width))
     for name in _groups.CATEGORIES[1:]:
         if name in others:
-            rows.append(f'<tr><td colspan="{width}" style="{_CELL};{_MUTED}">+{_e(_groups.other_line(name, others[name]))}'
-                        "</td></tr>")
+            rows.append(f'<tr><td colspan="{width}" style="{_CELL};{_MUTED}">'
+                        f"+{_e(_groups.other_line(name, others[name]))}</td></tr>")
     head = ["op", "kind"] + [d or "(unknown)" for d in columns]
     return _table(head, rows, [False, False] + [True] * len(columns))
 
@@ -273,10 +273,12 @@ def html(log: Log, explanations: Sequence["Explanation"]) -> str:
     if failed:
         parts += [f'<div style="{_TITLE}">Failed ops</div>', _failed_table(failed)]
     if yours:
-        parts += [f'<div style="{_TITLE}">Not where asked, and why</div>', _explanations_table(_report.explained(yours))]
+        parts += [f'<div style="{_TITLE}">Not where asked, and why</div>',
+                  _explanations_table(_report.explained(yours))]
     causes = _explain.causes(explanations)
     if causes:
-        parts += [f'<div style="{_TITLE}">Placed by TensorFlow\'s and Keras\' own code (nothing to change in yours)</div>',
+        parts += [f'<div style="{_TITLE}">Placed by TensorFlow\'s and Keras\' own code '
+                  "(nothing to change in yours)</div>",
                   *(f'<div style="{_MUTED}">{_e(cause)}</div>' for cause in causes[:ROWS])]
     parts.append("</div>")
     return "".join(parts)
@@ -317,8 +319,8 @@ def short_device(device: str) -> str:
 
 
 def cost_lines(log: Log, *, top: int = 10) -> list[str]:
-    """Where the time and bytes went, as text (the first section of `tfplace trace`'s report): per device executions (time share with timing), transfers per
-    direction with bytes, and the top transfers by bytes with their lines."""
+    """Where the time and bytes went, as text (the first section of `tfplace trace`'s report): per device executions
+    (time share with timing), transfers per direction with bytes, and the top transfers by bytes with their lines."""
     cost = log.cost()
     lines = ["where the time and bytes went:"]
     for device, figures in cost.devices.items():

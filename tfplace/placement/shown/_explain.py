@@ -233,8 +233,9 @@ def causes(explanations: Iterable[Explanation]) -> list[str]:
     >>> from tfplace.placement.records._records import PlacementRecord
     >>> read = PlacementRecord("ReadVariableOp", "", "/device:CPU:0", "execute", requested="/device:CPU:1",
     ...                        requested_by="MirroredStrategy", origin="framework")
-    >>> causes([Explanation(read, "colocated", "")] * 6)
-    ["MirroredStrategy initialises each replica's variables from the first replica's: 6 reads colocated with /device:CPU:0"]
+    >>> causes([Explanation(read, "colocated", "")] * 6)  # doctest: +NORMALIZE_WHITESPACE
+    ["MirroredStrategy initialises each replica's variables from the first replica's: 6 reads colocated
+      with /device:CPU:0"]
     """
     counts: Counter = Counter()
     for found in explanations:
@@ -307,8 +308,9 @@ def gpu_readiness(records: Iterable[PlacementRecord], table: KernelTable) -> lis
 
 
 def _readiness_candidate(record: PlacementRecord) -> bool:
-    return (_placed_work(record) and record.kind not in (Kind.COMPILED, Kind.FAILED) and _kernels.is_registered_op(record.op)
-            and record.origin != Origin.INPUT and not is_input_op(record.op) and CUSTOM_DEVICE not in record.device)
+    return (_placed_work(record) and record.kind not in (Kind.COMPILED, Kind.FAILED)
+            and _kernels.is_registered_op(record.op) and record.origin != Origin.INPUT and not is_input_op(record.op)
+            and CUSTOM_DEVICE not in record.device)
 
 
 def on_host_by_design(records: Iterable[PlacementRecord]) -> Counter:

@@ -33,7 +33,9 @@ from collections import Counter
 from typing import Any, Iterable, Optional, Sequence
 
 from tfplace import _files
-from tfplace.placement.records._records import Kind, input_label, is_function_call
+from tfplace.placement.records._records import Kind, input_label
+from tfplace._names import is_function_call
+from tfplace.placement.profile._model import Move, Timing
 
 __all__ = ["trace_events", "merge_tasks", "write", "STEP"]
 
@@ -138,20 +140,20 @@ def _lanes(intervals: list[tuple[float, float, Any]]) -> list[tuple[int, float, 
     return placed
 
 
-def _record_times(records: Sequence[Any], timing: Any, origin: float) -> list[Optional[tuple[float, float]]]:
+def _record_times(records: Sequence[Any], timing: Timing, origin: float) -> list[Optional[tuple[float, float]]]:
     """Per record, its (start, end) on the profiler's clock from `origin`, where the profile saw it: an eager
     op's kernel, a function call's run (the k-th call of a function is its k-th record)."""
     times: list[Optional[tuple[float, float]]] = [None] * len(records)
     eager = [i for i, r in enumerate(records) if r.kind == Kind.EXECUTE and not is_function_call(r.op)]
-    for _, _, start, duration, _, index in timing.events:
-        if 0 <= index < len(eager) and times[eager[index]] is None:
-            times[eager[index]] = (start - origin, start - origin + max(duration, 0.001))
+    for run in timing.runs:
+        if 0 <= run.eager_index < len(eager) and times[eager[run.eager_index]] is None:
+            times[eager[run.eager_index]] = (run.start_us - origin, run.start_us - origin + max(run.duration_us, 0.001))
     calls: dict[str, list[int]] = {}
     for i, record in enumerate(records):
         if record.kind == Kind.EXECUTE and is_function_call(record.op):
             calls.setdefault(record.op, []).append(i)
     taken: Counter = Counter()
-    for start, duration, function in timing.calls:
+    for start, duration, function in timing.calls:  # a CallRun
         known = calls.get(function, [])
         if taken[function] < len(known):
             times[known[taken[function]]] = (start - origin, start - origin + max(duration, 0.001))
@@ -159,21 +161,23 @@ def _record_times(records: Sequence[Any], timing: Any, origin: float) -> list[Op
     return times
 
 
-def _matched(copies: Sequence[Any], copy_slots: Sequence[int], moves: list[tuple], times: list) -> dict[int, Any]:
+def _matched(copies: Sequence[Any], copy_slots: Sequence[int], moves: list[Move],
+             times: list[Optional[tuple[float, float]]]) -> dict[int, Any]:
     """Profile transfer (index in `moves`) -> the log's copy it is: each copy takes the unused transfer of its
     direction that ended nearest before its consumer started (else the nearest after), so that every copy the
     log knows carries its bytes and line even where the profile saw more (a variable's initial value)."""
     found: dict[int, Any] = {}
     for copy, slot in sorted(zip(copies, copy_slots), key=lambda pair: pair[1]):
         at = times[slot] if 0 <= slot < len(times) else None
-        free = [k for k, move in enumerate(moves) if k not in found and move[:2] == (copy.from_device, copy.to_device)]
+        free = [k for k, move in enumerate(moves) if k not in found and (move.source, move.target) == (copy.from_device, copy.to_device)]
         if not free:
             continue
         if at is None:
             best = free[0]
         else:
-            before = [k for k in free if moves[k][2] <= at[0] + 1e-3]
-            best = max(before, key=lambda k: moves[k][2]) if before else min(free, key=lambda k: moves[k][2])
+            before = [k for k in free if moves[k].start_us <= at[0] + 1e-3]
+            best = (max(before, key=lambda k: moves[k].start_us) if before
+                    else min(free, key=lambda k: moves[k].start_us))
         found[best] = copy
     return found
 
@@ -206,19 +210,21 @@ def _steps(timeline: _Timeline, steps: Any, origin: float) -> None:
 
 
 def _timed(timeline: _Timeline, records: Sequence[Any], copies: Sequence[Any], copy_slots: Sequence[int],
-           memory: Iterable[tuple], timing: Any, steps: Any = None) -> None:
+           memory: Iterable[tuple], timing: Timing, steps: Any = None) -> None:
     """Slices at the profiler's times (µs from the block's first event), a lane per overlap on a device; every
     event on that one clock (memory counters at the end of the op after which they changed)."""
     eager = [r for r in records if r.kind == Kind.EXECUTE and not is_function_call(r.op)]
     memory = list(memory)
     begins = [s.start_us for s in steps.steps if s.start_us is not None] if steps is not None else []
-    origin = min([e[2] for e in timing.events] + [m[2] for m in timing.moves] + [c[0] for c in timing.calls] + begins)
+    origin = min([run.start_us for run in timing.runs] + [move.start_us for move in timing.moves]
+                 + [call.start_us for call in timing.calls] + begins)
     if steps is not None:
         _steps(timeline, steps, origin)
     times = _record_times(records, timing, origin)
     by_device: dict[str, list] = {}
-    for device, op, start, duration, _, index in timing.events:
-        by_device.setdefault(device, []).append((start - origin, start - origin + max(duration, 0.001), (op, index)))
+    for run in timing.runs:
+        at = run.start_us - origin
+        by_device.setdefault(run.device, []).append((at, at + max(run.duration_us, 0.001), (run.op, run.eager_index)))
     for device, intervals in by_device.items():
         for lane, start, end, (op, index) in _lanes(intervals):
             record = eager[index] if 0 <= index < len(eager) else None
@@ -234,7 +240,7 @@ def _timed(timeline: _Timeline, records: Sequence[Any], copies: Sequence[Any], c
             args = _record_args(record)
             args["function"] = args.pop("op")
             timeline.slice(device, 50 + lane, record.op, start, end - start, "function call", args)
-    moves = sorted(timing.moves, key=lambda m: m[2])
+    moves = sorted(timing.moves, key=lambda m: m.start_us)
     matched = _matched(copies, copy_slots, moves, times)
     ends: dict[str, list] = {}
     for k, (source, target, start, duration) in enumerate(moves):
@@ -255,13 +261,13 @@ def _timed(timeline: _Timeline, records: Sequence[Any], copies: Sequence[Any], c
 
 
 def trace_events(records: Sequence[Any], copies: Sequence[Any], copy_slots: Sequence[int],
-                 memory: Iterable[tuple] = (), timing: Any = None, steps: Any = None) -> dict[str, Any]:
+                 memory: Iterable[tuple] = (), timing: Optional[Timing] = None, steps: Any = None) -> dict[str, Any]:
     """The trace (a JSON-ready dict) of a block's records in order, its copies with the index of the
     record each came with (`copy_slots`), its memory series ((log length, device, live bytes, epoch ns))
-    and, where it was timed, its profile (`_profile.Timing`: slices at the profiler's times) and its
+    and, where it was timed, its profile (`Timing`: slices at the profiler's times) and its
     `Steps` (a steps track)."""
     timeline = _Timeline()
-    if timing is not None and timing.events:
+    if timing is not None and timing.runs:
         _timed(timeline, records, copies, copy_slots, memory, timing, steps)
         return {"traceEvents": timeline.metadata() + timeline.events, "displayTimeUnit": "ms",
                 "otherData": {"producer": "tfplace", "clock": _TIMED,

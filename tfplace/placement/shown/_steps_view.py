@@ -15,16 +15,9 @@ import html as _html
 from typing import Any, Sequence
 
 from tfplace.placement.steps._model import PHASES
+from tfplace._names import duration_text, size_text
 
 __all__ = ["text", "html", "shares"]
-
-
-def _ms(us: float) -> str:
-    return f"{us / 1000:.1f} ms" if us >= 100 else f"{us:.0f} us"
-
-
-def _bytes(size: float) -> str:
-    return f"{size / 2 ** 20:.1f} MiB" if size >= 2 ** 20 else f"{size / 1024:.1f} KiB" if size >= 1024 else f"{size:.0f} B"
 
 
 def shares(figures: dict[str, float]) -> str:
@@ -53,28 +46,28 @@ def text(steps: Any, advice: Sequence[Any]) -> list[str]:
         return [f"steps: {steps.count} ({_what(steps)}); no times: {steps.reason}"] + [
             "  other loops: " + ", ".join(f"{kind} at {source or 'an unknown line'} ({n} steps)"
                                           for kind, source, n in steps.others[:5])][:1 if steps.others else 0]
-    lines = [f"steps: {steps.count} x {_ms(steps.median_us)} median (p90 {_ms(steps.p90_us)}, max "
-             f"{_ms(steps.max_us)}): {shares(steps.shares)} ({_what(steps)})"]
+    lines = [f"steps: {steps.count} x {duration_text(steps.median_us)} median (p90 {duration_text(steps.p90_us)}, max "
+             f"{duration_text(steps.max_us)}): {shares(steps.shares)} ({_what(steps)})"]
     if steps.others:
         lines.append("  other loops: " + ", ".join(f"{kind} at {source or 'an unknown line'} ({n} steps)"
                                                    for kind, source, n in steps.others[:5]))
     if steps.outliers:
         lines.append(f"  unusual step{'s' if len(steps.outliers) != 1 else ''}, left out of the shares: " + ", ".join(
-            f"#{step.index} {_ms(step.wall_us)} ({_most(step.phases)})" for step in steps.outliers[:5])
+            f"#{step.index} {duration_text(step.wall_us)} ({_most(step.phases)})" for step in steps.outliers[:5])
             + (f" and {len(steps.outliers) - 5} more" if len(steps.outliers) > 5 else ""))
     if steps.per_device:
         lines.append("  busy in steady steps: " + ", ".join(
-            f"{device.rpartition('/')[2] if device.startswith('/device:') else device} {_ms(busy)} "
+            f"{device.rpartition('/')[2] if device.startswith('/device:') else device} {duration_text(busy)} "
             f"({100 * share:.1f}%)" for device, (busy, share) in steps.per_device.items()))
     for device, gpu in steps.gpus.items():
-        copies = (f", from host memory {_bytes(gpu['h2d_bytes'])} in {_ms(gpu['h2d_us'])} (pageable "
-                  f"{_bytes(gpu['pageable_bytes'])}, pinned {_bytes(gpu['pinned_bytes'])})" if gpu["h2d_bytes"] else "")
-        lines.append(f"  {device.rpartition('device:')[2]} per step: kernels {_ms(gpu['compute_us'])}, no kernel running "
-                     f"{_ms(gpu['idle_us'])}{copies}")
+        copies = (f", from host memory {size_text(gpu['h2d_bytes'])} in {duration_text(gpu['h2d_us'])} (pageable "
+                  f"{size_text(gpu['pageable_bytes'])}, pinned {size_text(gpu['pinned_bytes'])})" if gpu["h2d_bytes"] else "")
+        lines.append(f"  {device.rpartition('device:')[2]} per step: kernels {duration_text(gpu['compute_us'])}, no kernel running "
+                     f"{duration_text(gpu['idle_us'])}{copies}")
     if steps.input is not None and steps.shares.get("input", 0.0) >= 0.01:
         stage = steps.input
         lines.append(f"  input: slowest stage {stage.dataset_op} at {stage.source or 'an unknown line'}, "
-                     f"{_ms(stage.per_element_us)} per element, "
+                     f"{duration_text(stage.per_element_us)} per element, "
                      f"{'parallelism ' + str(stage.parallelism) if stage.parallelism else 'not parallel'}, "
                      f"{'prefetched' if stage.prefetch else 'no prefetch after it'}")
     if advice:

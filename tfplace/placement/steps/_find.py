@@ -25,11 +25,12 @@ import re
 from collections import Counter
 from typing import Any, Collection, Mapping, NamedTuple, Optional, Sequence
 
-from tfplace.placement.records._records import Kind, PlacementRecord, is_function_call
+from tfplace.placement.records._records import Kind, PlacementRecord
+from tfplace._names import function_name, is_function_call
+from tfplace.placement.session._session import Parameters
 
-__all__ = ["Found", "find", "base_name", "loop_line"]
+__all__ = ["Found", "find", "loop_line"]
 
-_CONCRETE = re.compile(r"^__(?:inference|forward|backward)_(.+?)_\d+$")
 _KERAS = {"train_function": "keras-fit", "test_function": "keras-evaluate", "predict_function": "keras-predict"}
 _KERAS3 = frozenset({"multi_step_on_iterator", "one_step_on_iterator", "one_step_on_data", "multi_step_on_data"})
 _CALLED_AS = (("fit", "keras-fit"), ("evaluate", "keras-evaluate"), ("predict", "keras-predict"))
@@ -52,12 +53,6 @@ class Found(NamedTuple):
     others: tuple[tuple[str, str, int], ...] = ()  # the other loops seen: (kind, the user's line, steps)
 
 
-def base_name(function: str) -> str:
-    """The Python name of a concrete function (`__inference_train_step_42` -> `train_step`)."""
-    found = _CONCRETE.match(function)
-    return found[1] if found else function
-
-
 def _keras_kind(name: str, source: str) -> str:
     if name in _KERAS:
         return _KERAS[name]
@@ -74,7 +69,7 @@ def _calls(records: Sequence[PlacementRecord]) -> dict[str, list[PlacementRecord
     out: dict[str, list[PlacementRecord]] = {}
     for record in records:
         if record.kind == Kind.EXECUTE and is_function_call(record.op):
-            out.setdefault(base_name(record.op), []).append(record)
+            out.setdefault(function_name(record.op), []).append(record)
     return out
 
 
@@ -86,7 +81,7 @@ def _source(records: Sequence[PlacementRecord]) -> str:
 def _top_level(calls: Sequence[Any]) -> list[Any]:
     """Calls not inside another call on their line (a function called while another traces)."""
     out: list[Any] = []
-    ends: dict[tuple, float] = {}
+    ends: dict[tuple[Any, ...], float] = {}
     for call in sorted(calls):
         if call.start < ends.get(call.line, float("-inf")):
             continue
@@ -123,7 +118,7 @@ def _runs(concrete: Sequence[str]) -> dict[str, list[int]]:
 
 
 def _loops(name: str, ran: Sequence[PlacementRecord], mine: Sequence[Any], untimed: bool,
-           parameters: Mapping[str, tuple] = {}) -> list[Found]:
+           parameters: Mapping[str, Parameters] = {}) -> list[Found]:
     """The loops of the `tf.function` called as `name` (its records `ran`, its profile's calls `mine`): one per
     user's line that called it (`fit`'s and `evaluate`'s calls of Keras 3's `multi_step_on_iterator` are two
     loops) and per function (`_functions`); all its calls as one where the profile's calls and the records do
@@ -138,11 +133,11 @@ def _loops(name: str, ran: Sequence[PlacementRecord], mine: Sequence[Any], untim
             for found in [_loop(name, line, group, [], untimed)] if found is not None]
 
 
-def _functions(pairs: list[tuple[PlacementRecord, Any]], parameters: Mapping[str, tuple]) -> list[list[tuple]]:
+def _functions(pairs: list[tuple[PlacementRecord, Any]], parameters: Mapping[str, Parameters]) -> list[list[tuple[PlacementRecord, Any]]]:
     """The calls of one line, per function: a concrete function whose trace held every parameter as the one
     before it did was not traced again for a new argument; it is another function of the same code (a new
     model's step, each `fit` of twelve models), and starts a group of its own."""
-    groups: list[list[tuple]] = []
+    groups: list[list[tuple[PlacementRecord, Any]]] = []
     owner: dict[str, int] = {}  # concrete function -> its group
     last: Optional[str] = None  # the concrete function of the call before
     for pair in pairs:
@@ -193,7 +188,7 @@ def _loop(name: str, source: str, pairs: list[tuple[PlacementRecord, Any]], unpa
 
 
 def find(records: Sequence[PlacementRecord], events: Optional[Any],
-         eager_spans: Sequence[tuple[float, float]] = (), parameters: Mapping[str, tuple] = {}) -> Found:
+         eager_spans: Sequence[tuple[float, float]] = (), parameters: Mapping[str, Parameters] = {}) -> Found:
     """The steps of a block.
 
     Args:
@@ -238,7 +233,7 @@ def _marked(events: Any, calls: dict[str, list[PlacementRecord]]) -> Optional[Fo
         called = inner.most_common(1)[0][0] if inner else ""
         ran = iter(calls.get(called, ()))
         aligned = inner[called] == len(calls.get(called, ()))  # the k-th call inside marks is the k-th record
-        groups: dict[tuple, list[int]] = {}
+        groups: dict[tuple[Any, ...], list[int]] = {}
         for i, calls_in in enumerate(inside):
             records = [next(ran, None) for c in calls_in if c.name == called] if aligned else []
             first = next((r for r in records if r is not None), None)
@@ -261,7 +256,7 @@ def _eager_loop(records: Sequence[PlacementRecord], events: Optional[Any],
     eager = [r for r in records if r.kind == Kind.EXECUTE and not is_function_call(r.op)]
     # lines that make variables (a model's, an optimizer's) build what a loop trains: no loop of steps
     making = {r.source for r in eager if r.op in _MAKES_VARIABLES}
-    runs: Counter = Counter()  # per line, how often it started a run of eager ops (an iteration's ops come in one run)
+    runs: Counter[str] = Counter()  # per line, how often it started a run of eager ops (an iteration's ops come in one run)
     starts: dict[str, list[int]] = {}
     head = 0
     while head < len(eager):

@@ -6,7 +6,7 @@ iterates (`MapDataset:1`: the pipeline's dataset ops counted from its source); t
 records of dataset ops, in the order the program made them, carry the user's line.
 
 Example:
-    >>> from tfplace.placement.steps._events import Stage
+    >>> from tfplace.placement.profile._step_events import Stage
     >>> stage = slowest([Stage("Iterator::Root::Map", "MapDataset:1", 900.0, 9, None)], [], 1000.0)
     >>> stage.dataset_op, stage.per_element_us, stage.prefetch
     ('Map', 100.0, False)
@@ -18,7 +18,7 @@ import re
 from typing import Optional, Sequence
 
 from tfplace.placement.records._records import Kind, PlacementRecord
-from tfplace.placement.steps._events import ASYNC_STAGES, Stage
+from tfplace.placement.profile._step_events import ASYNC_STAGES, Stage
 from tfplace.placement.steps._model import InputStage
 
 __all__ = ["slowest"]

@@ -6,7 +6,8 @@ wrote (a read or a transfer TensorFlow's or Keras' own code makes names no line 
 no advice).
 
 Example:
-    >>> from tfplace.placement.steps._model import Steps
+    >>> from tfplace.placement.session._session import Parameters
+from tfplace.placement.steps._model import Steps
     >>> calm = Steps(10, 1, "function", "train.py:9", 1000.0, 1100.0, 1200.0,
     ...              {"input": 0.05, "compute": 0.9, "transfer": 0.0, "sync": 0.0, "host": 0.05, "compile": 0.0,
     ...               "idle": 0.0})
@@ -26,9 +27,10 @@ from statistics import median
 from typing import AbstractSet, Any, Mapping, Sequence
 
 from tfplace.placement.records._origins import is_input_op
-from tfplace.placement.records._records import Kind, is_function_call
-from tfplace.placement.steps._find import base_name
+from tfplace.placement.records._records import Kind
+from tfplace._names import duration_text, function_name, is_function_call
 from tfplace.placement.steps._model import Advice, Steps
+from tfplace.placement.session._session import Parameters
 
 __all__ = ["advice", "INPUT_BOUND", "INPUT_US", "EXPLAINS", "HOST_BOUND", "HOST_US", "HOST_KERAS_US", "HOST_REPLICAS_US",
            "SKEW", "REPLICAS", "COPY_BYTES", "LAUNCH_US", "SHARES_FROM", "RETRACED"]
@@ -55,10 +57,6 @@ REPLICAS = 0.5  # devices are replicas when their op types overlap this much (Ja
 
 def _severity(share: float) -> str:
     return "high" if share >= 0.5 else "medium" if share >= 0.2 else "low"
-
-
-def _ms(us: float) -> str:
-    return f"{us / 1000:.1f} ms" if us >= 1000 else f"{us:.0f} us"
 
 
 def _input_bound(steps: Steps) -> list[Advice]:
@@ -91,10 +89,10 @@ def _input_fix(steps: Steps, share: float) -> tuple[str, str]:
     demand = stage.per_step_us if stage.per_step_us else (share * median + own) * parallel
     needed = max(1, math.ceil(demand / own))
     cores = os.cpu_count() or 1
-    said = (f": its slowest stage is {stage.dataset_op} ({_ms(stage.per_element_us)} per element, "
+    said = (f": its slowest stage is {stage.dataset_op} ({duration_text(stage.per_element_us)} per element, "
             f"{'parallelism ' + str(stage.parallelism) if stage.parallelism else 'no num_parallel_calls'}, "
             f"{'a prefetch after it' if stage.prefetch else 'no prefetch after it'}); it needs about "
-            f"{_ms(demand)} a step where the rest of a step takes {_ms(own)}: keeping up takes ~{needed}-way "
+            f"{duration_text(demand)} a step where the rest of a step takes {duration_text(own)}: keeping up takes ~{needed}-way "
             f"parallelism, and this machine has {cores} core{'s' if cores != 1 else ''}")
     op = stage.dataset_op
     if steps.kind.startswith("keras") and stage.source == steps.source:  # Keras' own pipeline over arrays
@@ -159,22 +157,34 @@ def _host(steps: Steps, ops_per_step: float = 0.0) -> list[Advice]:
 
 
 def _host_sync(steps: Steps) -> list[Advice]:
-    steady = steps.steps[steps.warmup:]
-    wall = sum(step.wall_us or 0.0 for step in steady)
+    wall = sum(step.wall_us or 0.0 for step in steps.steps[steps.warmup:])
     if steps.count < 2 or not wall:
         return []
     out = []
     for line, (count, us) in steps.reads.items():
         if count < max(2, steps.count - 1):  # a function's last step ends with its call, before a read after it
             continue
-        share = us / wall
+        share, (text, counter) = us / wall, _statement(line)
         out.append(Advice("host-sync", _severity(share),
                           f"a tensor's value is read in Python in every step ({count} of {steps.count} steady steps, "
-                          f"{_ms(us / count)} each): Python waits there for the device to finish the step", line,
-                          "# keep the value on the device (add it to a tf.Variable or a keras.metrics.Mean inside the "
-                          "step function) and read it every N steps: if step % 100 == 0: print(float(total))",
+                          f"{duration_text(us / count)} each): Python waits there for the device to finish the step", line,
+                          f"if {counter} % 100 == 0: {text}  # read every 100 steps (sum on the device: a tf.Variable)"
+                          if counter else "# read it every N steps; keep sums on the device (a tf.Variable, a metric)",
                           {"share": share, "steps": count}))
     return out
+
+
+def _statement(source: str) -> tuple[str, str]:
+    """The user's line `source` ("file.py:LINE") if one simple statement, and the `for` loop's counter around it."""
+    try:  # the line compiles alone (a `return` pasted alone does not) and can follow `if ...:` or `with ...:`
+        lines = [linecache.getline(source.rpartition(":")[0], n) for n in range(1, int(source.rpartition(":")[2]) + 1)]
+        text, indent = lines[-1].strip(), len(lines[-1]) - len(lines[-1].lstrip())
+        header = next((t for t in reversed(lines[:-1]) if t.strip() and len(t) - len(t.lstrip()) < indent), "")
+        counter = re.findall(r"^\s*for (\w+)(?:, \w+)* in (?:range|enumerate)\(", header) + [""]  # i; i of i, x
+        simple = [hasattr(n, "body") for n in ast.parse(text).body] == [False] and compile(text, source, "exec")
+    except (ValueError, IndexError, SyntaxError):
+        return "", ""
+    return (text, counter[0]) if simple else ("", "")
 
 
 def _spec(text: str) -> str:
@@ -196,7 +206,7 @@ def _traces(name: str, source: str, records: Sequence[Any]) -> list[str]:
     return traces
 
 
-def _changed(traces: Sequence[str], parameters: Mapping[str, tuple]) -> list[tuple[str, str, str]]:
+def _changed(traces: Sequence[str], parameters: Mapping[str, Parameters]) -> list[tuple[str, str, str]]:
     """(parameter, before, after) for each parameter whose traced value, type or shape differed between two
     traces of the step function in a row (each parameter once, first change first)."""
     found: dict[str, tuple[str, str, str]] = {}
@@ -275,8 +285,7 @@ def _compile(steps: Steps, traces: Sequence[str], changed: Sequence[tuple[str, s
 
 
 def _copies(steps: Steps, transfers: Sequence[Any], users: AbstractSet[str]) -> list[Advice]:
-    ran = steps.count + steps.warmup
-    if ran < 2:
+    if (ran := steps.count + steps.warmup) < 2:
         return []
     out = []
     for row in transfers:
@@ -302,11 +311,11 @@ def _in_steps(steps: Steps, row: Any) -> bool:
     """Whether a transfer runs inside the steps: a node of the step function itself (Keras' train function,
     a custom loop's step), or an eager copy on the line the steps run or, in an eager loop, on a line of it."""
     if row.function:
-        return base_name(row.function) == steps.name
+        return function_name(row.function) == steps.name
     return row.source == steps.source or steps.kind == "eager-loop"
 
 
-def _skew(steps: Steps, ops: Mapping[tuple[str, str], Any], lines: Mapping[tuple[str, str], Counter]) -> list[Advice]:
+def _skew(steps: Steps, ops: Mapping[tuple[str, str], Any], lines: Mapping[tuple[str, str], Counter[str]]) -> list[Advice]:
     busy = {d: b for d, (b, _) in steps.per_device.items() if b > 0}
     if len(busy) < 2 or not steps.median_us:
         return []
@@ -349,10 +358,10 @@ def _skew(steps: Steps, ops: Mapping[tuple[str, str], Any], lines: Mapping[tuple
                    {"share": share, "device": slow, "op": op})]
 
 
-def _users(records: Sequence[Any]) -> tuple[set[str], dict[tuple[str, str], Counter]]:
+def _users(records: Sequence[Any]) -> tuple[set[str], dict[tuple[str, str], Counter[str]]]:
     """The function nodes the user's code made, and per (device, op) the user's lines that placed it there."""
     names: set[str] = set()
-    lines: dict[tuple[str, str], Counter] = {}
+    lines: dict[tuple[str, str], Counter[str]] = {}
     for record in records:
         if record.origin.users and record.kind.ran:
             if record.name:
@@ -363,7 +372,7 @@ def _users(records: Sequence[Any]) -> tuple[set[str], dict[tuple[str, str], Coun
 
 
 def advice(steps: Steps, transfers: Sequence[Any], ops: Mapping[tuple[str, str], Any],
-           records: Sequence[Any] = (), parameters: Mapping[str, tuple] = {}) -> list[Advice]:
+           records: Sequence[Any] = (), parameters: Mapping[str, Parameters] = {}) -> list[Advice]:
     """Every rule that holds, most costly first.
 
     Args:

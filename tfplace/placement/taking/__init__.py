@@ -4,9 +4,9 @@
 listens; `_callback` turns each eager op into records, `_eager` describes it, `_function_calls` takes what a
 function call, an iterator or a DTensor op placed, ran and moved; `_events` says what listeners hear;
 `_failures` records ops that raised; `_sessions` records tf.compat.v1 Sessions' graphs and runs; `_memory` is
-the census of tensors per device; `_profiling` runs TensorFlow's profiler around a block, `_profile` reads its
-profile and `_gpu_planes` its GPU planes; `_host_reads` marks the user's reads of tensor values in it.
+the census of tensors per device; `_host_reads` marks the user's reads of tensor values in the profile
+(`tfplace.placement.profile` runs the profiler and reads it).
 
-Imports: `tfplace._contained`, `tfplace._devices`, `tfplace._tensorflow`, `tfplace.placement.functions`,
-`tfplace.placement.ops`, `tfplace.placement.records`, `tfplace.placement.session`, `tfplace.placement.steps`.
+Imports: `tfplace._contained`, `tfplace._devices`, `tfplace._names`, `tfplace._tensorflow`,
+`tfplace.placement.functions`, `tfplace.placement.ops`, `tfplace.placement.records`, `tfplace.placement.session`.
 """

@@ -21,7 +21,8 @@ from tfplace._tensorflow import dtype_enum
 from tfplace.placement.functions import _pipelines, _transfers
 from tfplace.placement.ops import _kernels
 from tfplace.placement.records import _origins
-from tfplace.placement.records._records import CopyRecord, Kind, PlacementRecord, is_function_call
+from tfplace.placement.records._records import CopyRecord, Kind, PlacementRecord
+from tfplace._names import is_function_call
 from tfplace.placement.session import _session
 
 __all__ = ["OP", "FUNCTION", "ITERATOR", "EXPLICIT", "HOST", "kind_of", "describe", "type_values", "dtypes", "function_name",

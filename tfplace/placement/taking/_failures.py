@@ -20,7 +20,8 @@ from tfplace._devices import canonical_name, requested_name
 from tfplace.placement.functions import _datasets
 from tfplace.placement.ops import _kernels
 from tfplace.placement.records import _origins
-from tfplace.placement.records._records import Kind, PlacementRecord, is_function_call
+from tfplace.placement.records._records import Kind, PlacementRecord
+from tfplace._names import is_function_call
 from tfplace.placement.session import _session
 from tfplace.placement.session._sources import user_line
 from tfplace.placement.taking import _eager, _events

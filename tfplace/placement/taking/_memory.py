@@ -36,7 +36,8 @@ from typing import Any, Callable, Iterable, NamedTuple, Optional, Union
 
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name, parse_device
-from tfplace.placement.records._memory_figures import DeviceMemory, Memory, size_text
+from tfplace._names import size_text
+from tfplace.placement.records._memory_figures import DeviceMemory, Memory
 from tfplace.placement.session import _session
 
 _dtype_enum, _elements = _tensorflow.dtype_enum, _tensorflow.eager_elements

@@ -1,11 +1,11 @@
 """One session of TensorFlow's profiler around a block (`capture_placement(timing=True)`): started
-in a fresh folder unless another session runs (TensorFlow runs one per process), stopped and read
-back as an `XSpace` (`tfplace.placement.taking._profile.read_xspace` reads it).
+in a fresh folder (or the folder the profile is kept in) unless another session runs (TensorFlow runs one per
+process), stopped and read back as an `XSpace` (`tfplace.placement.profile._xspace.read_xspace` reads it).
 
 Example:
     >>> import tensorflow as tf
-    >>> from tfplace.placement.taking import _profiling
-    >>> session = _profiling.ProfilerSession.start()
+    >>> from tfplace.placement.profile import _session
+    >>> session = _session.ProfilerSession.start()
     >>> _ = tf.ones(2) * 2.0
     >>> session.stop() is not None, session.missing
     (True, '')
@@ -13,15 +13,14 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import tempfile
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from tfplace import _tensorflow
 
-__all__ = ["ProfilerSession", "keeping"]
+__all__ = ["ProfilerSession", "profile_files"]
 
 
 class ProfilerSession:
@@ -32,24 +31,27 @@ class ProfilerSession:
         active when it started, or the profiler could not start, stop or write its profile.
     """
 
-    def __init__(self, logdir: Optional[str], missing: str = "", kept: frozenset = frozenset()) -> None:
+    def __init__(self, logdir: Optional[str], missing: str = "", kept: frozenset[str] = frozenset()) -> None:
         self.logdir, self.missing = logdir, missing
-        self.kept = kept  # with a folder to keep (`keeping`): the profiles that were there before, else empty
+        self.kept = kept  # with a folder to keep the profile in: the profiles that were there before, else empty
 
     @classmethod
-    def start(cls) -> "ProfilerSession":
-        """Starts TensorFlow's profiler in a fresh folder, unless it cannot (then `missing` says why
-        and nothing starts). Another session is known by what TensorFlow's `start` raises
+    def start(cls, keep: Optional[str] = None) -> "ProfilerSession":
+        """Starts TensorFlow's profiler in a fresh folder, or in `keep` (the profile stays there, under
+        `plugins/profile/<run>/`, where TensorBoard's profile plugin and XProf read it), unless it cannot (then
+        `missing` says why and nothing starts). Another session is known by what TensorFlow's `start` raises
         (`AlreadyExistsError`): that covers the sessions of its Python API and of its profiler
         server alike, where a look at the Python API's state would miss the server's. (Refused by
         a server's session, TensorFlow keeps its Python API's unstarted session object until a
         `tf.profiler.experimental.stop()`; tfplace leaves TensorFlow's state as it is.)"""
-        logdir = _KEEP[-1] if _KEEP else tempfile.mkdtemp(prefix="tfplace-profile-")
-        before = frozenset(_profiles(logdir)) | {""} if _KEEP else frozenset()  # never empty when kept
+        if keep is not None:
+            os.makedirs(keep, exist_ok=True)
+        logdir = keep if keep is not None else tempfile.mkdtemp(prefix="tfplace-profile-")
+        before = frozenset(profile_files(logdir)) | {""} if keep is not None else frozenset()  # never empty when kept
         try:
             _tensorflow.profiler_start(logdir)
         except _tensorflow.ProfilerError as error:
-            if not _KEEP:
+            if keep is None:
                 shutil.rmtree(logdir, ignore_errors=True)
             said = _first_line(error)
             if isinstance(error, _tensorflow.ProfilerBusy):
@@ -71,7 +73,7 @@ class ProfilerSession:
                 self.missing = f"TensorFlow's profiler could not stop and write to {logdir} " \
                                f"(TensorFlow said: {_first_line(error)})"
                 return None
-            paths = [path for path in _profiles(logdir) if path not in self.kept]
+            paths = [path for path in profile_files(logdir) if path not in self.kept]
             try:
                 space = _tensorflow.read_xspaces(paths)
             except OSError as error:
@@ -85,24 +87,10 @@ class ProfilerSession:
                 shutil.rmtree(logdir, ignore_errors=True)
 
 
-def _profiles(logdir: str) -> list[str]:
-    return [os.path.join(root, name) for root, _, names in os.walk(logdir) for name in names
+def profile_files(folder: str) -> list[str]:
+    """Every `*.xplane.pb` file under `folder`."""
+    return [os.path.join(root, name) for root, _, names in os.walk(folder) for name in names
             if name.endswith(".xplane.pb")]
-
-
-_KEEP: list[str] = []  # the folder profiles are kept in while `keeping()` runs
-
-
-@contextlib.contextmanager
-def keeping(directory: str) -> Iterator[None]:
-    """Inside the block, profiler sessions write into `directory` (`plugins/profile/<run>/` below it, where
-    TensorBoard's profile plugin reads them) and leave their profile there."""
-    os.makedirs(directory, exist_ok=True)
-    _KEEP.append(directory)
-    try:
-        yield
-    finally:
-        _KEEP.remove(directory)
 
 
 def _first_line(error: BaseException) -> str:

@@ -47,12 +47,12 @@ that an earlier counted event on its line already covers adds executions, not ti
 
 Example:
     >>> import tensorflow as tf
-    >>> from tfplace.placement.taking import _profile, _profiling
+    >>> from tfplace.placement.profile import _session, _xspace
     >>> x = tf.ones((64, 64))
-    >>> session = _profiling.ProfilerSession.start()
+    >>> session = _session.ProfilerSession.start()
     >>> y = tf.matmul(x, x)
-    >>> timing = _profile.read_xspace(session.stop(), eager=[("MatMul", "/device:CPU:0")])
-    >>> timing.ops[("/device:CPU:0", "MatMul")][0] >= 1
+    >>> timing = _xspace.read_xspace(session.stop(), eager=[("MatMul", "/device:CPU:0")])
+    >>> timing.ops[("/device:CPU:0", "MatMul")].executions >= 1
     True
 """
 
@@ -60,16 +60,17 @@ from __future__ import annotations
 
 import re
 from collections import Counter, deque
-from typing import Any, Iterable, Mapping, NamedTuple
+from typing import Any, Iterable, Mapping
 
-from tfplace import _tensorflow
+from tfplace import _names, _tensorflow
 from tfplace._devices import canonical_name
 from tfplace.placement.ops import _kernels
-from tfplace.placement.records._records import is_function_call
-from tfplace.placement.steps._events import StepEvents
-from tfplace.placement.taking import _gpu_planes
+from tfplace.placement.profile import _gpu_planes
+from tfplace.placement.profile._model import Allocation, CallRun, Move, OpRun, OpTime, Timing, TransferTime
+from tfplace.placement.profile._planes import StatValue, stats
+from tfplace.placement.profile._step_events import HostCopy, StepEvents
 
-__all__ = ["Timing", "read_xspace"]
+__all__ = ["read_xspace"]
 
 _EAGER = "EagerLocalExecute: "
 _KERNEL_RUN = "EagerKernelExecute"
@@ -85,72 +86,24 @@ _WAITS = frozenset({"IteratorGetNext", "IteratorGetNextSync", "IteratorGetNextAs
 _NAMED = re.compile(r"^(?:[A-Za-z_][\w.]*|<lambda>)$")  # a TraceMe a program names: a tf.function's call, a step marker
 
 
-class Timing(NamedTuple):
-    """What a profile says.
-
-    Attributes:
-      devices: canonical device name -> (executions, busy µs).
-      ops: (device, op type) -> (executions, µs); on a GPU, kernels (an op may launch several),
-        under the op type of the launching op where the profile names it, else the kernel's name.
-      transfers: (from_device, to_device) -> (count, bytes or 0 when unknown, µs).
-      nodes: function node name -> executions (`_Send` and `_Recv` nodes included).
-      sends: (producer node, consumer node) -> (executions, µs) of the `_Send` between them (in a
-        loop, the send at the loop's exit runs once more per run, carrying no value).
-      wall_us: the span of the counted events.
-      threads: how many thread and stream lines had counted work.
-      eager: (device, op type) -> executions of eager ops seen on the host (for a device timed
-        from its own plane, not a part of `ops`).
-      unattributed: events whose device is unknown (eager events beyond the records
-        passed, nodes without a device).
-      events: each counted event, for a timeline (`tfplace.placement.shown._perfetto`).
-      moves: each transfer with its start and time, for a timeline.
-      calls: each eager function call with its start and time, for a timeline (not busy time).
-      steps: what the profile says about steps (`tfplace.placement.steps._events.StepEvents`).
-    """
-
-    devices: dict[str, tuple[int, float]]
-    ops: dict[tuple[str, str], tuple[int, float]]
-    transfers: dict[tuple[str, str], tuple[int, int, float]]
-    nodes: dict[str, int]
-    sends: dict[tuple[str, str], tuple[int, float]]
-    wall_us: float
-    threads: int
-    eager: dict[tuple[str, str], int] = {}
-    unattributed: int = 0
-    events: tuple = ()  # (device, op, start µs, µs, line, index of the eager op in `read_xspace`'s list or -1)
-    moves: tuple = ()  # (from device, to device, start µs, µs) of each transfer the profile saw
-    calls: tuple = ()  # (start µs, µs, function) of each eager function call, in order
-    steps: Any = None
-
-
-def _stat(plane: Any, stat: Any) -> Any:
-    kind = stat.WhichOneof("value")
-    value = getattr(stat, kind) if kind else None
-    return plane.stat_metadata[value].name if kind == "ref_value" else value
-
-
-def _stats(plane: Any, event: Any) -> dict[str, Any]:
-    return {plane.stat_metadata[s.metadata_id].name: _stat(plane, s) for s in event.stats}
-
-
 class _Tally:
-    def __init__(self, planes: frozenset) -> None:
+    def __init__(self, planes: frozenset[str]) -> None:
         self.planes = planes  # devices timed from their own plane
-        self.work: dict[Any, list] = {}  # line -> [(start µs, µs, device, op)]
-        self.ops: dict[tuple[str, str], list] = {}
-        self.transfers: dict[tuple[str, str], list] = {}
-        self.nodes: Counter = Counter()
-        self.sends: dict[tuple[str, str], list] = {}
+        self.work: dict[tuple[str, int], list[tuple[float, float, str, str, int]]] = {}  # line -> its runs
+        self.transfers: dict[tuple[str, str], TransferTime] = {}
+        self.nodes: Counter[str] = Counter()
+        self.sends: dict[tuple[str, str], OpTime] = {}
         self.first = float("inf")
         self.last = float("-inf")
-        self.eager: Counter = Counter()
+        self.eager: Counter[tuple[str, str]] = Counter()
         self.unattributed = 0
-        self.moves: list[tuple[str, str, float, float]] = []
-        self.calls: list[tuple[float, float, str]] = []  # (start µs, µs, function) of each eager function call
-        self.waited: Counter = Counter()  # (device, op) -> executions of ops that wait
+        self.moves: list[Move] = []
+        self.calls: list[CallRun] = []
+        self.waited: Counter[tuple[str, str]] = Counter()  # (device, op) -> executions of ops that wait
         self.steps = StepEvents()
+        self.allocations: list[Allocation] = []
 
-    def ran(self, line: Any, device: str, op: str, start_us: float, duration_us: float, host: bool,
+    def ran(self, line: tuple[str, int], device: str, op: str, start_us: float, duration_us: float, host: bool,
             eager: int = -1, pipeline: bool = False) -> None:
         """Work on `device` seen on `line` (a host line when `host`, tf.data's when `pipeline`); `eager`: its
         eager op's index."""
@@ -170,24 +123,25 @@ class _Tally:
         self.last = max(self.last, start_us + duration_us)
 
     def moved(self, source: str, target: str, size: int, start_us: float, duration_us: float) -> None:
-        entry = self.transfers.setdefault((canonical_name(source), canonical_name(target)), [0, 0, 0.0])
-        entry[0] += 1
-        entry[1] += size
-        entry[2] += duration_us
-        self.moves.append((canonical_name(source), canonical_name(target), start_us, duration_us))
+        key = (canonical_name(source), canonical_name(target))
+        count, size_before, us = self.transfers.get(key, TransferTime(0, 0, 0.0))
+        self.transfers[key] = TransferTime(count + 1, size_before + size, us + duration_us)
+        self.moves.append(Move(*key, start_us, duration_us))
         self.span(start_us, duration_us)
 
+    def sent(self, producer: str, consumer: str, duration_us: float) -> None:
+        count, us = self.sends.get((producer, consumer), OpTime(0, 0.0))
+        self.sends[(producer, consumer)] = OpTime(count + 1, us + duration_us)
+
     def timing(self) -> Timing:
-        every = []
-        ops = self.ops
+        runs = []
+        ops: dict[tuple[str, str], list[Any]] = {}  # [executions, µs]
         for number, events in enumerate(self.work.values()):
             covered = float("-inf")
             events.sort()
             for start, duration, device, op, eager in events:
-                every.append((device, op, start, duration, number, eager))
-                entry = ops.get((device, op))
-                if entry is None:
-                    entry = ops[(device, op)] = [0, 0.0]
+                runs.append(OpRun(device, op, start, duration, number, eager))
+                entry = ops.setdefault((device, op), [0, 0.0])
                 end = start + duration
                 entry[0] += 1
                 entry[1] += (end - covered if end > covered else 0.0) if covered > start else duration
@@ -197,31 +151,34 @@ class _Tally:
                 self.span(events[0][0], 0.0)
                 self.span(max(start + duration for start, duration, *_ in events), 0.0)
         for key, count in self.waited.items():
-            self.ops.setdefault(key, [0, 0.0])[0] += count
-        devices: dict[str, list] = {}
-        for (device, _), (count, time) in self.ops.items():
+            ops.setdefault(key, [0, 0.0])[0] += count
+        devices: dict[str, list[Any]] = {}
+        for (device, _), (count, time) in ops.items():
             entry = devices.setdefault(device, [0, 0.0])
             entry[0] += count
             entry[1] += time
         wall = self.last - self.first if self.last >= self.first else 0.0
-        return Timing({d: (n, t) for d, (n, t) in sorted(devices.items())},
-                      {k: (n, t) for k, (n, t) in sorted(self.ops.items())},
-                      {k: (n, b, t) for k, (n, b, t) in self.transfers.items()},
-                      dict(self.nodes), {k: (n, t) for k, (n, t) in self.sends.items()}, wall, len(self.work),
-                      dict(self.eager), self.unattributed, tuple(every), tuple(self.moves), tuple(sorted(self.calls)),
-                      self.steps)
+        return Timing({d: OpTime(int(n), t) for d, (n, t) in sorted(devices.items())},
+                      {k: OpTime(int(n), t) for k, (n, t) in sorted(ops.items())},
+                      dict(self.transfers), dict(self.nodes), dict(self.sends), wall, len(self.work),
+                      dict(self.eager), self.unattributed, tuple(runs), tuple(self.moves), tuple(sorted(self.calls)),
+                      self.steps, tuple(sorted(self.allocations, key=lambda a: a.start_us)))
 
 
-_SKIP, _EAGER_OP, _KERNEL, _COPY, _WORK, _SEND, _OTHER_NODE, _ASYNC, _CALL, _NAME, _STEP = range(11)
+_SKIP, _EAGER_OP, _KERNEL, _COPY, _WORK, _SEND, _OTHER_NODE, _ASYNC, _CALL, _NAME, _STEP, _MEMORY = range(12)
+_Kind = tuple[Any, ...]  # (kind, then what it is: an op type, devices, a node)
+_MEMORY_EVENTS = {"MemoryAllocation": False, "MemoryDeallocation": True}
 _STEP_EVENTS = {"IteratorGetNextOp::DoCompute": "input", "tf.function-graph_building": "compile",
                 "SessionRun": "session", "InstantiatedCapturedFunction::Run": "function", "tfplace_host_read": "read"}
 
 
-def _kind(name: str) -> tuple:
+def _kind(name: str) -> _Kind:
     """What an event name of a host plane is: (kind, op type or devices)."""
+    if name in _MEMORY_EVENTS:
+        return _MEMORY, _MEMORY_EVENTS[name]
     if name.startswith(_EAGER):
         op = name[len(_EAGER):]
-        if is_function_call(op):
+        if _names.is_function_call(op):
             return _CALL, op  # its nodes are counted on their own; the call is kept for a timeline
         if _tensorflow.op_def(_kernels.op_type(op)) is None:
             return (_SKIP,)
@@ -260,12 +217,16 @@ def _unfused(op: str) -> str:
     return op
 
 
-def _host_plane(plane: Any, tally: _Tally, node_devices: Mapping[str, str], pending: list) -> None:
+_Pending = tuple[float, float, str, tuple[str, int]]  # an eager op's start, µs, op type, line
+
+
+def _host_plane(plane: Any, tally: _Tally, node_devices: Mapping[str, str], pending: list[_Pending]) -> None:
     """Reads a host plane into `tally`; its eager ops go to `pending` (matched to records later)."""
     kinds = {key: _kind(metadata.name) for key, metadata in plane.event_metadata.items()}
     for line in plane.lines:
         base_us = line.timestamp_ns / 1e3
-        eager, kernels = [], []
+        eager: list[list[Any]] = []
+        kernels: list[tuple[float, float]] = []
         pipeline = line.name.startswith("tf_data")
         where = (plane.name, line.id)
         for event in line.events:
@@ -277,10 +238,12 @@ def _host_plane(plane: Any, tally: _Tally, node_devices: Mapping[str, str], pend
             if what == _NAME or what == _STEP:
                 kinds[event.metadata_id] = _step_event(plane, event, kind, start, duration, (plane.name, line.id),
                                                        tally.steps)
+            elif what == _MEMORY:
+                tally.allocations.append(_allocation(stats(plane, event), start, kind[1]))
             elif what == _EAGER_OP:
                 eager.append([start, duration, kind[1]])
             elif what == _CALL:
-                tally.calls.append((start, duration, kind[1]))
+                tally.calls.append(CallRun(start, duration, kind[1]))
             elif what == _KERNEL:
                 kernels.append((start, duration))
             elif what == _COPY:
@@ -292,26 +255,38 @@ def _host_plane(plane: Any, tally: _Tally, node_devices: Mapping[str, str], pend
                     kind = kinds[event.metadata_id] = (*kind, canonical_name(device) if device else "")
                 tally.ran(where, kind[3], kind[1], start, duration, True, pipeline=pipeline)
             elif what == _ASYNC:
-                node = str(_stats(plane, event).get("name", ""))
+                node = str(stats(plane, event).get("name", ""))
                 if node:
                     tally.nodes[node] += 1
             else:
                 node = plane.event_metadata[event.metadata_id].name.rpartition(":")[0]
                 tally.nodes[node] += 1
                 if what == _SEND:
-                    stats = _stats(plane, event)
-                    parts = str(stats.get("key", "")).split(";")
+                    said = stats(plane, event)
+                    parts = str(said.get("key", "")).split(";")
                     if len(parts) >= 3:
                         tally.moved(parts[0], parts[2], 0, start, duration)
-                    entry = tally.sends.setdefault((str(stats.get("from", "")), str(stats.get("to", ""))), [0, 0.0])
-                    entry[0] += 1
-                    entry[1] += duration
+                    tally.sent(str(said.get("from", "")), str(said.get("to", "")), duration)
         _kernel_times(eager, kernels)
         pending.extend((start, duration, op, (plane.name, line.id)) for start, duration, op in eager)
 
 
-def _step_event(plane: Any, event: Any, kind: tuple, start: float, duration: float, line: tuple,
-                steps: StepEvents) -> tuple:
+def _integer(value: StatValue) -> int:
+    return int(value) if isinstance(value, (int, float)) else 0
+
+
+def _allocation(said: Mapping[str, StatValue], start: float, freed: bool) -> Allocation:
+    """A `MemoryAllocation`/`MemoryDeallocation` event's stats as an `Allocation`."""
+    dtype = said.get("data_type")
+    return Allocation(str(said.get("allocator_name", "")), start, freed, _integer(said.get("bytes_allocated", 0)),
+                      _integer(said.get("bytes_reserved", 0)), _integer(said.get("peak_bytes_in_use", 0)),
+                      _integer(said.get("requested_bytes", 0)), _integer(said.get("allocation_bytes", 0)),
+                      _integer(said.get("addr", 0)), str(said.get("tf_op", "")), str(said.get("region_type", "")),
+                      dtype if isinstance(dtype, int) else None, str(said.get("shape", "")))
+
+
+def _step_event(plane: Any, event: Any, kind: _Kind, start: float, duration: float, line: tuple[str, int],
+                steps: StepEvents) -> _Kind:
     """Gives `steps` an event of a step's kind; returns the kind of its name from now on (a name that is
     neither a tf.function's call nor a step marker is skipped after its first event)."""
     name = plane.event_metadata[event.metadata_id].name
@@ -326,21 +301,21 @@ def _step_event(plane: Any, event: Any, kind: tuple, start: float, duration: flo
         elif what == "function":
             steps.function_run(line, start)
         elif what == "read":
-            steps.reads.append((start, duration, str(_stats(plane, event).get("source", ""))))
+            steps.reads.append((start, duration, str(stats(plane, event).get("source", ""))))
         else:
-            steps.stage(line, name, start, duration, _stats(plane, event))
+            steps.stage(line, name, start, duration, stats(plane, event))
         return kind
-    stats = _stats(plane, event)
-    if "tf_function_call" in stats:
-        steps.call(start, duration, name, str(stats["tf_function_call"]), line)
-    elif "step_num" in stats:
-        steps.mark(start, duration, name, stats["step_num"])
+    said = stats(plane, event)
+    if "tf_function_call" in said:
+        steps.call(start, duration, name, str(said["tf_function_call"]), line)
+    elif "step_num" in said:
+        steps.mark(start, duration, name, said["step_num"])
     else:
         return (_SKIP,)
     return kind
 
 
-def _kernel_times(eager: list, kernels: list) -> None:
+def _kernel_times(eager: list[list[Any]], kernels: list[tuple[float, float]]) -> None:
     """Gives each eager op ([start, µs, op]) the start and time of its kernel runs (the
     `EagerKernelExecute` events inside it on its line), where it has any."""
     eager.sort()
@@ -360,25 +335,26 @@ def _kernel_times(eager: list, kernels: list) -> None:
 
 def read_xspace(space: Any, node_devices: Mapping[str, str] = {},
                 eager: Iterable[tuple[str, str]] = ()) -> Timing:
-    """Executions and time per device and op, and transfers, from a profile.
+    """Executions and time per device and op, transfers, step and allocator events, from a profile.
 
     Args:
-      space: the `XSpace` (`Session.stop()`).
+      space: the `XSpace` (`ProfilerSession.stop()`, or a kept profile's files).
       node_devices: function node name -> device, for the nodes' events (from the capture's records,
         or the NodeDefs of the placed graphs).
       eager: (op type, device) of the block's eager ops, in the order they ran (the capture's
         "execute" records): the k-th event of an op type ran on the k-th such device.
     """
-    queues: dict[str, deque] = {}
+    queues: dict[str, deque[tuple[str, int]]] = {}
     for index, (op, device) in enumerate(eager):
         queues.setdefault(op, deque()).append((device, index))
-    gpus = {plane.name: f"/device:GPU:{found[1]}" for plane in space.planes for found in [_GPU_PLANE.match(plane.name)]
-            if found}
+    # a GPU's plane is `/device:GPU:<n>` in any process: in a cluster's task, that task's GPU
+    gpus = {plane.name: canonical_name(f"/device:GPU:{found[1]}") for plane in space.planes
+            for found in [_GPU_PLANE.match(plane.name)] if found}
     tally = _Tally(frozenset(gpus.values()))
-    pending: list = []
+    pending: list[_Pending] = []
     for plane in space.planes:
         if plane.name in gpus:
-            _gpu_planes.gpu_plane(plane, tally, gpus[plane.name], _stats)
+            _gpu(tally, plane, gpus[plane.name])
         elif plane.name == "/host:CPU":
             _host_plane(plane, tally, node_devices, pending)
     pending.sort(key=lambda item: item[0])
@@ -390,3 +366,17 @@ def read_xspace(space: Any, node_devices: Mapping[str, str] = {},
         if device:
             tally.eager[(device, op)] += 1
     return tally.timing()
+
+
+def _gpu(tally: _Tally, plane: Any, device: str) -> None:
+    """A GPU's plane into `tally`: its kernels as work, its copies as transfers (those from host memory also as
+    the steps' host copies)."""
+    read = _gpu_planes.gpu_plane(plane, device)
+    for kernel in read.kernels:
+        tally.ran((plane.name, kernel.line), device, kernel.op, kernel.start_us, kernel.duration_us, False)
+    for copy in read.copies:
+        source, target = canonical_name(copy.source), canonical_name(copy.target)
+        tally.moved(source, target, copy.bytes, copy.start_us, copy.duration_us)
+        if source.endswith("/device:CPU:0"):
+            tally.steps.host_copies.append(HostCopy(target, copy.host_memory, copy.bytes, copy.start_us,
+                                                    copy.duration_us))

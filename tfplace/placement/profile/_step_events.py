@@ -1,4 +1,4 @@
-"""What a profile says about steps: the events `tfplace.placement.taking._profile` reads for them.
+"""What a profile says about steps: the events `tfplace.placement.profile._xspace` reads for them.
 
 What TensorFlow 2.16-2.21's profiler writes on the host plane, checked on Keras 3 and tf_keras `fit`,
 custom loops, eager loops and `Session.run` loops on CPUs:
@@ -9,7 +9,7 @@ custom loops, eager loops and `Session.run` loops on CPUs:
   tracing inside it is `tf.function-graph_building`.
 * tfplace's own `tfplace_host_read` (stat `source`) is a read of a tensor's value on the user's line
   (`tfplace.placement.taking._host_reads`): it lasts as long as Python waits for the device's result.
-* On a GPU's plane (`taking/_gpu_planes.py`), a copy from host memory says in `memcpy_details` whether that
+* On a GPU's plane (`profile/_gpu_planes.py`), a copy from host memory says in `memcpy_details` whether that
   memory was `pageable` or `pinned`.
 * A step marker, tf_keras' or a user's `tf.profiler.experimental.Trace("train", step_num=i, _r=1)`, is an
   event with stat `step_num`; a `Session.run` is `SessionRun`.
@@ -30,9 +30,12 @@ Example:
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, Mapping, NamedTuple
 
-__all__ = ["Call", "Mark", "Stage", "StepEvents", "ASYNC_STAGES"]
+__all__ = ["Call", "HostCopy", "Mark", "Stage", "StepEvents", "ASYNC_STAGES"]
+
+Line = tuple[str, int]  # a profile's line: its plane's name and its id
+Span = tuple[float, float]  # start and length, µs
 
 # Stages whose own events wait on producers running elsewhere (their time is their input's).
 ASYNC_STAGES = frozenset({"Prefetch", "ParallelMap", "ParallelMapV2", "MapAndBatch", "ParallelBatch",
@@ -49,7 +52,7 @@ class Call(NamedTuple):
     name: str
     traced: bool
     xla: bool
-    line: tuple
+    line: Line
 
 
 class Mark(NamedTuple):
@@ -61,6 +64,17 @@ class Mark(NamedTuple):
     number: int
 
 
+class HostCopy(NamedTuple):
+    """A copy to a GPU from host memory: the GPU, `pageable` or `pinned` ("" where the profile does not say),
+    bytes, start and length (µs)."""
+
+    device: str
+    memory: str
+    bytes: int
+    start: float
+    duration: float
+
+
 class Stage(NamedTuple):
     """One tf.data stage over the profile: its iterator path (`Iterator::Root::MapAndBatch::Map`),
     the dataset it names (`MapDataset:1`), its time of its own (µs, its input's events and waits
@@ -70,7 +84,7 @@ class Stage(NamedTuple):
     dataset: str
     own_us: float
     elements: int
-    parallelism: object
+    parallelism: object  # as the profile writes it (an int, or a string such as "autotune")
 
 
 class StepEvents:
@@ -79,17 +93,16 @@ class StepEvents:
     def __init__(self) -> None:
         self.calls: list[Call] = []
         self.marks: list[Mark] = []
-        self.sessions: list[tuple[float, float]] = []
-        self.input: list[tuple[float, float]] = []  # get-next waits
-        self.sync: list[tuple[float, float]] = []  # collectives, waiting for peers
-        self.compile: list[tuple[float, float]] = []  # tracing
+        self.sessions: list[Span] = []
+        self.input: list[Span] = []  # get-next waits
+        self.sync: list[Span] = []  # collectives, waiting for peers
+        self.compile: list[Span] = []  # tracing
         self.reads: list[tuple[float, float, str]] = []  # the user's reads of tensor values: start, µs, line
-        self.host_copies: list[tuple[str, str, int, float, float]] = []  # to a GPU from host memory: device,
-        # "pageable" or "pinned", bytes, start, µs
-        self._stages: dict[str, list] = {}  # path -> [dataset, own µs, elements, events, parallelism]
-        self._open: dict[tuple, list] = {}  # line -> stack of [path, end, children µs, functions]
+        self.host_copies: list[HostCopy] = []
+        self._stages: dict[str, list[Any]] = {}  # path -> [dataset, own µs, elements, events, parallelism, spans]
+        self._open: dict[Line, list[list[Any]]] = {}  # line -> stack of [path, end, children µs, functions, ...]
 
-    def call(self, start: float, duration: float, name: str, kind: str, line: tuple) -> None:
+    def call(self, start: float, duration: float, name: str, kind: str, line: Line) -> None:
         self.calls.append(Call(start, duration, name, kind.startswith("traced"), kind.endswith("-Xla"), line))
 
     def mark(self, start: float, duration: float, name: str, number: object) -> None:
@@ -98,7 +111,7 @@ class StepEvents:
         except (TypeError, ValueError):
             pass
 
-    def stage(self, line: tuple, path: str, start: float, duration: float, stats: dict) -> None:
+    def stage(self, line: Line, path: str, start: float, duration: float, stats: Mapping[str, object]) -> None:
         """An `Iterator::...` event (a line's events come in order of start)."""
         stack = self._open.setdefault(line, [])
         self._close(stack, start)
@@ -109,7 +122,7 @@ class StepEvents:
             entry[4] = stats["parallelism"]
         stack.append([path, start + duration, 0.0, 0, duration, entry])
 
-    def function_run(self, line: tuple, start: float) -> None:
+    def function_run(self, line: Line, start: float) -> None:
         """A tf.data function's synchronous run, inside the stage open on its line."""
         stack = self._open.get(line)
         if stack:
@@ -117,7 +130,7 @@ class StepEvents:
             if stack:
                 stack[-1][3] += 1
 
-    def _close(self, stack: list, now: float) -> None:
+    def _close(self, stack: list[list[Any]], now: float) -> None:
         while stack and stack[-1][1] <= now:
             path, end, children, functions, duration, entry = stack.pop()
             entry[3] += 1
@@ -128,7 +141,7 @@ class StepEvents:
             entry[2] += functions
             entry[5].append((end - duration, max(0.0, duration - children), functions))
 
-    def stages(self, window: tuple[float, float] = (float("-inf"), float("inf"))) -> list[Stage]:
+    def stages(self, window: Span = (float("-inf"), float("inf"))) -> list[Stage]:
         """Every stage seen, with its own time, most first; with `window` (start, end), only the events that
         began inside it (the pipeline a loop consumed, not an earlier loop's or a later evaluation's)."""
         for stack in self._open.values():
