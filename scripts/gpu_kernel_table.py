@@ -184,7 +184,8 @@ def dump(version: str, output: Path) -> None:
         import tensorflow as tf
         from tensorflow.python.framework import kernels
     except Exception as error:  # an import failure of any kind, reported as one
-        raise TableError(f"importing tensorflow with {sys.executable} failed: {type(error).__name__}: {error}") from error
+        raise TableError(f"importing tensorflow with {sys.executable} failed: "
+                         f"{type(error).__name__}: {error}") from error
     if not same_version(tf.__version__, version):
         raise TableError(
             f"{sys.executable} imports tensorflow {tf.__version__} from {Path(tf.__file__).parent}; "
@@ -233,10 +234,12 @@ def build_in(directory: Path, version: str, output: Path) -> None:
     if not python.exists():
         print(f"[gpu_kernel_table] creating a virtual environment in {directory}", file=sys.stderr, flush=True)
         venv.EnvBuilder(with_pip=True).create(directory)
-    run_step("pip install", [str(python), "-m", "pip", "install", "--disable-pip-version-check", f"tensorflow=={version}"])
+    run_step("pip install",
+             [str(python), "-m", "pip", "install", "--disable-pip-version-check", f"tensorflow=={version}"])
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     env.pop("PYTHONPATH", None)
-    command = [str(python), str(Path(__file__).resolve()), "--dump", "--tensorflow-version", version, "--output", str(output)]
+    command = [str(python), str(Path(__file__).resolve()), "--dump", "--tensorflow-version", version,
+               "--output", str(output)]
     run_step("dumping the kernel registry", command, env=env)
 
 
@@ -262,7 +265,8 @@ def parser() -> argparse.ArgumentParser:
     result.add_argument("--tensorflow-version", type=parse_version, default=DEFAULT_VERSION,
                         help=f"the `tensorflow` release to read (default {DEFAULT_VERSION})")
     result.add_argument("--output", type=Path,
-                        help="where to write the gzip JSON table (default: tfplace/data/gpu_kernels-MAJOR.MINOR.json.gz "
+                        help="where to write the gzip JSON table (default: "
+                             "tfplace/data/gpu_kernels-MAJOR.MINOR.json.gz "
                              "in this checkout, the release's table tfplace ships)")
     result.add_argument("--keep-venv", type=Path, metavar="DIR",
                         help="install into DIR (reused if it holds a venv) and keep it, instead of a temporary one")

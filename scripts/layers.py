@@ -144,7 +144,8 @@ def summary(part: str, known: dict[str, Path], width: int = 92) -> str:
 
 
 def drawing() -> str:
-    """What docs/architecture.md shows: each drawn package's parts, top layer first, each with its docstring's summary."""
+    """What docs/architecture.md shows: each drawn package's parts, top layer first, each with its docstring's
+    summary."""
     graph, known = imports(), modules()
     lines = []
     for package in DRAWN:

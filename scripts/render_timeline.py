@@ -46,7 +46,8 @@ def render(trace: dict, start: float | None = None, end: float | None = None) ->
     for (pid, tid), i in rows.items():
         y = 40 + i * ROW
         label = f"{processes.get(pid, pid)} · {'live bytes' if tid == 'counter' else threads.get((pid, tid), tid)}"
-        parts.append(f'<rect x="0" y="{y}" width="{LEFT + WIDTH + 20}" height="{ROW}" fill="{"#f4f4f4" if i % 2 else "#ffffff"}"/>'
+        parts.append(f'<rect x="0" y="{y}" width="{LEFT + WIDTH + 20}" height="{ROW}" '
+                     f'fill="{"#f4f4f4" if i % 2 else "#ffffff"}"/>'
                      f'<text x="6" y="{y + 17}" font-size="12">{html.escape(label[-52:])}</text>')
     ends: dict = defaultdict(list)
     for e in sorted((e for e in events if e["ph"] == "X"), key=lambda e: (e["ts"], -e["dur"])):
@@ -62,7 +63,8 @@ def render(trace: dict, start: float | None = None, end: float | None = None) ->
         colour = COLOURS.get(e.get("cat", ""), "#bab0ac")
         name = e["name"] + (f" {e['args']['bytes']} B" if e.get("args", {}).get("bytes") else "")
         parts.append(f'<rect x="{left:.1f}" y="{y}" width="{width:.1f}" height="{ROW - 6 - depth * 5}" fill="{colour}" '
-                     f'stroke="#333" stroke-width="0.3"><title>{html.escape(json.dumps(e.get("args", {})))}</title></rect>')
+                     f'stroke="#333" stroke-width="0.3">'
+                     f'<title>{html.escape(json.dumps(e.get("args", {})))}</title></rect>')
         if width > 7 * len(name) * 0.8:
             parts.append(f'<text x="{left + 3:.1f}" y="{y + 14}" font-size="11" fill="#fff">{html.escape(name)}</text>')
     flows = defaultdict(dict)

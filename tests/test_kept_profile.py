@@ -82,7 +82,8 @@ def test_a_folder_gives_its_latest_run(tmp_path):
         folder.mkdir(parents=True)
         (folder / "host.xplane.pb").write_bytes(space.SerializeToString())
     profile = tfplace.read_profile(str(tmp_path / "train"))
-    assert profile.paths == (str(tmp_path / "train" / "plugins" / "profile" / "2026_02_01_00_00_00" / "host.xplane.pb"),)
+    latest = tmp_path / "train" / "plugins" / "profile" / "2026_02_01_00_00_00"
+    assert profile.paths == (str(latest / "host.xplane.pb"),)
     assert profile.steps().count == 5 and profile.steps().median_us == 900.0
     assert profile.memory().allocators == () and "no allocator events" in profile.memory().note
 

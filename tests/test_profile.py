@@ -290,7 +290,8 @@ def test_a_session_while_another_is_active_starts_nothing_and_disturbs_nothing(t
         ours_timing = _xspace.read_xspace(ours.stop(), eager=[("MatMul", "/device:CPU:0")])
         report({"missing": second.missing, "stopped": stopped is None, "theirs_saw": theirs_saw,
                 "nested": nested.missing, "nested_stopped": nested_stopped is None, "ours": ours.missing,
-                "ours_ops": ours_timing.ops[("/device:CPU:0", "MatMul")][0], "again": _session.ProfilerSession.start().missing})
+                "ours_ops": ours_timing.ops[("/device:CPU:0", "MatMul")][0],
+                "again": _session.ProfilerSession.start().missing})
     """)
     assert out["missing"].startswith("another TensorFlow profiler session was active (TensorFlow said: Another "
                                      "profiler is running")

@@ -249,7 +249,8 @@ def test_a_long_loops_json_stays_small_with_rows_only_for_timed_steps_and_the_co
 
     from tfplace.placement.steps._model import JSON_STEPS, Step
 
-    untimed = Steps(99_999, 1, "eager-loop", "loop.py:3", steps=tuple(Step(i, None, None, None) for i in range(100_000)),
+    untimed = Steps(99_999, 1, "eager-loop", "loop.py:3",
+                    steps=tuple(Step(i, None, None, None) for i in range(100_000)),
                     reason="times: the block ran without timing")
     data = untimed.to_json()
     assert (data["steps"], data["steps_left_out"], data["count"]) == ([], 100_000, 99_999)
@@ -298,9 +299,11 @@ def test_on_a_gpu_each_step_has_its_kernels_idle_time_and_copies_from_pageable_o
     for i in range(5):
         at = i * STEP_US
         host.event(python, "step", at, CALL_US, tf_function_call="traced-nonXla" if i == 0 else "notTraced-nonXla")
-        gpu.event(stream, "MemcpyH2D", at + 20, 30, memcpy_details="kind_src:pageable kind_dst:device size:65536 dest:0")
+        gpu.event(stream, "MemcpyH2D", at + 20, 30,
+                  memcpy_details="kind_src:pageable kind_dst:device size:65536 dest:0")
         if i % 2:
-            gpu.event(stream, "MemcpyH2D", at + 60, 10, memcpy_details="kind_src:pinned kind_dst:device size:16384 dest:0")
+            gpu.event(stream, "MemcpyH2D", at + 60, 10,
+                      memcpy_details="kind_src:pinned kind_dst:device size:16384 dest:0")
         gpu.event(stream, "sgemm", at + 100, 200, kernel_details=kernel, tf_op="MatMul:MatMul")
         gpu.event(stream, "relu", at + 400, 100, kernel_details=kernel, tf_op="Relu:Relu")
     records = [PlacementRecord("__inference_step_5", "", "/device:GPU:0", "execute", "train.py:9")] * 5
@@ -312,6 +315,25 @@ def test_on_a_gpu_each_step_has_its_kernels_idle_time_and_copies_from_pageable_o
     assert gpu0["h2d_bytes"] == 65536 + 8192 and gpu0["h2d_us"] == 30 + 10 / 2
     from tfplace.placement.shown import _steps_view
 
-    assert "  GPU:0 per step: kernels 0.3 ms, no kernel running 0.7 ms, from host memory 72.0 KiB in 35 us " \
+    assert "  GPU:0 per step: kernels 300 us, no kernel running 700 us, from host memory 72.0 KiB in 35 us " \
            "(pageable 64.0 KiB, pinned 8.0 KiB)" in _steps_view.text(steps, [])
     assert Steps.from_json(steps.to_json()) == steps
+
+
+def test_a_coordinators_steps_say_they_time_its_scheduling():
+    """Under ParameterServerStrategy the coordinator's calls of the step run on a worker: its steps are the
+    scheduling and the wait, and say so; the same calls run here are the steps' own."""
+    import dataclasses
+
+    from tfplace.placement.profile._model import OpTime
+
+    worker = "/job:worker/replica:0/task:0/device:CPU:0"
+    timing = dataclasses.replace(_profile(), devices={"/job:chief/replica:0/task:0/device:CPU:0": OpTime(6, 1200.0)})
+    records = RECORDS[:3] + [PlacementRecord("__inference_step_5", "", worker, "execute", "train.py:9")] * 6
+    remote = _analysis.steps(records, timing, "")
+    assert remote.count == 5 and remote.reason == _analysis.COORDINATOR
+    assert remote.shares["sync"] > 0.5  # the wait for the worker, not compute here
+    from tfplace.placement.shown import _steps_view
+
+    assert f"  ({_analysis.COORDINATOR})" in _steps_view.text(remote, [])
+    assert _analysis.steps(RECORDS, _profile(), "").reason == ""

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from tfplace.placement.steps._rules import HOST_BOUND, HOST_US, LAUNCH_US, RETRACED
+from tfplace.placement.steps._thresholds import HOST_BOUND, HOST_US, LAUNCH_US, RETRACED
 
 pytestmark = pytest.mark.slow
 PROGRAMS = ROOT / "tests" / "steps"

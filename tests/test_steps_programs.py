@@ -43,7 +43,8 @@ def test_an_input_bound_fit_leads_with_its_steps_and_the_map_to_change_and_its_t
     assert steps["input"]["dataset_op"] == "Map" and steps["input"]["source"] == _line("input_slow", "the slow stage")
     assert advice[0]["rule"] == "input-bound" and advice[0]["source"] == _line("input_slow", "the slow stage")
     # 4 ms of Python per element, 32 per batch, on a machine of a few cores: no num_parallel_calls keeps up
-    assert "advice (most costly first):" in report and "fix: ds = ds.cache().prefetch(tf.data.AUTOTUNE)  # right after" in report
+    assert "advice (most costly first):" in report
+    assert "fix: ds = ds.cache().prefetch(tf.data.AUTOTUNE)  # right after" in report
     for step in steps["steps"]:
         assert sum(step["phases"].values()) == pytest.approx(step["wall_us"], rel=0.02)
     _, twin = _trace(tmp_path, "input_fixed")
@@ -68,7 +69,7 @@ def test_the_input_bound_fix_pasted_after_its_stage_takes_the_input_share_below_
                            str(fixed)], cwd=PROGRAMS, capture_output=True, text=True, timeout=300,
                           env={k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")})
     assert done.returncode == 0, done.stderr[-3000:]
-    from tfplace.placement.steps._rules import INPUT_BOUND, INPUT_US
+    from tfplace.placement.steps._thresholds import INPUT_BOUND, INPUT_US
 
     after = json.loads((tmp_path / "fixed.json").read_text())
     steps = after["steps"]
@@ -250,7 +251,8 @@ def test_a_print_of_a_strategys_per_replica_result_each_step_is_the_users_read(p
         report({"kind": log.steps().kind, "reads": {line: n for line, (n, _) in log.steps().reads.items()}})
     """
     out = python(code)
-    assert out["kind"] == "function" and out["reads"] == {line_of(code, "print(result"): 4}  # the last step ends with its call
+    # the last step ends with its call
+    assert out["kind"] == "function" and out["reads"] == {line_of(code, "print(result"): 4}
 
 
 QUIET = """

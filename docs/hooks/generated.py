@@ -4,7 +4,8 @@ through mkdocstrings, from its own docstring) and the command line from its own 
 A page holds a marker line; the build replaces it:
 
 * `<!-- api: tfplace.__all__ -->`: one `::: tfplace.NAME` section per exported name, in `__all__`'s order;
-* `<!-- cli: tfplace --help -->`: `tfplace --help`, then each subcommand's `--help`, as run now.
+* `<!-- cli: tfplace --help -->`: `tfplace --help`, then each subcommand's `--help`, as run now;
+* `<!-- rules: tfplace.placement.steps._thresholds.RULES -->`: the step rules' table, from their declarations.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 API = "<!-- api: tfplace.__all__ -->"
 CLI = "<!-- cli: tfplace --help -->"
+RULES = "<!-- rules: tfplace.placement.steps._thresholds.RULES -->"
 
 
 def exported() -> list[str]:
@@ -60,4 +62,8 @@ def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
         markdown = markdown.replace(API, api())
     if CLI in markdown:
         markdown = markdown.replace(CLI, command_line())
+    if RULES in markdown:
+        from tfplace.placement.steps._thresholds import table  # declared data only: no TensorFlow
+
+        markdown = markdown.replace(RULES, table())
     return markdown

@@ -30,20 +30,26 @@ from tfplace._tensorflow._runtime import (
     logical_cpus, soft_placement, device_policy, visible_gpus, memory_growth, memory_limits, logical_gpus, cluster_task)
 from tfplace._tensorflow._eager import (
     device_name, thread_data, op_callbacks, add_op_callback, remove_op_callback, execute_with_callbacks,
-    use_execute, Patch, STATUS_TO_EXCEPTION, SET_DEVICE, ENSURE_INITIALIZED, EXECUTE_CANCELLABLE, PY_FUNCTION_CALL, FROM_FUNC_GRAPH,
-    SESSION_RUN, SESSION_PARTIAL_RUN, SESSION_PUBLIC_RUN, SESSION_INIT, SESSION_CALLABLE, HOST_READ, CONVERT_TO_EAGER, CAST_ON_CONVERSION, conversion_cast, host_cpu,
+    use_execute, Patch, STATUS_TO_EXCEPTION, SET_DEVICE, ENSURE_INITIALIZED, EXECUTE_CANCELLABLE, PY_FUNCTION_CALL,
+    FROM_FUNC_GRAPH,
+    SESSION_RUN, SESSION_PARTIAL_RUN, SESSION_PUBLIC_RUN, SESSION_INIT, SESSION_CALLABLE, HOST_READ, CONVERT_TO_EAGER,
+    CAST_ON_CONVERSION, conversion_cast, host_cpu,
     callable_session, dtype_enum,
-    device_scopes, traced_stack, locate_device_scope, strategy_name, THREAD_START, start_thread, watch_variable_reads, scope_step,
+    device_scopes, traced_stack, locate_device_scope, strategy_name, THREAD_START, start_thread, watch_variable_reads,
+    scope_step,
     recorded, mark_recorded, failed_op_dtypes, failed_op_argument)
 from tfplace._tensorflow._graphs import (
-    enable_graph_collection, disable_graph_collection, export_run_metadata, function_def, function_names, traced_parameters, autograph_origin, dtensor_layout,
+    enable_graph_collection, disable_graph_collection, export_run_metadata, function_def, function_names,
+    traced_parameters, autograph_origin, dtensor_layout,
     dtensor_stats, tensorboard_tracing, static_sizes, static_tensors, dtype_size, shape_tuple, eager_elements, op_def,
     registered_kernels)
 from tfplace._tensorflow._data import (
-    variant_tensor_of, dataset_functions, unreadable_functions, dataset_inputs, is_map_dataset, is_generator_dataset, is_cache_dataset,
+    variant_tensor_of, dataset_functions, unreadable_functions, dataset_inputs, is_map_dataset, is_generator_dataset,
+    is_cache_dataset,
     reads_inputs_to_end, rewrites_input_graph, is_parallel_interleave, dataset_of_variant, copied_from)
 from tfplace._tensorflow._cluster import (
-    CALL_FLAT, CLOSURE_INIT, running_closure, COLLECTIVE_OPS, Collective, collectives_in, call_name, call_definition, call_graph, store_set,
+    CALL_FLAT, CLOSURE_INIT, running_closure, COLLECTIVE_OPS, Collective, collectives_in, call_name, call_definition,
+    call_graph, store_set,
     store_get, VariableAccess, variable_accesses, served_here)
 from tfplace._tensorflow._profiler import (
     reset_allocator_peak, allocator_figures, live_tensor_objects, variable_creator_scope, OutOfMemory,
@@ -58,12 +64,14 @@ __all__ = [
     # the eager context and op callbacks
     "device_name", "thread_data", "op_callbacks", "add_op_callback", "remove_op_callback", "execute_with_callbacks",
     "use_execute", "Patch", "STATUS_TO_EXCEPTION", "SET_DEVICE", "ENSURE_INITIALIZED",
-    "EXECUTE_CANCELLABLE", "PY_FUNCTION_CALL", "FROM_FUNC_GRAPH", "SESSION_RUN", "SESSION_PARTIAL_RUN", "SESSION_PUBLIC_RUN", "SESSION_INIT", "SESSION_CALLABLE",
+    "EXECUTE_CANCELLABLE", "PY_FUNCTION_CALL", "FROM_FUNC_GRAPH", "SESSION_RUN", "SESSION_PARTIAL_RUN",
+    "SESSION_PUBLIC_RUN", "SESSION_INIT", "SESSION_CALLABLE",
     "HOST_READ", "CONVERT_TO_EAGER", "CAST_ON_CONVERSION", "conversion_cast", "host_cpu",
     "callable_session",
     "dtype_enum", "device_scopes", "traced_stack", "locate_device_scope", "strategy_name",
     # graph collection
-    "enable_graph_collection", "disable_graph_collection", "export_run_metadata", "function_def", "function_names", "traced_parameters", "autograph_origin",
+    "enable_graph_collection", "disable_graph_collection", "export_run_metadata", "function_def", "function_names",
+    "traced_parameters", "autograph_origin",
     "dtensor_layout", "dtensor_stats",
     "tensorboard_tracing", "static_sizes", "static_tensors", "dtype_size", "shape_tuple", "eager_elements",
     # op definitions and the kernel registry
@@ -73,11 +81,14 @@ __all__ = [
     # the profiler
     "ProfilerBusy", "ProfilerError", "profiler_start", "profiler_stop", "read_xspaces", "trace_me",
     # tf.data
-    "variant_tensor_of", "dataset_functions", "unreadable_functions", "dataset_inputs", "is_map_dataset", "is_generator_dataset",
+    "variant_tensor_of", "dataset_functions", "unreadable_functions", "dataset_inputs", "is_map_dataset",
+    "is_generator_dataset",
     "is_cache_dataset", "reads_inputs_to_end", "rewrites_input_graph", "is_parallel_interleave",
     # a cluster: collectives, function calls as they start, the coordination service's key-value store
-    "CALL_FLAT", "CLOSURE_INIT", "running_closure", "COLLECTIVE_OPS", "Collective", "collectives_in", "call_name", "call_definition", "call_graph", "store_set",
+    "CALL_FLAT", "CLOSURE_INIT", "running_closure", "COLLECTIVE_OPS", "Collective", "collectives_in", "call_name",
+    "call_definition", "call_graph", "store_set",
     "store_get", "VariableAccess", "variable_accesses", "served_here",
     # Python's own machinery, where tfplace reaches into TensorFlow's frames, threads and objects
-    "THREAD_START", "start_thread", "watch_variable_reads", "scope_step", "recorded", "mark_recorded", "failed_op_dtypes", "failed_op_argument", "dataset_of_variant", "copied_from",
+    "THREAD_START", "start_thread", "watch_variable_reads", "scope_step", "recorded", "mark_recorded",
+    "failed_op_dtypes", "failed_op_argument", "dataset_of_variant", "copied_from",
 ]

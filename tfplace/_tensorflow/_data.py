@@ -1,4 +1,5 @@
-"""`tf.data` internals: the Python dataset behind a variant tensor, its functions and inputs, and what its class says. Part of `tfplace._tensorflow` (see its docstring)."""
+"""`tf.data` internals: the Python dataset behind a variant tensor, its functions and inputs, and what its
+class says. Part of `tfplace._tensorflow` (see its docstring)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The eager context, op callbacks and the patches tfplace installs while a capture listens; failed eager ops; who asked for a traced op's device. Part of `tfplace._tensorflow` (see its docstring)."""
+"""The eager context, op callbacks and the patches tfplace installs while a capture listens; failed eager
+ops; who asked for a traced op's device. Part of `tfplace._tensorflow` (see its docstring)."""
 
 from __future__ import annotations
 
@@ -221,7 +222,8 @@ def watch_variable_reads(on_read: Optional[Callable[[Any, Any], None]]) -> None:
             setattr(owner, name, _VariableAttribute(name, on_read, state))
 
 
-def start_thread(thread: threading.Thread, around: Optional[Callable[[Callable[[], None]], Callable[[], None]]]) -> None:
+def start_thread(thread: threading.Thread,
+                 around: Optional[Callable[[Callable[[], None]], Callable[[], None]]]) -> None:
     """Starts `thread` (through the original `Thread.start`), its `run` wrapped by `around` when given."""
     if around is not None:
         thread.run = around(thread.run)  # type: ignore[method-assign]

@@ -1,4 +1,5 @@
-"""Graph collection, function definitions, static shapes, op definitions and the kernel registry. Part of `tfplace._tensorflow` (see its docstring)."""
+"""Graph collection, function definitions, static shapes, op definitions and the kernel registry. Part of
+`tfplace._tensorflow` (see its docstring)."""
 
 from __future__ import annotations
 

@@ -27,7 +27,8 @@ def reset_allocator_peak(device: str) -> None:
 
 
 def allocator_figures(device: str) -> Optional[tuple[int, int]]:
-    """(current, peak) bytes of `device`'s allocator (`tf.config.experimental.get_memory_info`), None where it keeps none."""
+    """(current, peak) bytes of `device`'s allocator (`tf.config.experimental.get_memory_info`), None where it
+    keeps none."""
     try:
         info = tf.config.experimental.get_memory_info(device)
     except (ValueError, tf.errors.OpError):

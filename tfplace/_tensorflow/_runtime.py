@@ -1,4 +1,5 @@
-"""Runtime state and configuration: `tf.config` read and applied, devices before and after the runtime starts. Part of `tfplace._tensorflow` (see its docstring)."""
+"""Runtime state and configuration: `tf.config` read and applied, devices before and after the runtime
+starts. Part of `tfplace._tensorflow` (see its docstring)."""
 
 from __future__ import annotations
 

@@ -63,8 +63,8 @@ def _add_trace(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument("--plot", metavar="FILE.png", help="draw ops per device (needs matplotlib: .[plot]); "
                                                           "the extension picks the format: .png, .svg, .pdf, ...")
     parser.add_argument("--perfetto", metavar="FILE.json[.gz]",
-                        help="write a timeline that ui.perfetto.dev and chrome://tracing open (ops per device in order, "
-                             "transfers as arrows with bytes, live bytes per device with --memory)")
+                        help="write a timeline that ui.perfetto.dev and chrome://tracing open (ops per device in "
+                             "order, transfers as arrows with bytes, live bytes per device with --memory)")
     parser.add_argument("--timing", action="store_true",
                         help="run the script under TensorFlow's profiler: busy time per device and op, time shares")
     parser.add_argument("--profile_dir", metavar="DIR", help="with --timing: keep TensorFlow's own profile under "
@@ -196,7 +196,8 @@ def _outputs(out: Any, log: Any, args: argparse.Namespace, script_args: Sequence
     if "json" in paths:
         _files.write_json(paths["json"], _trace.to_json(log, found, script=args.script, args=script_args,
                                                         exit_status=status))
-        args.quiet or out.write(f"tfplace trace: wrote {len(log.records)} records and {len(log.copies)} copies to {paths['json']}\n")
+        args.quiet or out.write(f"tfplace trace: wrote {len(log.records)} records and {len(log.copies)} copies to "
+                                f"{paths['json']}\n")
     if "perfetto" in paths:
         log.to_perfetto(paths["perfetto"])
         args.quiet or out.write(f"tfplace trace: wrote a timeline of {len(log.records)} records to {paths['perfetto']} "
@@ -204,8 +205,8 @@ def _outputs(out: Any, log: Any, args: argparse.Namespace, script_args: Sequence
     if "plot" in paths:
         _trace.plot(log, paths["plot"], top=args.top,
                     title=f"{'time' if args.timing else 'op executions'} per device: {os.path.basename(args.script)}")
-        args.quiet or out.write(f"tfplace trace: drew {'time' if args.timing else 'executions'} per device and bytes per "
-                  f"direction in {paths['plot']}\n")
+        args.quiet or out.write(f"tfplace trace: drew {'time' if args.timing else 'executions'} per device and "
+                                f"bytes per direction in {paths['plot']}\n")
 
 
 _QUIET = "_TFPLACE_QUIET_START"  # set by `_quietly()` for its child
@@ -309,7 +310,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv[:1] in (["trace"], ["launch"]) and "--" in argv:
         argv, passed = argv[:argv.index("--")], argv[argv.index("--") + 1:]
     if argv[:1] in (["trace"], ["devices"], ["launch"]):
-        argv = argv[:1] + (absl_booleans(trace, argv[1:], ("--json", "--plot", "--perfetto", "--profile_dir", "--top")) if argv[0] == "trace"
+        argv = argv[:1] + (absl_booleans(trace, argv[1:], ("--json", "--plot", "--perfetto", "--profile_dir", "--top"))
+                           if argv[0] == "trace"
                            else absl_booleans(launch, argv[1:], LAUNCH_VALUED) if argv[0] == "launch"
                            else absl_booleans(devices, argv[1:]))
     args = parser.parse_args(argv)

@@ -85,8 +85,8 @@ def launch(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
     from tfplace.cli._launch import Options
     from tfplace.cli._launch import launch as start
 
-    check_script(parser, args, "launch", ("--workers", "--ps", "--chief", "--trace", "--timing", "--memory", "--json", "--perfetto",
-                                          "--timeout", "--kill_after", "--top"))
+    check_script(parser, args, "launch", ("--workers", "--ps", "--chief", "--trace", "--timing", "--memory", "--json",
+                                          "--perfetto", "--timeout", "--kill_after", "--top"))
     for option in ("json", "perfetto", "timing", "memory"):
         if getattr(args, option) and not args.trace:
             parser.error(f"--{option} (from option --{option}) needs --trace: allowed is tfplace launch --trace "

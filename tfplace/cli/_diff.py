@@ -10,9 +10,9 @@ nothing did, 2 for a file that cannot be read. Reading JSON only, it never impor
 
 In a cluster, `c.json:worker:0` names one task's trace in a merged cluster JSON (`tfplace merge
 --json`), so two tasks diff as two traces (each task's own devices named short, `/device:CPU:0`: the
-same work on each task's own CPU is no move; other tasks' devices whole); two merged cluster JSON files diff task by task (matched by
-task name, with the bytes between each pair of tasks side by side); their status is the worst task's,
-1 when a task is in one cluster only.
+same work on each task's own CPU is no move; other tasks' devices whole); two merged cluster JSON files
+diff task by task (matched by task name, with the bytes between each pair of tasks side by side); their
+status is the worst task's, 1 when a task is in one cluster only.
 
 Example:
     >>> from tfplace.cli._diff import diff, render
@@ -228,7 +228,8 @@ def _pairs(cluster: Mapping[str, Any]) -> Counter:
 def _clusters(a: Mapping[str, Any], b: Mapping[str, Any]) -> ClusterDiff:
     traced = [{e.get("task"): e["trace"] for e in c.get("tasks") or [] if e.get("trace") is not None} for c in (a, b)]
     tasks = {task: diff(trace, traced[1][task]) for task, trace in traced[0].items() if task in traced[1]}
-    only_in = tuple([("A", t) for t in traced[0] if t not in traced[1]] + [("B", t) for t in traced[1] if t not in traced[0]])
+    only_in = tuple([("A", t) for t in traced[0] if t not in traced[1]]
+                    + [("B", t) for t in traced[1] if t not in traced[0]])
     old, new = _pairs(a), _pairs(b)
     traffic = tuple((*pair, old[pair], new[pair]) for pair in sorted({*old, *new}, key=str) if old[pair] != new[pair])
     worst = max([found.status for found in tasks.values()] + [1 if only_in else 0])
@@ -254,7 +255,8 @@ def diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> Any:
     moved = tuple(Moved(source, op, node, dict(before[key]), dict(after[key]))
                   for key in before if key in after and set(before[key]) != set(after[key])
                   for source, op, node in [key])
-    only_in = tuple([("A", *key) for key in before if key not in after] + [("B", *key) for key in after if key not in before])
+    only_in = tuple([("A", *key) for key in before if key not in after]
+                    + [("B", *key) for key in after if key not in before])
     old, new = _transfers(a), _transfers(b)
     appeared = tuple(new[key] for key in new if key not in old)
     disappeared = tuple(old[key] for key in old if key not in new)
@@ -309,8 +311,9 @@ def _transfer(row: Mapping[str, Any]) -> str:
     node = f" (node {row['node']} of {_function(str(row.get('function', '')))})" if row.get("node") else ""
     each = f"{_size(row.get('bytes'))} each" if row.get("bytes") is not None else (
         f"{_size(row.get('total_bytes'))} in all" if row.get("total_bytes") is not None else "size unknown")
-    return (f"{where}  {input_label(row.get('op'), row.get('input_index'))}{node} {_short(str(row.get('from_device')))} -> "
-            f"{_short(str(row.get('to_device')))}, {each}, x{row.get('count')}")
+    return (f"{where}  {input_label(row.get('op'), row.get('input_index'))}{node} "
+            f"{_short(str(row.get('from_device')))} -> {_short(str(row.get('to_device')))}, "
+            f"{each}, x{row.get('count')}")
 
 
 def _render_clusters(found: ClusterDiff, name_a: str, name_b: str, top: int) -> str:
@@ -355,7 +358,8 @@ def render(found: Any, name_a: str, name_b: str, *, top: int = ROWS) -> str:
     section("transfers whose bytes changed", [
         f"{_transfer(new)} (was {_size(old.get('bytes'))} each, {_size(old.get('total_bytes'))} in all; now "
         f"{_size(new.get('total_bytes'))})" for old, new in found.changed])
-    section("GPU readiness", [f"{change}: {op}{' ' + dtypes if dtypes else ''}" for change, op, dtypes in found.readiness])
+    section("GPU readiness", [f"{change}: {op}{' ' + dtypes if dtypes else ''}"
+                              for change, op, dtypes in found.readiness])
     section("explanations", [f"{change}: {where or 'an unknown line'}  {op} ({reason})"
                              for change, where, op, reason in found.explanations])
     if found.steps:
@@ -370,7 +374,8 @@ def render(found: Any, name_a: str, name_b: str, *, top: int = ROWS) -> str:
             lines.append(f"  {_short(device)}: {shown[0]} -> {shown[1]}")
     if found.only_in:
         counts = Counter(side for side, *_ in found.only_in)
-        lines.append(f"({counts['A']} compute op(s) only in A, {counts['B']} only in B: another line or node, not a move)")
+        lines.append(f"({counts['A']} compute op(s) only in A, {counts['B']} only in B: another line or node, "
+                     "not a move)")
     return "\n".join(lines)
 
 

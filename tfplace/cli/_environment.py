@@ -98,7 +98,8 @@ def devices_text(report: dict[str, Any]) -> str:
     """`devices()`'s report as the command prints it."""
     lines = [report["gpus_verdict"], f"{'physical device':<28} {'type':<5} {'visible':<8} details"]
     for row in report["physical"]:
-        extra = ", ".join(f"{k}={row[k]}" for k in ("model", "memory_total_mib", "memory_used_mib", "compute_capability") if k in row)
+        extra = ", ".join(f"{k}={row[k]}"
+                          for k in ("model", "memory_total_mib", "memory_used_mib", "compute_capability") if k in row)
         lines.append(f"{row['name']:<28} {row['type']:<5} {'yes' if row['visible'] else 'no':<8} {extra}")
     lines.append("logical devices: " + ", ".join(report["logical"]))
     return "\n".join(lines)

@@ -337,7 +337,8 @@ def _report(cluster: _Cluster) -> bool:
     if cluster.options.perfetto:
         from tfplace.placement.shown._perfetto import merge_tasks, write
 
-        timelines = {t.label: path for t in cluster.tasks if os.path.isfile(path := t.file(cluster.folder, ".timeline.json"))}
+        timelines = {t.label: path for t in cluster.tasks
+                     if os.path.isfile(path := t.file(cluster.folder, ".timeline.json"))}
         write(cluster.options.perfetto, merge_tasks(timelines))
         say(f"wrote the timelines of {len(timelines)} task(s) to {cluster.options.perfetto} (open it in "
              "ui.perfetto.dev or chrome://tracing)")

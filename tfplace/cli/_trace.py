@@ -140,7 +140,8 @@ def _device_lines(log: PlacementLog, top: int) -> list[str]:
             lines.append("      compiled by XLA (jit_compile), each call one compiled program: "
                          + ", ".join(f"{function_name(op)} {n} call(s)" for op, n in steps[:top]))
     if removed:
-        lines.append(f"  ({removed} function node(s) removed by TensorFlow's graph optimizer before running, device unknown)")
+        lines.append(f"  ({removed} function node(s) removed by TensorFlow's graph optimizer before running, "
+                     "device unknown)")
     return lines or [_NO_OPS]
 
 
@@ -201,7 +202,8 @@ def report(log: PlacementLog, found: Findings, *, top: int = _report.ROWS) -> st
                      f"({found.readiness_source}):")
         for entry in readiness[:top]:
             dtypes = " ".join(f"{name}={value}" for name, value in entry.dtypes)
-            at = ", ".join(entry.sources[:3]) + (f" and {len(entry.sources) - 3} more" if len(entry.sources) > 3 else "")
+            at = ", ".join(entry.sources[:3]) + (f" and {len(entry.sources) - 3} more" if len(entry.sources) > 3
+                                                 else "")
             lines.append(f"  {entry.op}{' ' + dtypes if dtypes else ''} at {at or 'an unknown line'}: {entry.message}")
         lines.append("  (none)" if not readiness else
                      f"  ... and {len(readiness) - top} more" if len(readiness) > top else "")
@@ -284,7 +286,8 @@ def plot(log: PlacementLog, path: str, *, top: int = _report.ROWS, title: Option
     stacked = list(zip(kept, _colours(len(kept))))
     if len(totals) > len(kept):
         rest = sum(totals.values()) - sum(totals[op] for op in kept)
-        labels["other"] = f"{len(totals) - len(kept)} other compute op types ({f'{rest:.1f} ms' if timed else f'{rest:g}'})"
+        labels["other"] = (f"{len(totals) - len(kept)} other compute op types "
+                           f"({f'{rest:.1f} ms' if timed else f'{rest:g}'})")
         stacked.append(("other", "#8c8c8c"))
     for name, (band, colour) in _BANDS.items():
         amount = sum(counts[d][name] for d in devices)
@@ -307,12 +310,13 @@ def plot(log: PlacementLog, path: str, *, top: int = _report.ROWS, title: Option
     axes.invert_yaxis()  # the first device on top
     if not timed:
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set_xlabel("busy time (ms, TensorFlow's profiler)" if timed else "op executions (function nodes once per call)")
+    axes.set_xlabel("busy time (ms, TensorFlow's profiler)" if timed
+                    else "op executions (function nodes once per call)")
     axes.set_title(title or ("time per device: your compute by op type" if timed
                              else "op executions per device: your compute by op type"))
     if stacked:
-        axes.legend(title="your compute op type, then the rest", fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                    borderaxespad=0.0, frameon=False)
+        axes.legend(title="your compute op type, then the rest", fontsize="small", loc="upper left",
+                    bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
     arrows = [f"{_display.short_device(a)} → {_display.short_device(b)}" for (a, b), _ in directions]
     kib = [(c.bytes or 0) / 1024 for _, c in directions]
     moved.barh(arrows, kib, color="#4c72b0")

@@ -6,7 +6,8 @@ DTensor) seen as truly as one process.
 * `_checks`: what each task publishes while it runs and the comparisons that stop a broken cluster;
   `_guard`: `tfplace.cluster_guard()`, the same checks in a task started any way.
 * `_collectives`: the `"cluster"` entry of a task's trace (its collective groups, variables, remote reads).
-* `_merge`, `_report`: one JSON and one report for the traces of a cluster's tasks.
+* `_merge`, `_report`: one JSON and one report for the traces of a cluster's tasks; `_trace_text`: one task's
+  trace JSON turned into its own sections of that report.
 
 Starting a cluster (`tfplace launch`) and its servers is the command line's (`tfplace.cli`).
 

@@ -21,24 +21,16 @@ Example:
 
 from __future__ import annotations
 
-from collections import Counter
-from typing import Any, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from tfplace.cluster._names import device_task, full_device, owner, task_key, task_name
-from tfplace.placement.records import _groups, _log_json
-from tfplace.placement.records._cost import OpCost
-from tfplace.placement.records._records import ARGUMENT_OPS, PlacementRecord, input_label
-from tfplace._names import is_function_call
+from tfplace.cluster._trace_text import more, task_lines
 from tfplace.placement.shown import _report, _steps_view
 from tfplace.placement.shown._report import ROWS
 
 __all__ = ["render", "device_figures"]
 
 _UNEVEN = 1.2  # largest / mean (or most / least) from which the report calls figures uneven
-
-
-def _more(rows: Sequence[Any], top: int, indent: str) -> list[str]:
-    return [f"{indent}... and {len(rows) - top} more"] if len(rows) > top else []
 
 
 def _group(c: Mapping[str, Any]) -> str:
@@ -72,8 +64,9 @@ def device_figures(tasks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 found["busy_us"] = (found["busy_us"] or 0.0) + float(figure["busy_us"])
             found["recorded_by"] += [entry["task"]] if entry["task"] not in found["recorded_by"] else []
         for direction in cost.get("directions") or []:
-            row(full_device(str(direction.get("from_device", "")), own))["sent_bytes"] += int(direction.get("bytes") or 0)
-            row(full_device(str(direction.get("to_device", "")), own))["received_bytes"] += int(direction.get("bytes") or 0)
+            moved = int(direction.get("bytes") or 0)
+            row(full_device(str(direction.get("from_device", "")), own))["sent_bytes"] += moved
+            row(full_device(str(direction.get("to_device", "")), own))["received_bytes"] += moved
     total = sum(r["busy_us"] or 0.0 for r in rows.values())
     for found in rows.values():
         found["share"] = found["busy_us"] / total if found["busy_us"] is not None and total else None
@@ -139,7 +132,8 @@ def _findings(merged: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], top:
     ps = merged.get("ps_bytes") or {}
     if merged.get("ps_imbalance", 1.0) >= _UNEVEN and sum(ps.values()):
         largest = max(ps, key=lambda p: ps[p])
-        lines.append(f"  ps tasks hold uneven bytes: {largest} holds {_report.size(ps[largest])} of {_report.size(sum(ps.values()))} "
+        lines.append(f"  ps tasks hold uneven bytes: {largest} holds {_report.size(ps[largest])} of "
+                     f"{_report.size(sum(ps.values()))} "
                      f"({merged['ps_imbalance']:.2f} x the mean): shard large variables "
                      "(ParameterServerStrategy(variable_partitioner=...)) so each ps task holds a similar share")
     work = _work(rows)
@@ -214,7 +208,8 @@ def _per_task(merged: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> l
             ("no op recorded on its devices: a server logs what it places only when the coordinator logs "
              "placement (tfplace launch --trace --ps=M has it log unless --nolog_placement is given)" if server
              else "no op recorded on its devices")
-        lines.append(f"  {task} ({state}): {ran}{timed}; sent {_report.size(sent)} to other tasks, received {_report.size(received)}")
+        lines.append(f"  {task} ({state}): {ran}{timed}; sent {_report.size(sent)} to other tasks, "
+                     f"received {_report.size(received)}")
         if task in (merged.get("steps") or {}):
             lines.append(f"    {_steps_line(merged['steps'][task])}")
         for r in mine:
@@ -244,14 +239,15 @@ def _traffic_lines(merged: Mapping[str, Any], top: int) -> list[str]:
         lines.append(f"    {_group(c)}: size {c['group_size'] or '?'}, {c['dtype'] or 'dtype unknown'}, "
                      f"{_report.size(c['bytes_per_call'])} per call, {c['calls'] if c['calls'] is not None else '?'} "
                      f"call(s){fewer}, tasks {', '.join(c['tasks'])}{' at ' + c['source'] if c.get('source') else ''}")
-    lines += _more(collectives, top, "    ")
+    lines += more(collectives, top, "    ")
     ps = merged.get("ps_bytes") or {}
     if ps:
         lines.append("  variables per ps task (ParameterServerStrategy):")
     for prefix, held in ps.items():
         mine = [v for v in merged.get("variables") or [] if device_task(v["device"]) == prefix]
         names = ", ".join(f"{v['name']} {v.get('dtype') or ''}{list(v['shape']) if v.get('shape') is not None else ''} "
-                          f"{_report.size(v.get('bytes'))}" for v in sorted(mine, key=lambda v: -(v.get("bytes") or 0))[:3])
+                          f"{_report.size(v.get('bytes'))}"
+                          for v in sorted(mine, key=lambda v: -(v.get("bytes") or 0))[:3])
         lines.append(f"    {prefix}: {len(mine)} variable(s), {_report.size(held)}"
                      + (f": {names}{f' and {len(mine) - 3} more' if len(mine) > 3 else ''}" if mine else ""))
     if ps:
@@ -265,13 +261,14 @@ def _traffic_lines(merged: Mapping[str, Any], top: int) -> list[str]:
         steps = f" ({r['steps']} step(s))" if r.get("steps") else ""
         lines.append(f"    {r['from_task']} -> {r['to_task']}: {r['what']}, x{r['count']}{step}, "
                      f"{_report.size(r['bytes'])}{step}{steps}")
-    lines += _more(remote, top, "    ")
+    lines += more(remote, top, "    ")
     lines.append("  between tasks, most bytes first:" if traffic else "  between tasks: nothing moved")
     for r in traffic[:top]:
         step = " per step" if r.get("per_step") else ""
-        lines.append(f"    {r['from_task']} -> {r['to_task']}: {_report.size(r['bytes'])}{step} in {r['count'] if r['count'] is not None else '?'}"
+        lines.append(f"    {r['from_task']} -> {r['to_task']}: {_report.size(r['bytes'])}{step} in "
+                     f"{r['count'] if r['count'] is not None else '?'}"
                      f" transfer(s): {r['what']}{' at ' + r['source'] if r.get('source') else ''}")
-    lines += _more(traffic, top, "    ")
+    lines += more(traffic, top, "    ")
     matrix = merged.get("matrix") or {}
     if traffic and matrix.get("tasks"):
         width = max(10, *(len(t) + 2 for t in matrix["tasks"]))
@@ -280,99 +277,6 @@ def _traffic_lines(merged: Mapping[str, Any], top: int) -> list[str]:
         for task, row in zip(matrix["tasks"], matrix["bytes"]):
             cells = ("-" if task == other else _report.size(amount) for other, amount in zip(matrix["tasks"], row))
             lines.append("    " + task.ljust(width) + "".join(cell.rjust(width) for cell in cells))
-    return lines
-
-
-class _Explained(NamedTuple):
-    """An explanation read back from a trace's JSON."""
-
-    record: PlacementRecord
-    reason: str
-    message: str
-
-
-def _yours(record: PlacementRecord) -> bool:
-    """The user's code made the op and, where a device was asked for, the user's code asked for it."""
-    return record.origin == "user" and not (record.requested_by and ":" not in record.requested_by)
-
-
-def _task_lines(entry: Mapping[str, Any], top: int) -> list[str]:
-    """One task's single-process sections, as `tfplace trace` prints them."""
-    trace = entry.get("trace")
-    if trace is None:
-        return [f"== {entry['task']}: no trace (exit status {entry.get('exit_status')})"]
-    try:
-        records, copies, runs, _ = _log_json.from_json(trace)
-        explanations = [_Explained(_log_json._record_from(e["record"]), str(e["reason"]), str(e["message"]))
-                        for e in trace.get("explanations") or []]
-    except (KeyError, TypeError, ValueError) as err:
-        return [f"== {entry['task']}: its records cannot be read: {err}"]
-    script = " ".join([str(trace.get("script", "")), *map(str, trace.get("args") or [])]).strip()
-    placed = [r for r in records if r.op not in ARGUMENT_OPS and not is_function_call(r.op)]
-    transfers = trace.get("transfers") or []
-    moved = sum(int(t.get("count") or 0) for t in transfers) if transfers else len(copies)
-    lines = [f"== {entry['task']}{': ' + script if script else ''} (exit status {entry.get('exit_status')}): "
-             f"{len(placed)} op placement(s) (eager ops run, function nodes placed: each once), "
-             f"{moved} implicit transfer(s)"]
-    if transfers:
-        lines.append("top transfers by bytes:")
-    for t in transfers[:top]:
-        node = f" (node {t['node']} of {t.get('function')})" if t.get("node") else ""
-        lines.append(f"  {t.get('source') or 'an unknown line'}  x{t.get('count')}  {_report.size(t.get('total_bytes'))}  "
-                     f"{input_label(t.get('op'), t.get('input_index'))}{node} {t.get('from_device')} -> {t.get('to_device')}, "
-                     f"{_report.size(t.get('bytes'))} each")
-    lines += _more(transfers, top, "  ")
-    cost = trace.get("cost") or {}
-    ops = {(o["device"], o["op"]): OpCost(o.get("executions", 0), o.get("time_us")) for o in cost.get("ops") or []}
-    lines.append("ops per device (your compute first, by " + ("time" if cost.get("timed") else "executions")
-                 + "; the rest one line each):")
-    for group in _groups.per_device(records, runs, ops):
-        if not group.device:
-            lines.append(f"  ({sum(group.others['plumbing'].values())} function node(s) removed by TensorFlow's graph "
-                         "optimizer before running, device unknown)")
-            continue
-        unit = " ms" if group.timed else ""
-        shown = ", ".join(f"{op} {amount:.1f}{unit}" if group.timed else f"{op} {amount:g}" for op, amount in group.compute[:top])
-        more = f", and {len(group.compute) - top} more op type(s)" if len(group.compute) > top else ""
-        lines.append(f"  {group.device}  "
-                     + (f"{len(group.compute)} compute op type(s): {shown}{more}" if group.compute else "no compute ops of yours"))
-        lines += [f"      {_groups.other_line(kind, n)}" for kind, n in group.others.items() if n]
-    if not records:
-        lines.append("  (no ops ran)")
-    for title, chosen in (("not where asked, and why (by source line)", [e for e in explanations if e.record.requested]),
-                          ("ops on the CPU while a GPU was visible", [e for e in explanations if not e.record.requested])):
-        groups = _report.explained(e for e in chosen if _yours(e.record))
-        if groups:
-            lines.append(f"{title}:")
-        lines += [f"  {g.source or ('function node ' + ', '.join(g.names) if g.names else 'an unknown line')}  {g.op} "
-                  f"x{g.count} on {g.device}: {g.reason}: {g.message}" for g in groups[:top]] + _more(groups, top, "  ")
-        causes = Counter((e.record.requested_by or e.record.origin, e.reason, e.record.op, e.record.device)
-                         for e in chosen if not _yours(e.record))
-        if causes:
-            lines.append("  placed by TensorFlow's and Keras' own code (nothing to change in yours):")
-        lines += [f"    {who}: {n} x {op} ran on {device} ({reason})"
-                  for (who, reason, op, device), n in causes.most_common(top)]
-    failed = _report.failed(records)
-    if failed:
-        lines.append("failed ops:")
-    lines += [f"  {g.source or 'an unknown line'}  {g.op} x{g.count} on {g.device}" for g in failed[:top]]
-    lines += _more(failed, top, "  ")
-    readiness = trace.get("gpu_readiness")
-    if readiness:
-        lines.append(f"GPU readiness: your ops that would still run on the CPU on a GPU machine "
-                     f"({trace.get('gpu_readiness_source') or 'tfplace kernel table'}):")
-    for r in (readiness or [])[:top]:
-        dtypes = " ".join(f"{n}={v}" for n, v in r.get("dtypes") or [])
-        lines.append(f"  {r.get('op')}{' ' + dtypes if dtypes else ''} "
-                     f"at {', '.join((r.get('sources') or [])[:3]) or 'an unknown line'}: {r.get('message')}")
-    memory = trace.get("memory") or {}
-    if memory.get("devices"):
-        lines.append("memory per device (peak and live at the end; the lines holding most):")
-    for m in memory.get("devices") or []:
-        lines.append(f"  {m['device']}: peak {_report.size(m.get('peak_bytes'))}, live at the end {_report.size(m.get('live_bytes'))}")
-        lines += [f"      {source or 'an unknown line'}  {_report.size(held)}" for source, held in m.get("top") or []]
-    if trace.get("incomplete_reason"):
-        lines.append(f"incomplete log: {trace['incomplete_reason']}")
     return lines
 
 
@@ -395,5 +299,5 @@ def render(merged: Mapping[str, Any], top: int = ROWS) -> str:
     lines.append("traffic between tasks:")
     lines += _traffic_lines(merged, top)
     for entry in tasks:
-        lines += _task_lines(entry, top)
+        lines += task_lines(entry, top)
     return "\n".join(lines)

@@ -22,13 +22,11 @@ from statistics import median
 from typing import Any, Mapping, Optional, Sequence
 
 from tfplace.placement.session._sources import AUTOGRAPH
-from tfplace.placement.steps._rules import SKEW
+from tfplace.placement.steps._thresholds import HOT, HOT_BYTES, SKEW, severity
 
-__all__ = ["worker_steps", "slowest", "skew", "ps_hotspot", "HOT", "HOT_BYTES"]
+__all__ = ["worker_steps", "slowest", "skew", "ps_hotspot"]
 
 _STEPPING = ("worker", "chief")  # the jobs whose tasks run steps (ps tasks serve)
-HOT = 1.5  # a ps task serving this many times its fair share of the bytes per step is a hotspot
-HOT_BYTES = 1 << 20  # and at least this many bytes per step (below it no ps task is busy enough to matter)
 
 
 def worker_steps(tasks: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -96,7 +94,7 @@ def skew(tasks: Sequence[Mapping[str, Any]], steps: Mapping[str, Mapping[str, An
     where = max(lines, key=lines.__getitem__) if lines and max(lines.values()) > 0 else steps[slow["task"]]["source"]
     share = extra_us / wall if wall else 0.0
     waiting = ", ".join(f"{t} {s:.0%}" for t, s in slow["waiting"].items())
-    return [{"rule": "replica-skew", "severity": "high" if share >= 0.5 else "medium" if share >= 0.2 else "low",
+    return [{"rule": "replica-skew", "severity": severity(share),
              "message": f"{slow['task']} computes {slow['ratio']:.1f} x the other workers' median per step "
                         f"({slow['compute_us'] / 1000:.1f} ms against {slow['others_compute_us'] / 1000:.1f} ms)"
                         + (f"; {op} makes most of the difference" if op else "")
@@ -126,7 +124,7 @@ def ps_hotspot(traffic: Sequence[Mapping[str, Any]], ps_tasks: Sequence[str]) ->
     made = [r for r in traffic if r.get("to_task") == hot and r.get("kind") == "tensor" and r.get("source")]
     where = max(made, key=lambda r: int(r.get("bytes") or 0))["source"] if made else ""
     share = (served[hot] - fair) / total
-    return [{"rule": "ps-hotspot", "severity": "high" if share >= 0.5 else "medium" if share >= 0.2 else "low",
+    return [{"rule": "ps-hotspot", "severity": severity(share),
              "message": f"{hot} serves {served[hot] / 2 ** 20:.1f} MiB of variable reads and writes per step, "
                         f"{served[hot] / fair:.1f} x its fair share ({fair / 2 ** 20:.1f} MiB of {len(served)} ps "
                         "tasks): the workers wait on it",

@@ -12,5 +12,5 @@ Example:
     >>> [g.name for g in map_cuda_visible([GpuInfo(0, "A", 1), GpuInfo(1, "B", 1)], "1")]
     ['B']
 
-Imports: `tfplace._errors`.
+Imports: `tfplace._errors`, `tfplace._files`.
 """

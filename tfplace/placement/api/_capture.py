@@ -52,7 +52,8 @@ class _Recorder:
         self.sources = sources
         self.all_threads = all_threads
         self.memory = census is not None
-        self.later = census is None  # a function's records are made when the log is read (a census counts records as they come)
+        # a function's records are made when the log is read (a census counts records as they come)
+        self.later = census is None
         self.census = census
         if census is not None:  # the tensors each op returns, with the record's line (none without sources)
             self.on_outputs = census.add_outputs
@@ -60,7 +61,8 @@ class _Recorder:
         self.keys: set[tuple] = set()
         self.stripped: tuple[tuple, tuple] = ((), ())  # a Session run's transfers, and the same without lines
 
-    def on_function(self, record: PlacementRecord, placed: bool, call: Union[_collected.Placed, _collected.Later]) -> None:
+    def on_function(self, record: PlacementRecord, placed: bool,
+                    call: Union[_collected.Placed, _collected.Later]) -> None:
         if isinstance(call, _collected.Later) and not call.made:
             if call.functions:
                 self.log.add_later(runs=call)
@@ -111,7 +113,7 @@ class _Recorder:
         if key.event == _events.Event.UNSEEN:  # with the records of the functions it names, if any
             self.log.mark_incomplete(key.about, stacklevel=user_stacklevel(), uncertain=records)
             return
-        if key.event == _events.Event.COMPILED:  # once per function and device; tf.data functions are placed per iterator
+        if key.event == _events.Event.COMPILED:  # once per function and device; tf.data's placed per iterator
             if key in self.keys:
                 return
             self.keys.add(key)
@@ -164,7 +166,8 @@ def capture_placement(*, sources: bool = False, all_threads: bool = False, timin
 
 @contextlib.contextmanager
 def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool = False,
-                 timing: bool = False, memory: bool = False, profile_dir: Optional[str] = None) -> Iterator[PlacementLog]:
+                 timing: bool = False, memory: bool = False,
+                 profile_dir: Optional[str] = None) -> Iterator[PlacementLog]:
     """`capture_placement()` filling a given log (the pytest fixture's, made earlier); with timing and
     `profile_dir`, TensorFlow's profile stays in that folder (`tfplace trace --profile_dir`)."""
     census = None

@@ -180,8 +180,8 @@ class _DeviceGuard:
             raise PlacementError(_unguarded(f"device_guard({self.wanted!r})", "", ran.unseen))
         for node in records:  # the nodes placed at this run (the first run of a graph)
             if node.kind in _RAN and node.device not in ("", self.wanted) and self.watches(node):
-                self.fail(node, f"node {node.name} of {_sessions.SESSION_GRAPH} (run at {user_line() or 'an unknown line'})",
-                          node.source)
+                self.fail(node, f"node {node.name} of {_sessions.SESSION_GRAPH} "
+                                f"(run at {user_line() or 'an unknown line'})", node.source)
         wrong = sorted(f"{op} on {device}" for (device, op, category), _ in ran.runs
                        if device != self.wanted and category == "compute" and op not in self.allow_ops)
         if wrong and not records:

@@ -19,8 +19,8 @@ profiler's own schema, `xplane_pb2`), checked on CPU with two logical devices, o
   them in order). A function call is `EagerLocalExecute: __inference_f_19`, spanning its run.
 * A function's node that runs synchronously is a `<node>:<kernel>` event (`MatMul:_MklMatMul`
   or `MatMul:MatMul`, `Sum:Sum`; a Grappler fusion `dense/Relu:_FusedMatMul`, timed as the op it
-  computes first, `MatMul`, since records keep the user's op types) on an executor line, or on the Python line when the function
-  runs inline; no stat names its device, the caller passes each node's device. A `_Send`
+  computes first, `MatMul`, since records keep the user's op types) on an executor line, or on the Python line
+  when the function runs inline; no stat names its device, the caller passes each node's device. A `_Send`
   (`x/_1:_Send`) carries stats `from` (the producer node), `to` (the consumer) and `key`
   (`<send device>;<id>;<recv device>;<edge>;<frame>:<iteration>`). An asynchronous node
   (`_Recv`, a call) has no such event: `ExecutorState::ProcessAsync::Start` with stats `name`

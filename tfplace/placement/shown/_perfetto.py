@@ -21,8 +21,9 @@ Example:
     >>> add = PlacementRecord("AddV2", "", "/device:CPU:1", "execute", source="train.py:7")
     >>> copy = CopyRecord("AddV2", 0, "/device:CPU:0", "/device:CPU:1", bytes=16)
     >>> events = trace_events([add], [copy], [0])["traceEvents"]
-    >>> [(e["ph"], e["name"]) for e in events if e["ph"] in "Xsf"]
-    [('X', 'AddV2'), ('X', 'send AddV2 input #0'), ('s', 'transfer'), ('X', 'receive AddV2 input #0'), ('f', 'transfer')]
+    >>> [(e["ph"], e["name"]) for e in events if e["ph"] in "Xsf"]  # doctest: +NORMALIZE_WHITESPACE
+    [('X', 'AddV2'), ('X', 'send AddV2 input #0'), ('s', 'transfer'), ('X', 'receive AddV2 input #0'),
+     ('f', 'transfer')]
 """
 
 from __future__ import annotations
@@ -169,7 +170,8 @@ def _matched(copies: Sequence[Any], copy_slots: Sequence[int], moves: list[Move]
     found: dict[int, Any] = {}
     for copy, slot in sorted(zip(copies, copy_slots), key=lambda pair: pair[1]):
         at = times[slot] if 0 <= slot < len(times) else None
-        free = [k for k, move in enumerate(moves) if k not in found and (move.source, move.target) == (copy.from_device, copy.to_device)]
+        free = [k for k, move in enumerate(moves)
+                if k not in found and (move.source, move.target) == (copy.from_device, copy.to_device)]
         if not free:
             continue
         if at is None:
@@ -306,8 +308,8 @@ def trace_events(records: Sequence[Any], copies: Sequence[Any], copy_slots: Sequ
         width = (STEP - 2) / len(moved)
         for j, copy in enumerate(moved):
             start, half = at * STEP + j * width, width / 2
-            timeline.arrow(copy.from_device, copy.to_device, " " + input_label(copy.op, copy.input_index), _copy_args(copy),
-                           (start, half * 0.8, _TRANSFERS), (start + half, half * 0.8, _TRANSFERS))
+            timeline.arrow(copy.from_device, copy.to_device, " " + input_label(copy.op, copy.input_index),
+                           _copy_args(copy), (start, half * 0.8, _TRANSFERS), (start + half, half * 0.8, _TRANSFERS))
     for at, device, live, _ in memory:
         step_at = step_of[at - 1] if 0 < at <= len(step_of) else 0
         timeline.events.append({"ph": "C", "name": "live bytes", "pid": timeline.pid(device),

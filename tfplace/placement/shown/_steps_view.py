@@ -5,8 +5,9 @@ Example:
     >>> steps = Steps(19, 1, "keras-fit", "fit.py:16", 695e3, 732e3, 750e3,
     ...               {"input": 0.99, "compute": 0.003, "transfer": 0.0, "sync": 0.0, "host": 0.007, "compile": 0.0,
     ...                "idle": 0.0})
-    >>> print(text(steps, [])[0])
-    steps: 19 x 695.0 ms median (p90 732.0 ms, max 750.0 ms): input 99.0%, compute 0.3%, host 0.7% (keras-fit at fit.py:16; 1 warm-up step left out)
+    >>> print(text(steps, [])[0])  # doctest: +NORMALIZE_WHITESPACE
+    steps: 19 x 695.0 ms median (p90 732.0 ms, max 750.0 ms): input 99.0%, compute 0.3%, host 0.7%
+    (keras-fit at fit.py:16; 1 warm-up step left out)
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def text(steps: Any, advice: Sequence[Any]) -> list[str]:
                                           for kind, source, n in steps.others[:5])][:1 if steps.others else 0]
     lines = [f"steps: {steps.count} x {duration_text(steps.median_us)} median (p90 {duration_text(steps.p90_us)}, max "
              f"{duration_text(steps.max_us)}): {shares(steps.shares)} ({_what(steps)})"]
+    if steps.reason:
+        lines.append(f"  ({steps.reason})")
     if steps.others:
         lines.append("  other loops: " + ", ".join(f"{kind} at {source or 'an unknown line'} ({n} steps)"
                                                    for kind, source, n in steps.others[:5]))
@@ -61,9 +64,10 @@ def text(steps: Any, advice: Sequence[Any]) -> list[str]:
             f"({100 * share:.1f}%)" for device, (busy, share) in steps.per_device.items()))
     for device, gpu in steps.gpus.items():
         copies = (f", from host memory {size_text(gpu['h2d_bytes'])} in {duration_text(gpu['h2d_us'])} (pageable "
-                  f"{size_text(gpu['pageable_bytes'])}, pinned {size_text(gpu['pinned_bytes'])})" if gpu["h2d_bytes"] else "")
-        lines.append(f"  {device.rpartition('device:')[2]} per step: kernels {duration_text(gpu['compute_us'])}, no kernel running "
-                     f"{duration_text(gpu['idle_us'])}{copies}")
+                  f"{size_text(gpu['pageable_bytes'])}, pinned {size_text(gpu['pinned_bytes'])})"
+                  if gpu["h2d_bytes"] else "")
+        lines.append(f"  {device.rpartition('device:')[2]} per step: kernels {duration_text(gpu['compute_us'])}, "
+                     f"no kernel running {duration_text(gpu['idle_us'])}{copies}")
     if steps.input is not None and steps.shares.get("input", 0.0) >= 0.01:
         stage = steps.input
         lines.append(f"  input: slowest stage {stage.dataset_op} at {stage.source or 'an unknown line'}, "

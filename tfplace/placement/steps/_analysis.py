@@ -18,12 +18,13 @@ from tfplace.placement.profile._model import OpTime, Timing
 from tfplace.placement.profile._step_events import HostCopy, Span
 from tfplace.placement.steps import _find, _input, _phases
 from tfplace.placement.steps._model import PHASES, Step, Steps
+from tfplace.placement.steps._thresholds import OUTLIER, OUTLIER_US
 from tfplace.placement.session._session import Parameters
 
-__all__ = ["steps", "OUTLIER", "OUTLIER_US"]
+__all__ = ["steps", "COORDINATOR"]
 
-OUTLIER = 2.0  # a steady step longer than this many times the median is an unusual step, reported apart,
-OUTLIER_US = 5000.0  # when it is also this much longer (a few ms more on a step of one is the machine's noise)
+COORDINATOR = ("a ParameterServerStrategy coordinator's steps: each times the scheduling of a step on a worker and "
+               "the wait for it; the workers' own steps are in their tasks' traces (tfplace launch --trace --timing)")
 
 
 def _percentile(values: Sequence[float], fraction: float) -> float:
@@ -59,7 +60,8 @@ def steps(records: Sequence[PlacementRecord], timing: Optional[Timing], missing:
               "input": events.input, "sync": list(events.sync) + [(start, us) for start, us, _ in events.reads],
               "transfer": [(move.start_us, move.duration_us) for move in timing.moves],
               "compile": list(events.compile) + [(c.start, c.duration) for c in events.calls if c.traced]}
-    if _remote(records, found.name, timing.devices):  # a coordinator's steps: waiting for the worker that runs each
+    remote = _remote(records, found.name, timing.devices)
+    if remote:  # a coordinator's steps: waiting for the worker that runs each
         layers["sync"] = layers["sync"] + [(c.start, c.duration) for c in events.calls if c.name == found.name]
     inside = [(call.start_us, call.duration_us) for call in timing.calls] + list(events.sessions)
     phases = _phases.split(found.spans, layers, inside)
@@ -89,7 +91,8 @@ def steps(records: Sequence[PlacementRecord], timing: Optional[Timing], missing:
     ran = sum(1 for low, _ in found.spans if window[0] <= low <= window[1])
     stage = _input.slowest(events.stages(window), records, waited, ran) if waited > 0 else None
     return Steps(count, found.warmup, found.kind, found.source, typical, _percentile(walls, 0.9), max(walls),
-                 shares, per_device, every, stage, "", found.name, _reads(events.reads, spans),
+                 shares, per_device, every, stage, COORDINATOR if remote else "", found.name,
+                 _reads(events.reads, spans),
                  _gpus(spans, work, events.host_copies, count), outliers, found.others)
 
 
@@ -108,7 +111,8 @@ def _gpus(spans: Sequence[Span], work: dict[str, list[Span]], copies: Sequence[H
         mine = [c for c in inside if c.device == device]
         found[device] = {"compute_us": busy.get(device, 0.0) / count,
                          "idle_us": (wall - busy.get(device, 0.0)) / count,
-                         "h2d_bytes": sum(c.bytes for c in mine) / count, "h2d_us": sum(c.duration for c in mine) / count,
+                         "h2d_bytes": sum(c.bytes for c in mine) / count,
+                         "h2d_us": sum(c.duration for c in mine) / count,
                          "pageable_bytes": sum(c.bytes for c in mine if c.memory == "pageable") / count,
                          "pinned_bytes": sum(c.bytes for c in mine if c.memory == "pinned") / count}
     return found

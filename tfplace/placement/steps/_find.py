@@ -133,7 +133,8 @@ def _loops(name: str, ran: Sequence[PlacementRecord], mine: Sequence[Any], untim
             for found in [_loop(name, line, group, [], untimed)] if found is not None]
 
 
-def _functions(pairs: list[tuple[PlacementRecord, Any]], parameters: Mapping[str, Parameters]) -> list[list[tuple[PlacementRecord, Any]]]:
+def _functions(pairs: list[tuple[PlacementRecord, Any]],
+               parameters: Mapping[str, Parameters]) -> list[list[tuple[PlacementRecord, Any]]]:
     """The calls of one line, per function: a concrete function whose trace held every parameter as the one
     before it did was not traced again for a new argument; it is another function of the same code (a new
     model's step, each `fit` of twelve models), and starts a group of its own."""
@@ -256,7 +257,7 @@ def _eager_loop(records: Sequence[PlacementRecord], events: Optional[Any],
     eager = [r for r in records if r.kind == Kind.EXECUTE and not is_function_call(r.op)]
     # lines that make variables (a model's, an optimizer's) build what a loop trains: no loop of steps
     making = {r.source for r in eager if r.op in _MAKES_VARIABLES}
-    runs: Counter[str] = Counter()  # per line, how often it started a run of eager ops (an iteration's ops come in one run)
+    runs: Counter[str] = Counter()  # per line, how often it started a run of eager ops (an iteration's: one run)
     starts: dict[str, list[int]] = {}
     head = 0
     while head < len(eager):
@@ -273,7 +274,8 @@ def _eager_loop(records: Sequence[PlacementRecord], events: Optional[Any],
         head = tail
     if not runs or runs.most_common(1)[0][1] < 3:
         eager_why = ("no line of yours ran eager ops three times (a line making variables builds, it does not step)"
-                     if any(r.source for r in eager) else "eager loops are found by their lines (capture with sources=True)")
+                     if any(r.source for r in eager)
+                     else "eager loops are found by their lines (capture with sources=True)")
         why = ("no step found: no tf.function ran twice, as one function from one line of yours, no step was marked, "
                f"no Session.run ran twice, and {eager_why}")
         return Found("", "", "", [], 0, 0, why)

@@ -65,7 +65,8 @@ class Steps(NamedTuple):
       per_device: canonical device -> (busy µs, share of the steady steps' wall time).
       steps: every `Step`, warm-up first.
       input: the slowest input stage, or None.
-      reason: why there is no step or no time ("" when there are both).
+      reason: why there is no step or no time, or what the times are where they are not the steps' own (a
+        coordinator's scheduling; a kept profile without the user's lines); "" otherwise.
       name: what was called or marked each step (a function's Python name, a marker's name).
       reads: the user's lines that read a tensor's value in Python (`.numpy()`, `float`, `print`, ...) ->
         (the steady steps with such a read, the µs those reads took in them).

@@ -55,7 +55,8 @@ def union(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
 def _minus(a: _Intervals, b: _Intervals) -> _Intervals:
     """`a` less `b`: the stretches where `a`'s coverage is 1 and `b`'s 0, from the sorted boundaries of both."""
     points = np.concatenate((a[0], a[1], b[0], b[1]))
-    deltas = np.concatenate((np.ones(len(a[0])), -np.ones(len(a[1])), np.full(len(b[0]), 2.0), np.full(len(b[1]), -2.0)))
+    deltas = np.concatenate((np.ones(len(a[0])), -np.ones(len(a[1])),
+                             np.full(len(b[0]), 2.0), np.full(len(b[1]), -2.0)))
     order = np.argsort(points, kind="stable")
     points, level = points[order], np.cumsum(deltas[order])
     only_a = np.flatnonzero(level[:-1] == 1.0)

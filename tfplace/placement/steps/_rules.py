@@ -6,8 +6,7 @@ wrote (a read or a transfer TensorFlow's or Keras' own code makes names no line 
 no advice).
 
 Example:
-    >>> from tfplace.placement.session._session import Parameters
-from tfplace.placement.steps._model import Steps
+    >>> from tfplace.placement.steps._model import Steps
     >>> calm = Steps(10, 1, "function", "train.py:9", 1000.0, 1100.0, 1200.0,
     ...              {"input": 0.05, "compute": 0.9, "transfer": 0.0, "sync": 0.0, "host": 0.05, "compile": 0.0,
     ...               "idle": 0.0})
@@ -30,34 +29,12 @@ from tfplace.placement.records._origins import is_input_op
 from tfplace.placement.records._records import Kind
 from tfplace._names import duration_text, function_name, is_function_call
 from tfplace.placement.steps._model import Advice, Steps
+from tfplace.placement.steps._thresholds import (COPY_BYTES, EVERY_STEP, EXPLAINS, HOST_BOUND, HOST_KERAS_US,
+                                                 HOST_REPLICAS_US, HOST_US, INPUT_BOUND, INPUT_US, LAUNCH_US,
+                                                 REPLICAS, RETRACED, SHARES_FROM, SKEW, severity)
 from tfplace.placement.session._session import Parameters
 
-__all__ = ["advice", "INPUT_BOUND", "INPUT_US", "EXPLAINS", "HOST_BOUND", "HOST_US", "HOST_KERAS_US", "HOST_REPLICAS_US",
-           "SKEW", "REPLICAS", "COPY_BYTES", "LAUNCH_US", "SHARES_FROM", "RETRACED"]
-
-INPUT_BOUND = 0.2  # input's share of the steady steps' time from which "input-bound" holds
-EXPLAINS = 0.5  # the slowest stage's own time per step, over the step's wait for input, below which the stage
-# does not account for the wait (the machine's other load, another pipeline's work): no fix to name
-INPUT_US = 1000.0  # and at least this much waiting in a median step: below it, a get-next's own cost is the floor
-SHARES_FROM = 3  # steady steps from which a share-based rule may hold (fewer make no figure to act on)
-RETRACED = 3  # steady steps that traced again from which "retracing" holds (a new shape traces once)
-HOST_BOUND = 0.2
-HOST_US = 5000.0  # and at least this much host time in a median step: below it, the framework's own per-step
-# Python (a tf.function's call, the loop) is the floor, which no line of the user's removes
-HOST_REPLICAS_US = 20000.0  # the same for a step run on replicas (a strategy's per-step Python: its distributed
-# iterator, its `run`, some ms per step on each replica's behalf)
-HOST_KERAS_US = 50000.0  # the same in Keras' fit, evaluate and predict, whose own loop costs some ms per step
-# (more under a strategy): beyond it, the user's callbacks
-SKEW = 1.2  # a replica's busy time over the others' median from which "replica-skew" holds
-LAUNCH_US = 200.0  # an eager op's launch and the Python around it, at most: an eager loop whose Python takes more
-# per op does other work (a sleep, I/O, NumPy), which a tf.function would not remove
-COPY_BYTES = 1024  # bytes per step from which a copy is worth moving (a replica's scalar loss is not)
-REPLICAS = 0.5  # devices are replicas when their op types overlap this much (Jaccard): the same step on each
-
-
-def _severity(share: float) -> str:
-    return "high" if share >= 0.5 else "medium" if share >= 0.2 else "low"
-
+__all__ = ["advice"]
 
 def _input_bound(steps: Steps) -> list[Advice]:
     share = steps.shares["input"] if steps.shares else 0.0
@@ -71,7 +48,7 @@ def _input_bound(steps: Steps) -> list[Advice]:
     said, fix = _input_fix(steps, share)
     if not fix:
         return []
-    return [Advice("input-bound", _severity(share),
+    return [Advice("input-bound", severity(share),
                    f"the steps wait for input {share:.0%} of their time{said}", where, fix,
                    {"share": share, "stage": stage._asdict() if stage else None})]
 
@@ -92,8 +69,8 @@ def _input_fix(steps: Steps, share: float) -> tuple[str, str]:
     said = (f": its slowest stage is {stage.dataset_op} ({duration_text(stage.per_element_us)} per element, "
             f"{'parallelism ' + str(stage.parallelism) if stage.parallelism else 'no num_parallel_calls'}, "
             f"{'a prefetch after it' if stage.prefetch else 'no prefetch after it'}); it needs about "
-            f"{duration_text(demand)} a step where the rest of a step takes {duration_text(own)}: keeping up takes ~{needed}-way "
-            f"parallelism, and this machine has {cores} core{'s' if cores != 1 else ''}")
+            f"{duration_text(demand)} a step where the rest of a step takes {duration_text(own)}: keeping up takes "
+            f"~{needed}-way parallelism, and this machine has {cores} core{'s' if cores != 1 else ''}")
     op = stage.dataset_op
     if steps.kind.startswith("keras") and stage.source == steps.source:  # Keras' own pipeline over arrays
         return said, ("ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size).prefetch(tf.data.AUTOTUNE)  "
@@ -129,7 +106,7 @@ def _host(steps: Steps, ops_per_step: float = 0.0) -> list[Advice]:
     if steps.kind == "eager-loop" and launches:
         if launch <= steps.shares["compute"]:
             return []
-        return [Advice("eager-loop", _severity(launch),
+        return [Advice("eager-loop", severity(launch),
                        f"the loop's eager ops spend {launch:.0%} of each iteration in Python and op launches, "
                        f"{steps.shares['compute']:.0%} in kernels", steps.source,
                        "body = tf.function(body)  # body: a function holding the loop's body, called once per "
@@ -141,7 +118,7 @@ def _host(steps: Steps, ops_per_step: float = 0.0) -> list[Advice]:
     if host < HOST_BOUND or host * (steps.median_us or 0.0) < floor or steps.kind == "session":
         return []  # (a Session.run's own Python is no line of the user's to change)
     if steps.kind == "eager-loop":
-        return [Advice("host-bound", _severity(host), f"{host:.0%} of each iteration is Python that is not its eager "
+        return [Advice("host-bound", severity(host), f"{host:.0%} of each iteration is Python that is not its eager "
                        "ops' launches (a tf.function around them would not remove it)", steps.source,
                        "# keep the iteration's other Python (sleeps, I/O, NumPy, logging) out of the loop, or do it "
                        "every N iterations", {"share": host})]
@@ -152,7 +129,7 @@ def _host(steps: Steps, ops_per_step: float = 0.0) -> list[Advice]:
                 "strategy keep steps_per_execution at 1 unless every batch is full" if keras
            else "# keep per-step Python (logging, metrics, bookkeeping) out of the loop or run it every N steps; "
                 "or run several steps per call: loop over the iterator inside the tf.function")
-    return [Advice("host-bound", _severity(host), f"{host:.0%} of each step is Python between and around the "
+    return [Advice("host-bound", severity(host), f"{host:.0%} of each step is Python between and around the "
                    "step's calls", steps.source, fix, {"share": host})]
 
 
@@ -165,9 +142,10 @@ def _host_sync(steps: Steps) -> list[Advice]:
         if count < max(2, steps.count - 1):  # a function's last step ends with its call, before a read after it
             continue
         share, (text, counter) = us / wall, _statement(line)
-        out.append(Advice("host-sync", _severity(share),
+        out.append(Advice("host-sync", severity(share),
                           f"a tensor's value is read in Python in every step ({count} of {steps.count} steady steps, "
-                          f"{duration_text(us / count)} each): Python waits there for the device to finish the step", line,
+                          f"{duration_text(us / count)} each): Python waits there for the device to finish the step",
+                          line,
                           f"if {counter} % 100 == 0: {text}  # read every 100 steps (sum on the device: a tf.Variable)"
                           if counter else "# read it every N steps; keep sums on the device (a tf.Variable, a metric)",
                           {"share": share, "steps": count}))
@@ -177,14 +155,16 @@ def _host_sync(steps: Steps) -> list[Advice]:
 def _statement(source: str) -> tuple[str, str]:
     """The user's line `source` ("file.py:LINE") if one simple statement, and the `for` loop's counter around it."""
     try:  # the line compiles alone (a `return` pasted alone does not) and can follow `if ...:` or `with ...:`
-        lines = [linecache.getline(source.rpartition(":")[0], n) for n in range(1, int(source.rpartition(":")[2]) + 1)]
+        path, _, number = source.rpartition(":")
+        lines = [linecache.getline(path, n) for n in range(1, int(number) + 1)]
         text, indent = lines[-1].strip(), len(lines[-1]) - len(lines[-1].lstrip())
         header = next((t for t in reversed(lines[:-1]) if t.strip() and len(t) - len(t.lstrip()) < indent), "")
         counter = re.findall(r"^\s*for (\w+)(?:, \w+)* in (?:range|enumerate)\(", header) + [""]  # i; i of i, x
-        simple = [hasattr(n, "body") for n in ast.parse(text).body] == [False] and compile(text, source, "exec")
+        tree = ast.parse(text)
+        simple = [hasattr(n, "body") for n in tree.body] == [False] and compile(text, source, "exec")
     except (ValueError, IndexError, SyntaxError):
         return "", ""
-    return (text, counter[0]) if simple else ("", "")
+    return (ast.unparse(tree), counter[0]) if simple else ("", "")  # as code: the line's own comment left out
 
 
 def _spec(text: str) -> str:
@@ -263,7 +243,7 @@ def _compile(steps: Steps, traces: Sequence[str], changed: Sequence[tuple[str, s
     if len(compiling) < RETRACED:
         return []
     share = sum(phases["compile"] for phases in compiling) / sum(s.wall_us or 0.0 for s in steady)
-    every = len(compiling) >= max(2, 0.9 * len(steady))
+    every = len(compiling) >= max(2, EVERY_STEP * len(steady))
     what = steps.name or "the step function"
     if changed:
         why = "; ".join(f"argument {p} was {a}, then {b}" for p, a, b in changed[:3])
@@ -278,7 +258,7 @@ def _compile(steps: Steps, traces: Sequence[str], changed: Sequence[tuple[str, s
         why = "an argument's Python value, type or shape changed between calls"
         fix = ("# pass tensors, not Python numbers (tf.constant(value)), or declare "
                "@tf.function(reduce_retracing=True) / an input_signature")
-    return [Advice("compile-every-step" if every else "retracing", _severity(share),
+    return [Advice("compile-every-step" if every else "retracing", severity(share),
                    f"{what} was traced again in {len(compiling)} of {len(steady)} steady steps ({share:.0%} of "
                    f"their time): {why}", steps.source, fix,
                    {"share": share, "steps": len(compiling), "changed": [list(c) for c in changed]})]
@@ -298,7 +278,7 @@ def _copies(steps: Steps, transfers: Sequence[Any], users: AbstractSet[str]) -> 
         if per_step < COPY_BYTES:
             continue
         share = (row.time_us or 0.0) / (steps.median_us * ran) if steps.median_us else 0.0
-        out.append(Advice("copies-per-step", _severity(share),
+        out.append(Advice("copies-per-step", severity(share),
                           f"{row.tensor or row.op} moves {row.from_device} -> {row.to_device} in every step "
                           f"({row.count} times in {ran} steps, {per_step:.0f} bytes per step) for {row.op}", where,
                           f"with tf.device('{row.to_device}'): ...  # make it where {row.op} reads it, or run "
@@ -315,7 +295,8 @@ def _in_steps(steps: Steps, row: Any) -> bool:
     return row.source == steps.source or steps.kind == "eager-loop"
 
 
-def _skew(steps: Steps, ops: Mapping[tuple[str, str], Any], lines: Mapping[tuple[str, str], Counter[str]]) -> list[Advice]:
+def _skew(steps: Steps, ops: Mapping[tuple[str, str], Any],
+          lines: Mapping[tuple[str, str], Counter[str]]) -> list[Advice]:
     busy = {d: b for d, (b, _) in steps.per_device.items() if b > 0}
     if len(busy) < 2 or not steps.median_us:
         return []
@@ -351,7 +332,7 @@ def _skew(steps: Steps, ops: Mapping[tuple[str, str], Any], lines: Mapping[tuple
         return []  # no line of the user's inside the step differs: the framework's own work (a primary replica's)
     where = max(more, key=more.__getitem__)
     share = (busy[slow] - others) / wall
-    return [Advice("replica-skew", _severity(share),
+    return [Advice("replica-skew", severity(share),
                    f"{slow} computes {busy[slow] / others:.1f} x the other replicas' median"
                    + (f"; {op} makes most of the difference" if op else ""), where,
                    "# give every replica the same work (the same batch size, no branch on the replica id)",

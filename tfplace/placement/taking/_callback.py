@@ -37,7 +37,8 @@ _DATASET_OPS = _datasets.READS | {"DatasetCardinality"}
 _COPYING = (_OP, _EXPLICIT)  # what an op's kind may be when its inputs can be copied implicitly
 _KEPT = 8  # per op type, the deciding codes kept; per call, the (device, scope, attributes) kept
 _RECENT = 64  # the graph's last ops searched for one another op callback made its outputs hide (`_made_name`)
-_HOST_DEVICE = "/device:CPU:0"  # the host, where a kernel wants its int32 host-memory arguments (`_eager.copies_to_host`)
+# the host, where a kernel wants its int32 host-memory arguments (`_eager.copies_to_host`)
+_HOST_DEVICE = "/device:CPU:0"
 
 
 class Hook:
@@ -54,7 +55,8 @@ class Hook:
         self.counter: Optional[tuple[Callable, bool]] = None  # the one listener that counts them, where only one does
         self.sources = False
         self.thread_data = _tensorflow.thread_data()  # per thread inside
-        self.lists: list[list[Callable]] = []  # the callback lists holding `callback`: its thread's, inheriting threads'
+        # the callback lists holding `callback`: its thread's, inheriting threads'
+        self.lists: list[list[Callable]] = []
         self.sink: Optional[Callable[[PlacementRecord], None]] = None  # the one listener's writer of a record alone
         self.seen: dict[Any, list[tuple]] = {}  # op type -> the lines that ran it before, and their records (`_learn`)
         self.copying: dict[Any, bool] = {}  # op type -> whether its inputs can be copied implicitly (`_copying`)
@@ -167,8 +169,8 @@ class Hook:
                         continue
                     if frame.f_code is code:
                         for entry in sites.get(frame.f_lasti, ()):
-                            if (entry[1] == full and entry[2] == requested and entry[3] == scope_by and entry[4] == attrs
-                                    and (entry[0] is None or _same_call(*entry[0]))):
+                            if (entry[1] == full and entry[2] == requested and entry[3] == scope_by
+                                    and entry[4] == attrs and (entry[0] is None or _same_call(*entry[0]))):
                                 known = entry
                                 break
                         break
@@ -346,4 +348,5 @@ def _same_call(depth: int, code: Any, lasti: int) -> bool:
 
 def thread_hooks() -> list[Hook]:
     """The hooks this thread runs: its own, or those it inherited (replica threads)."""
-    return [hook for hook in (getattr(c, "__self__", None) for c in _tensorflow.op_callbacks()) if isinstance(hook, Hook)]
+    return [hook for hook in (getattr(c, "__self__", None) for c in _tensorflow.op_callbacks())
+            if isinstance(hook, Hook)]

@@ -25,8 +25,8 @@ from tfplace.placement.records._records import CopyRecord, Kind, PlacementRecord
 from tfplace._names import is_function_call
 from tfplace.placement.session import _session
 
-__all__ = ["OP", "FUNCTION", "ITERATOR", "EXPLICIT", "HOST", "kind_of", "describe", "type_values", "dtypes", "function_name",
-           "copies", "device_of", "described", "with_line"]
+__all__ = ["OP", "FUNCTION", "ITERATOR", "EXPLICIT", "HOST", "kind_of", "describe", "type_values", "dtypes",
+           "function_name", "copies", "device_of", "described", "with_line"]
 
 HOST = "/job:localhost/replica:0/task:0/device:CPU:0"
 _ON_HOST = frozenset({types_pb2.DT_STRING, types_pb2.DT_RESOURCE})
@@ -103,7 +103,8 @@ def copies(op: str, inputs: Sequence[Any], full: str, device: str) -> list[CopyR
             dtype_name = _kernels.dtype_name(dtype)
             size = _tensorflow.dtype_size(dtype_name)
             found.append(CopyRecord(op, index, canonical_name(where), canonical_name(target),
-                                    dtype=dtype_name, bytes=None if size is None else size * tensor.shape.num_elements()))
+                                    dtype=dtype_name,
+                                    bytes=None if size is None else size * tensor.shape.num_elements()))
     return found
 
 

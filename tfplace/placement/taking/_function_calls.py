@@ -59,8 +59,8 @@ def called(hook: Any, session: _session.Session, op: str, kind: int, record: Pla
             placed = True
             ran = _collected.Placed(1, later[1], runs=_placed.compiled_runs(op, full))
         else:
-            found = _graphs.collect(op, _graphs.in_flight_elsewhere(session), (op, full, _calls.argument_devices(inputs)),
-                                    later=hook.later)
+            found = _graphs.collect(op, _graphs.in_flight_elsewhere(session),
+                                    (op, full, _calls.argument_devices(inputs)), later=hook.later)
             placed = found.functions > 0 or bool(found.unseen) or bool(session.awaited) and _graphs.awaits(session, op)
             unseen = found.unseen
             ran = _calls.after(op, full, inputs, found)
@@ -110,7 +110,8 @@ def called(hook: Any, session: _session.Session, op: str, kind: int, record: Pla
     for call, sources in hook.outputs:
         call(record if sources else plain, outputs)
     if kind == _eager.FUNCTION:
-        if isinstance(found, _collected.Later) and not found.made:  # its records, made when its listeners' logs are read
+        # its records, made when its listeners' logs are read
+        if isinstance(found, _collected.Later) and not found.made:
             if found.functions:
                 hook.records(_events.EventKey(_events.Event.PLACED, op), found)
         elif found.instantiated:

@@ -109,7 +109,8 @@ def _start(thread: threading.Thread) -> None:
     """`threading.Thread.start` while hooks listen: a thread TensorFlow starts for the block (or any
     thread, for a listener with `all_threads`) runs with this thread's hooks."""
     hooks = thread_hooks()
-    inherits = hooks and (started_by_framework(2) or any(l.all_threads for h in hooks for l in h.listeners))
+    inherits = hooks and (started_by_framework(2)
+                          or any(listener.all_threads for h in hooks for listener in h.listeners))
     _tensorflow.start_thread(thread, functools.partial(_inheriting, hooks=hooks) if inherits else None)
 
 
@@ -275,7 +276,8 @@ def listening(listener: _events.Listener) -> Iterator[None]:
         hook.update()
         try:
             yield
-        except KeyboardInterrupt as error:  # it may have landed in the op callback: its traceback ends at the user's line
+        except KeyboardInterrupt as error:
+            # it may have landed in the op callback: its traceback ends at the user's line
             end_at_user(error)
             raise
         finally:

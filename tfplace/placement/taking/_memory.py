@@ -103,7 +103,8 @@ class Census:
         self._timed = timed
         self.clock: Callable[[], int] = clock or (lambda: 0)  # where the block is (its log's length), for `series()`
         self._entries: dict[int, _Counted] = {}  # id of a counted object alive -> its reference, with its code
-        self._made: dict[tuple, int] = {}  # (device, dtype, elements, line) -> the code of such tensors (0: not counted)
+        # (device, dtype, elements, line) -> the code of such tensors (0: not counted)
+        self._made: dict[tuple, int] = {}
         self._table: list[_Entry] = []  # the entries codes name
         self._sources = _session.runtime().made  # the lines of tensors alive, for live_tensors()
         self._changes = array.array("q")  # each change: clock << _CLOCK | code (8 bytes)
@@ -258,7 +259,8 @@ class Census:
         largest = self.largest(device)
         if not largest:
             return f"tfplace (memory=True): no tensor of the block was alive on {device or 'that device'}"
-        rows = "\n".join(f"  {size_text(e.size):>10}  {e.what}, made at {e.source or 'an unknown line'}" for e in largest)
+        rows = "\n".join(f"  {size_text(e.size):>10}  {e.what}, made at {e.source or 'an unknown line'}"
+                         for e in largest)
         return (f"tfplace (memory=True): the largest tensors of the block alive on {device} when it ran out of "
                 f"memory ({size_text(live.get(device, 0))} in all):\n{rows}")
 

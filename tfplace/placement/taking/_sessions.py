@@ -148,7 +148,8 @@ def _line(operation: Any) -> str:
 _BESIDE_INPUT = frozenset({"Identity", "IdentityN", "Shape", "ShapeN", "Size", "Rank", "Reshape"})
 
 
-def _unrun(nodes: Sequence[Any], keep: set[str], known: dict[str, str], graph_def: Any) -> list[tuple[Any, PlacementRecord]]:
+def _unrun(nodes: Sequence[Any], keep: set[str], known: dict[str, str],
+           graph_def: Any) -> list[tuple[Any, PlacementRecord]]:
     """The nodes no run needed (a fed placeholder, a tensor never fetched) that TensorFlow's placer puts by
     a rule that leaves no doubt (placer.cc): one that asks for an existing device with a kernel there for
     its dtypes; a "generator" (no input, one consumer) beside its one consumer; else, asking for nothing,
