@@ -39,3 +39,26 @@ def test_severity_is_one_scale():
 
     assert [severity(share) for share in (0.9, 0.5, 0.3, 0.2, 0.1, 0.0)] == [
         "high", "high", "medium", "medium", "low", "low"] and set(SEVERITIES) == {"high", "medium", "low"}
+
+
+def test_every_doctor_code_is_declared_and_the_guide_shows_the_declared_table():
+    from tfplace.machine import _codes
+
+    verdict, diagnosis = ((ROOT / "tfplace" / "machine" / name).read_text(encoding="utf-8")
+                          for name in ("_verdict.py", "_diagnosis.py"))
+    given = set(re.findall(r'\.add\(\s*"([a-z0-9-]+)"', verdict)) | set(re.findall(r'cls\("([a-z0-9-]+)"', diagnosis))
+    assert given == set(_codes.BY_CODE) and len(_codes.CODES) == len(_codes.BY_CODE)
+    guide = (ROOT / "docs" / "guides" / "doctor.md").read_text(encoding="utf-8")
+    assert "<!-- codes: tfplace.machine._codes.CODES -->" in guide and "| code |" not in guide
+    assert all(f"| `{code.name}` |" in _codes.table() for code in _codes.CODES)
+
+
+def test_a_finding_under_an_undeclared_code_is_a_defect_that_names_it():
+    import pytest
+
+    from tfplace.machine import _verdict
+
+    rules = _verdict._Rules.__new__(_verdict._Rules)
+    rules.findings = []
+    with pytest.raises(ValueError, match="'made-up-code'"):
+        rules.add("made-up-code", "error", "a message")

@@ -5,7 +5,8 @@ A page holds a marker line; the build replaces it:
 
 * `<!-- api: tfplace.__all__ -->`: one `::: tfplace.NAME` section per exported name, in `__all__`'s order;
 * `<!-- cli: tfplace --help -->`: `tfplace --help`, then each subcommand's `--help`, as run now;
-* `<!-- rules: tfplace.placement.steps._thresholds.RULES -->`: the step rules' table, from their declarations.
+* `<!-- rules: tfplace.placement.steps._thresholds.RULES -->`: the step rules' table, from their declarations;
+* `<!-- codes: tfplace.machine._codes.CODES -->`: the doctor's codes' table, from theirs.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 API = "<!-- api: tfplace.__all__ -->"
 CLI = "<!-- cli: tfplace --help -->"
 RULES = "<!-- rules: tfplace.placement.steps._thresholds.RULES -->"
+CODES = "<!-- codes: tfplace.machine._codes.CODES -->"
 
 
 def exported() -> list[str]:
@@ -66,4 +68,8 @@ def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
         from tfplace.placement.steps._thresholds import table  # declared data only: no TensorFlow
 
         markdown = markdown.replace(RULES, table())
+    if CODES in markdown:
+        from tfplace.machine import _codes
+
+        markdown = markdown.replace(CODES, _codes.table())
     return markdown

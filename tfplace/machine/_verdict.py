@@ -24,6 +24,7 @@ from tfplace.machine._diagnosis import ContainerWithoutGpu, Diagnosis, Finding, 
 from tfplace.machine._gpus import GpuInfo, map_cuda_visible
 from tfplace.machine._libraries import Wanted, from_build, satisfies, wanted
 from tfplace.machine._records import BuildInfo, Library, MachineFacts, TensorFlow
+from tfplace.machine._codes import BY_CODE, SEVERITIES
 
 __all__ = ["diagnose", "classify"]
 
@@ -101,6 +102,9 @@ class _Rules:
         self.reported = len(facts.gpus)
 
     def add(self, code: str, severity: str, message: str, fix: Optional[str] = None, **evidence: Any) -> None:
+        if code not in BY_CODE or severity not in SEVERITIES:  # the codes are declared data (the guide's table)
+            raise ValueError(f"tfplace's doctor made a finding {code!r} ({severity!r}); allowed are the codes of "
+                             f"tfplace.machine._codes.CODES and the severities {SEVERITIES}")
         self.findings.append(Finding(code, severity, message, fix, evidence))
 
     def platform(self) -> None:
