@@ -26,6 +26,7 @@ PROMISED = {
     "replicate": "(fn, devices, *args, **kwargs)",
     "reduce_on": "(values, device='/cpu:0', op='sum')",
     "strategy": "(devices=None)",
+    "read_profile": "(path)",
     "PlacementLog.devices_for": "(self, op)",
     "PlacementLog.ops_on": "(self, device)",
     "PlacementLog.summary": "(self)",

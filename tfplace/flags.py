@@ -2,7 +2,7 @@
 
 Importing this module defines one flag per setting (`--soft_placement`,
 `--log_placement`, `--device_policy`, `--memory_growth`, `--memory_fraction`,
-`--memory_limit_mb`, `--visible_gpus`, `--logical_cpus`, `--logical_gpus`) on
+`--memory_limit_mb`, `--visible_gpus`, `--logical_cpus`, `--logical_gpus`, `--cpu_allocator`) on
 absl's global `FLAGS`, each derived from its declaration and validated as
 `configure()` validates it. Once flags are parsed, `tfplace.configure()` reads
 them (above environment variables, below keyword arguments). Importing

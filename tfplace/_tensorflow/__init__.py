@@ -27,7 +27,8 @@ from __future__ import annotations
 from tfplace._tensorflow._runtime import (
     runtime_started, gpu_count, physical_device_names, physical_devices, logical_device_names, build,
     set_log_placement, set_logical_cpus, set_soft_placement, set_device_policy, apply_gpus, log_placement,
-    logical_cpus, soft_placement, device_policy, visible_gpus, memory_growth, memory_limits, logical_gpus, cluster_task)
+    logical_cpus, soft_placement, device_policy, visible_gpus, memory_growth, memory_limits, logical_gpus, cluster_task,
+    set_cpu_allocator, cpu_allocator)
 from tfplace._tensorflow._eager import (
     device_name, thread_data, op_callbacks, add_op_callback, remove_op_callback, execute_with_callbacks,
     use_execute, Patch, STATUS_TO_EXCEPTION, SET_DEVICE, ENSURE_INITIALIZED, EXECUTE_CANCELLABLE, PY_FUNCTION_CALL,
@@ -60,7 +61,7 @@ __all__ = [
     "runtime_started", "gpu_count", "physical_device_names", "physical_devices", "logical_device_names",
     "build", "set_log_placement", "set_logical_cpus", "set_soft_placement", "set_device_policy", "apply_gpus",
     "log_placement", "logical_cpus", "soft_placement", "device_policy", "visible_gpus", "memory_growth",
-    "memory_limits", "logical_gpus", "cluster_task",
+    "memory_limits", "logical_gpus", "cluster_task", "set_cpu_allocator", "cpu_allocator",
     # the eager context and op callbacks
     "device_name", "thread_data", "op_callbacks", "add_op_callback", "remove_op_callback", "execute_with_callbacks",
     "use_execute", "Patch", "STATUS_TO_EXCEPTION", "SET_DEVICE", "ENSURE_INITIALIZED",

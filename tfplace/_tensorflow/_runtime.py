@@ -4,6 +4,7 @@ starts. Part of `tfplace._tensorflow` (see its docstring)."""
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any, Optional, Sequence
 
 import tensorflow as tf
@@ -75,6 +76,20 @@ def set_logical_cpus(count: int, config: Any = tf.config) -> None:
     """Splits the host CPU into `count` logical devices (before runtime start)."""
     cpu = config.list_physical_devices("CPU")[0]
     config.set_logical_device_configuration(cpu, [config.LogicalDeviceConfiguration() for _ in range(count)])
+
+
+_CPU_BFC = "TF_CPU_ALLOCATOR_USE_BFC"  # read when TensorFlow makes the CPU's allocator, at runtime start
+
+
+def set_cpu_allocator(kind: str) -> None:
+    """The CPU's allocator: "bfc" (TensorFlow's BFC allocator, whose every allocation the profiler reports) or
+    "default" (oneDNN's or the plain one), through the variable TensorFlow reads at runtime start."""
+    os.environ[_CPU_BFC] = "1" if kind == "bfc" else "0"
+
+
+def cpu_allocator() -> str:
+    """"bfc" when the variable asks for the BFC allocator (as TensorFlow reads it: "1" or "true"), else "default"."""
+    return "bfc" if os.environ.get(_CPU_BFC, "").strip().lower() in ("1", "true") else "default"
 
 
 def set_soft_placement(on: bool) -> None:

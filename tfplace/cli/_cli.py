@@ -109,6 +109,8 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
     from tfplace.cli import _script
 
     script_args = [*args.args, *passed]
+    if args.memory:  # a CPU's allocator reports every allocation only as a BFC allocator, chosen at TensorFlow's start
+        os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "1")
     out = _script.Output()  # standard output now: the report reaches it whatever the script does to sys.stdout
     started = os.getpid()
     opened: dict[str, Any] = {}

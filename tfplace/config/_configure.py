@@ -78,6 +78,7 @@ def configure(
     visible_gpus: Optional[Sequence[int]] = None,
     logical_cpus: Optional[int] = None,
     logical_gpus: Optional[int] = None,
+    cpu_allocator: Optional[str] = None,
 ) -> Config:
     """Sets device placement for this process; call once, before the first TensorFlow op.
 
@@ -114,6 +115,10 @@ def configure(
       visible_gpus: indices of the GPUs TensorFlow may use (after CUDA_VISIBLE_DEVICES).
       logical_cpus: split the host CPU into this many logical devices.
       logical_gpus: split each visible GPU into this many logical GPUs.
+      cpu_allocator: "bfc" makes the CPU's allocator TensorFlow's BFC allocator, which reports every
+        allocation to the profiler (`capture_placement(memory=True)` then counts memory inside functions on
+        CPUs); "default" leaves oneDNN's or the plain one. Fixed at runtime start
+        (`TF_CPU_ALLOCATOR_USE_BFC`).
 
     Returns:
       A frozen `Config` of what is in force.

@@ -186,6 +186,9 @@ SETTINGS = (
             apply="set_logical_cpus", says=lambda v: f"{v} logical CPU(s) exist"),
     Setting("logical_gpus", COUNT, "Split each visible GPU into this many logical GPUs.", fixed=True, gpu=True,
             state="memory_limits", says=_limits),
+    Setting("cpu_allocator", _choice("default", "bfc"), "The CPU's memory allocator: 'bfc' reports every "
+            "allocation to the profiler (memory inside functions); 'default' is oneDNN's or TensorFlow's plain one.",
+            fixed=True, apply="set_cpu_allocator", says=lambda v: f"the CPU's allocator is {v!r}"),
 )
 BY_NAME = {setting.name: setting for setting in SETTINGS}
 NAMES = tuple(BY_NAME)

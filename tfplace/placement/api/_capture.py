@@ -180,19 +180,21 @@ def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool 
     with _session.hold():  # the capture session: hooks, graph collection, caches (tfplace.placement.session._session)
         _graphs.attach(log, sources=sources)
         profiling = None
-        if timing:
+        if timing or memory:  # one profiler session serves both: times, and the allocators' events
             from tfplace.placement.profile._session import ProfilerSession  # loads only when timing is asked for
 
             profiling = ProfilerSession.start(profile_dir)
         if profiling is not None and profiling.missing:
-            warnings.warn(f"tfplace: capture_placement(timing=True) has no times: {profiling.missing}; executions and "
+            asked = "timing=True" if timing else "memory=True"
+            warnings.warn(f"tfplace: capture_placement({asked}) has no {'times' if timing else 'allocator events'}: "
+                          f"{profiling.missing}; executions and "
                           "bytes are still counted", RuntimeWarning, stacklevel=user_stacklevel())
         try:
             with contextlib.ExitStack() as stack:
                 stack.enter_context(_contained.reporting(log.mark_incomplete))  # tfplace's own failures in the block
                 stack.enter_context(_function_sources.watching(every_line=sources))  # tells explicit copies apart
                 stack.enter_context(_hooks.listening(recorder))
-                if profiling is not None and not profiling.missing:
+                if timing and profiling is not None and not profiling.missing:
                     from tfplace.placement.taking import _host_reads
 
                     stack.enter_context(_host_reads.marking())  # reads of device results, for steps' sync time
@@ -210,18 +212,24 @@ def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool 
                 census.close()
             _graphs.detach(log)
             if profiling is not None:
-                _timed(log, profiling)
+                _timed(log, profiling, timing, census)
 
 
-def _timed(log: PlacementLog, profiling: Any) -> None:
-    """Gives `log` the profile of its block (function nodes on the devices their records say)."""
+def _timed(log: PlacementLog, profiling: Any, timing: bool, census: Any) -> None:
+    """Gives `log` the profile of its block (function nodes on the devices their records say), with `timing`;
+    gives `census` (with `memory=True`) the allocators' events."""
     from tfplace.placement.profile import _xspace
 
     space = profiling.stop()
     if space is None:
-        log.set_timing(None, f"times: {profiling.missing or 'the profiler recorded nothing'}")
+        if timing:
+            log.set_timing(None, f"times: {profiling.missing or 'the profiler recorded nothing'}")
         return
     records = log.records
     devices = {r.name: r.device for r in records if r.name and r.kind in (Kind.PLACE, Kind.COMPILED)}
     eager = [(r.op, r.device) for r in records if r.kind == Kind.EXECUTE and not is_function_call(r.op)]
-    log.set_timing(_xspace.read_xspace(space, devices, eager))
+    read = _xspace.read_xspace(space, devices, eager)
+    if timing:
+        log.set_timing(read)
+    if census is not None:
+        census.profiled(read.allocations)

@@ -26,11 +26,10 @@ import os
 from typing import Any
 
 from tfplace import _tensorflow
-from tfplace._devices import canonical_name
 from tfplace._errors import Error
 from tfplace.placement.profile._model import Allocation, Timing
 from tfplace.placement.profile._session import profile_files
-from tfplace.placement.records._memory_figures import AllocatorPeak, DeviceMemory, Memory
+from tfplace.placement.records._memory_figures import DeviceMemory, Memory, allocator_devices, allocator_peaks
 from tfplace.placement.steps import _analysis
 from tfplace.placement.steps._model import Steps
 
@@ -74,11 +73,10 @@ class Profile:
         if not events:
             return Memory({}, note="memory: the profile holds no allocator events (a CPU's default allocator "
                                    "writes few or none: TF_CPU_ALLOCATOR_USE_BFC=1 before TensorFlow starts)")
-        peaks = tuple(AllocatorPeak(name, max(e.bytes_allocated + e.bytes_reserved for e in found),
-                                    _devices(name)) for name, found in sorted(events.items()))
+        peaks = allocator_peaks(self.timing.allocations)
         devices: dict[str, DeviceMemory] = {}
         for name, found in sorted(events.items()):
-            for device in _devices(name)[:1] if len(_devices(name)) == 1 else ():
+            for device in allocator_devices(name)[:1] if len(allocator_devices(name)) == 1 else ():
                 before = devices.get(device, DeviceMemory(0, 0, (), 0, 0))
                 devices[device] = DeviceMemory(max(before.peak_bytes, max(e.bytes_allocated for e in found)),
                                                before.live_bytes + found[-1].bytes_allocated, (),
@@ -92,17 +90,6 @@ class Profile:
     def to_json(self) -> dict[str, Any]:
         """`{"steps": Steps.to_json(), "memory": Memory.to_json()}`, what `tfplace profile --json` writes."""
         return {"paths": list(self.paths), "steps": self.steps().to_json(), "memory": self.memory().to_json()}
-
-
-def _devices(allocator: str) -> tuple[str, ...]:
-    """The devices an allocator serves, by its name: `GPU_<n>_bfc` one GPU, the CPU allocators and pinned host
-    memory (`gpu_host_bfc`, `xla_gpu_host_bfc`) the host's CPU."""
-    head, _, rest = allocator.partition("_")
-    if head == "GPU" and rest.partition("_")[0].isdigit():
-        return (canonical_name(f"/device:GPU:{rest.partition('_')[0]}"),)
-    if allocator in ("mklcpu", "cpu", "bfc_cpu_allocator_for_gpu") or allocator.endswith("host_bfc"):
-        return (canonical_name("/device:CPU:0"),)
-    return ()
 
 
 def _files(path: str) -> tuple[str, ...]:

@@ -11,12 +11,14 @@ Example:
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, NamedTuple, Optional, Union
+from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 
-from tfplace._devices import parse_device
+from tfplace._devices import canonical_name, parse_device
 from tfplace._names import size_text
+from tfplace.placement.profile._model import Allocation
 
-__all__ = ["AllocatorPeak", "DeviceMemory", "Memory", "NOT_COUNTED", "renamed", "assert_below", "parse_size"]
+__all__ = ["AllocatorPeak", "DeviceMemory", "Memory", "allocator_peaks", "allocator_devices", "allocated_peaks",
+           "NOT_COUNTED", "renamed", "assert_below", "parse_size"]
 
 NOT_COUNTED = "memory was not counted: capture with capture_placement(memory=True)"
 
@@ -88,6 +90,50 @@ class Memory(NamedTuple):
         found += [f"  allocator {a.allocator} ({', '.join(a.devices) or 'its devices unknown'}): peak "
                   f"{size_text(a.peak_bytes)}" for a in self.allocators]
         return found + [f"  ({self.note})"]
+
+
+def allocator_devices(allocator: str, cpus: Sequence[str] = ("/device:CPU:0",)) -> tuple[str, ...]:
+    """The devices an allocator serves, by its name: `GPU_<n>_bfc` one GPU; the CPU's allocators (`mklcpu`,
+    `cpu`, `bfc_cpu_allocator_for_gpu`) and pinned host memory (`gpu_host_bfc`, `xla_gpu_host_bfc`) every logical
+    CPU (`cpus`), which share them."""
+    head, _, rest = allocator.partition("_")
+    if head == "GPU" and rest.partition("_")[0].isdigit():
+        return (canonical_name(f"/device:GPU:{rest.partition('_')[0]}"),)
+    if allocator in ("mklcpu", "cpu", "bfc_cpu_allocator_for_gpu") or allocator.endswith("host_bfc"):
+        return tuple(canonical_name(cpu) for cpu in cpus)
+    return ()
+
+
+def allocator_peaks(allocations: Sequence[Allocation],
+                    cpus: Sequence[str] = ("/device:CPU:0",)) -> tuple[AllocatorPeak, ...]:
+    """Per allocator its own peak: the largest `bytes_allocated + bytes_reserved` of its events (XProf's)."""
+    peaks: dict[str, int] = {}
+    for event in allocations:
+        peaks[event.allocator] = max(peaks.get(event.allocator, 0), event.bytes_allocated + event.bytes_reserved)
+    return tuple(AllocatorPeak(name, peak, allocator_devices(name, cpus)) for name, peak in sorted(peaks.items()))
+
+
+def allocated_peaks(allocations: Sequence[Allocation], cpus: Sequence[str] = ("/device:CPU:0",)) -> dict[str, int]:
+    """Per device an allocator serves alone (not logical CPUs sharing one), the most requested bytes that
+    allocations made inside the profile held at once (inside functions too; a free matches its allocation by
+    address)."""
+    live: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    held: dict[tuple[str, int], tuple[str, int]] = {}  # (allocator, address) -> (device, requested bytes)
+    for event in allocations:
+        devices = allocator_devices(event.allocator, cpus)
+        if len(devices) != 1:
+            continue
+        key = (event.allocator, event.address)
+        if event.freed:
+            device, size = held.pop(key, ("", 0))
+            if device:
+                live[device] -= size
+        else:
+            held[key] = (devices[0], event.requested_bytes)
+            live[devices[0]] = live.get(devices[0], 0) + event.requested_bytes
+            peak[devices[0]] = max(peak.get(devices[0], 0), live[devices[0]])
+    return peak
 
 
 _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,

@@ -8,5 +8,6 @@ the census of tensors per device; `_host_reads` marks the user's reads of tensor
 (`tfplace.placement.profile` runs the profiler and reads it).
 
 Imports: `tfplace._contained`, `tfplace._devices`, `tfplace._names`, `tfplace._tensorflow`,
-`tfplace.placement.functions`, `tfplace.placement.ops`, `tfplace.placement.records`, `tfplace.placement.session`.
+`tfplace.placement.functions`, `tfplace.placement.ops`, `tfplace.placement.profile`, `tfplace.placement.records`,
+`tfplace.placement.session`.
 """

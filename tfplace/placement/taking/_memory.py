@@ -32,12 +32,13 @@ import re
 import threading
 import time
 import weakref
-from typing import Any, Callable, Iterable, NamedTuple, Optional, Union
+from typing import Any, Callable, Iterable, NamedTuple, Optional, Sequence, Union
 
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name, parse_device
 from tfplace._names import size_text
-from tfplace.placement.records._memory_figures import DeviceMemory, Memory
+from tfplace.placement.profile._model import Allocation
+from tfplace.placement.records._memory_figures import DeviceMemory, Memory, allocated_peaks, allocator_peaks
 from tfplace.placement.session import _session
 
 _dtype_enum, _elements = _tensorflow.dtype_enum, _tensorflow.eager_elements
@@ -46,8 +47,7 @@ __all__ = ["Census", "LiveTensor", "live_tensors"]
 
 _TOP = 5
 _WHAT = ("tfplace counts the tensors the block's eager ops and function calls returned and the variables it "
-         "created, on the device holding their memory, until Python freed them; tensors inside functions are "
-         "TensorFlow's allocator's to count")
+         "created, on the device holding their memory, until Python freed them")
 
 
 class _Entry(NamedTuple):
@@ -112,6 +112,7 @@ class Census:
         self._closed_at: Optional[int] = None  # changes that count, once closed (those appended later are not read)
         self._allocator: dict[str, Optional[tuple[int, int]]] = {}  # GPUs' allocator figures at the block's end
         self._final: Optional[Memory] = None  # the figures once closed, made when first read
+        self._allocations: Optional[Sequence[Allocation]] = None  # the allocators' events, where profiled
         self._gpus = [d for d in _tensorflow.logical_device_names() if parse_device(d).device_type == "GPU"] \
             if _tensorflow.runtime_started() else []
         for gpu in self._gpus:
@@ -271,6 +272,11 @@ class Census:
                 self._closed_at = len(self._changes)
                 self._allocator = {gpu: _tensorflow.allocator_figures(gpu) for gpu in self._gpus}
 
+    def profiled(self, allocations: Sequence[Allocation]) -> None:
+        """Gives the census the allocators' events of the block's profile (inside functions too)."""
+        with self._lock:
+            self._allocations, self._final = tuple(allocations), None
+
     def figures(self) -> Memory:
         """The figures: frozen at the block's end, else so far."""
         with self._lock:
@@ -283,6 +289,12 @@ class Census:
     def _figures(self, final: bool) -> Memory:
         """The figures (the caller holds the lock)."""
         live, peak, line_peak, counted = self._replay()
+        cpus = [d for d in _tensorflow.logical_device_names() if parse_device(d).device_type == "CPU"] \
+            if self._allocations else []
+        allocated = allocated_peaks(self._allocations or (), cpus)
+        for device, most in allocated.items():  # what functions allocated inside, beyond their outputs
+            peak[device] = max(peak.get(device, 0), most)
+            live.setdefault(device, 0)
         devices = {}
         for device in sorted(peak):
             top = sorted(((source, size) for (where, source), size in line_peak.items() if where == device),
@@ -291,8 +303,24 @@ class Census:
                        _tensorflow.allocator_figures(device) if device in self._gpus else None)
             devices[device] = DeviceMemory(peak[device], live[device], tuple(top), *(figures or (None, None)))
         note = _WHAT + ("; TensorFlow's allocator figures beside them count everything on the GPU"
-                        if self._gpus else "") + ("" if final else "; the block is still running")
-        return Memory(devices, counted, note)
+                        if self._gpus else "") + _seen(self._allocations, bool(allocated)) + ("" if final else
+                                                                               "; the block is still running")
+        return Memory(devices, counted, note, allocator_peaks(self._allocations or (), cpus))
+
+
+def _seen(allocations: Optional[Sequence[Allocation]], attributed: bool) -> str:
+    """What the allocators' events covered (`attributed`: some to one device), for the figures' note."""
+    if allocations is None:
+        return "; tensors inside functions are TensorFlow's allocator's to count"
+    if not allocations:
+        return ("; the allocators wrote no events, so allocations inside functions are not counted (a CPU's "
+                "allocator writes them only as a BFC allocator: TF_CPU_ALLOCATOR_USE_BFC=1 before TensorFlow "
+                "starts; oneDNN's mklcpu writes those of 256 KiB and more)")
+    if not attributed:
+        return ("; the allocators' own peaks (`allocators`) count what functions allocated inside too; logical "
+                "devices sharing one allocator are not told apart by it")
+    return ("; the peaks count what the block allocated inside functions too, as the allocators reported it "
+            "(requested bytes)")
 
 
 class LiveTensor(NamedTuple):
