@@ -101,6 +101,9 @@ class StepEvents:
         self.host_copies: list[HostCopy] = []
         self._stages: dict[str, list[Any]] = {}  # path -> [dataset, own µs, elements, events, parallelism, spans]
         self._open: dict[Line, list[list[Any]]] = {}  # line -> stack of [path, end, children µs, functions, ...]
+        self._last: dict[Line, str] = {}  # line -> the stage that last ended on it
+        self._launched: list[tuple[str, float, int]] = []  # an asynchronous stage's function runs: stage, start, id
+        self._ran: dict[int, float] = {}  # a function run's id -> µs its executor ran on tf.data's threads
 
     def call(self, start: float, duration: float, name: str, kind: str, line: Line) -> None:
         self.calls.append(Call(start, duration, name, kind.startswith("traced"), kind.endswith("-Xla"), line))
@@ -114,7 +117,7 @@ class StepEvents:
     def stage(self, line: Line, path: str, start: float, duration: float, stats: Mapping[str, object]) -> None:
         """An `Iterator::...` event (a line's events come in order of start)."""
         stack = self._open.setdefault(line, [])
-        self._close(stack, start)
+        self._close(stack, start, line)
         if stack and path.startswith(stack[-1][0] + "::"):
             stack[-1][2] += duration
         entry = self._stages.setdefault(path, [str(stats.get("name", "")), 0.0, 0, 0, None, []])
@@ -126,13 +129,29 @@ class StepEvents:
         """A tf.data function's synchronous run, inside the stage open on its line."""
         stack = self._open.get(line)
         if stack:
-            self._close(stack, start)
+            self._close(stack, start, line)
             if stack:
                 stack[-1][3] += 1
 
-    def _close(self, stack: list[list[Any]], now: float) -> None:
+    def function_launch(self, line: Line, start: float, run: int) -> None:
+        """A function a tf.data thread launched (`FunctionRun`, its run's id `run`): with no stage open on its
+        line, an asynchronous stage's (`MapAndBatch`, `ParallelMap`) function, called on the element its input
+        just produced there: the stage above the one that last ended on the line."""
+        stack = self._open.setdefault(line, [])
+        self._close(stack, start, line)
+        stage = self._last.get(line, "").rpartition("::")[0]
+        if not stack and run and stage.rpartition("::")[2] in ASYNC_STAGES:
+            self._launched.append((stage, start, run))
+
+    def executor_run(self, run: int, duration: float) -> None:
+        """The executor's work of a function run (`ExecutorState::Process`, on tf.data's threads)."""
+        if run:
+            self._ran[run] = self._ran.get(run, 0.0) + duration
+
+    def _close(self, stack: list[list[Any]], now: float, line: Line = ("", 0)) -> None:
         while stack and stack[-1][1] <= now:
             path, end, children, functions, duration, entry = stack.pop()
+            self._last[line] = path
             entry[3] += 1
             if path.rpartition("::")[2] in ASYNC_STAGES:
                 entry[5].append((end - duration, 0.0, 0))
@@ -144,12 +163,16 @@ class StepEvents:
     def stages(self, window: Span = (float("-inf"), float("inf"))) -> list[Stage]:
         """Every stage seen, with its own time, most first; with `window` (start, end), only the events that
         began inside it (the pipeline a loop consumed, not an earlier loop's or a later evaluation's)."""
-        for stack in self._open.values():
-            self._close(stack, float("inf"))
+        for line, stack in self._open.items():
+            self._close(stack, float("inf"), line)
         found = []
         low, high = window
+        launched: dict[str, list[tuple[float, float, int]]] = {}  # an asynchronous stage's function runs
+        for stage, start, run in self._launched:
+            launched.setdefault(stage, []).append((start, self._ran.get(run, 0.0), 1))
         for path, (dataset, _, _, _, parallelism, spans) in self._stages.items():
-            inside = [(own, functions) for start, own, functions in spans if low <= start <= high]
+            inside = [(own, functions) for start, own, functions in spans + launched.get(path, [])
+                      if low <= start <= high]
             if inside:
                 found.append(Stage(path, dataset, sum(own for own, _ in inside),
                                    sum(functions for _, functions in inside) or len(inside), parallelism))

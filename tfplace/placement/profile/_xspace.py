@@ -168,8 +168,10 @@ class _Tally:
 _SKIP, _EAGER_OP, _KERNEL, _COPY, _WORK, _SEND, _OTHER_NODE, _ASYNC, _CALL, _NAME, _STEP, _MEMORY = range(12)
 _Kind = tuple[Any, ...]  # (kind, then what it is: an op type, devices, a node)
 _MEMORY_EVENTS = {"MemoryAllocation": False, "MemoryDeallocation": True}
+_PIPELINE_ONLY = frozenset({"launch", "executor"})  # step events read on tf.data's lines only
 _STEP_EVENTS = {"IteratorGetNextOp::DoCompute": "input", "tf.function-graph_building": "compile",
-                "SessionRun": "session", "InstantiatedCapturedFunction::Run": "function", "tfplace_host_read": "read"}
+                "SessionRun": "session", "InstantiatedCapturedFunction::Run": "function", "tfplace_host_read": "read",
+                "FunctionRun": "launch", "ExecutorState::Process": "executor"}
 
 
 def _kind(name: str) -> _Kind:
@@ -235,6 +237,8 @@ def _host_plane(plane: Any, tally: _Tally, node_devices: Mapping[str, str], pend
             if what == _SKIP:
                 continue
             start, duration = base_us + event.offset_ps / 1e6, event.duration_ps / 1e6
+            if what == _STEP and kind[1] in _PIPELINE_ONLY and not pipeline:
+                continue  # a function's launch or run outside tf.data's threads: not an input stage's
             if what == _NAME or what == _STEP:
                 kinds[event.metadata_id] = _step_event(plane, event, kind, start, duration, (plane.name, line.id),
                                                        tally.steps)
@@ -302,6 +306,10 @@ def _step_event(plane: Any, event: Any, kind: _Kind, start: float, duration: flo
             steps.function_run(line, start)
         elif what == "read":
             steps.reads.append((start, duration, str(stats(plane, event).get("source", ""))))
+        elif what == "launch":  # an asynchronous stage's function, run on tf.data's threads (`executor`)
+            steps.function_launch(line, start, _integer(stats(plane, event).get("_p", 0)))
+        elif what == "executor":
+            steps.executor_run(_integer(stats(plane, event).get("_c", 0)), duration)
         else:
             steps.stage(line, name, start, duration, stats(plane, event))
         return kind
