@@ -12,7 +12,8 @@ custom loops, eager loops and `Session.run` loops on CPUs:
 * On a GPU's plane (`profile/_gpu_planes.py`), a copy from host memory says in `memcpy_details` whether that
   memory was `pageable` or `pinned`.
 * A step marker, tf_keras' or a user's `tf.profiler.experimental.Trace("train", step_num=i, _r=1)`, is an
-  event with stat `step_num`; a `Session.run` is `SessionRun`.
+  event with stat `step_num`; a `Session.run` is `SessionRun`, and in a capture tfplace's `tfplace_session_run`
+  around it names its Session and the user's line (stats `session`, `source`).
 * An iterator's get-next is `IteratorGetNextOp::DoCompute` (inside a function on a
   `tf_data_iterator_get_next` line, eager on the Python line): it lasts as long as the step waits for input.
 * tf.data's stages are `Iterator::Root::...::<Stage>` events with stats `name` (`MapDataset:1`, or
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, NamedTuple
 
-__all__ = ["Call", "HostCopy", "Mark", "Stage", "StepEvents", "ASYNC_STAGES"]
+__all__ = ["Call", "HostCopy", "Mark", "SessionRun", "Stage", "StepEvents", "ASYNC_STAGES"]
 
 Line = tuple[str, int]  # a profile's line: its plane's name and its id
 Span = tuple[float, float]  # start and length, µs
@@ -64,6 +65,15 @@ class Mark(NamedTuple):
     number: int
 
 
+class SessionRun(NamedTuple):
+    """A `Session.run` a capture saw: start and length (µs), the user's line, its Session (an id)."""
+
+    start: float
+    duration: float
+    source: str
+    session: int
+
+
 class HostCopy(NamedTuple):
     """A copy to a GPU from host memory: the GPU, `pageable` or `pinned` ("" where the profile does not say),
     bytes, start and length (µs)."""
@@ -93,7 +103,8 @@ class StepEvents:
     def __init__(self) -> None:
         self.calls: list[Call] = []
         self.marks: list[Mark] = []
-        self.sessions: list[Span] = []
+        self.sessions: list[Span] = []  # TensorFlow's `SessionRun` events
+        self.session_runs: list[SessionRun] = []  # tfplace's, naming each run's Session and line
         self.input: list[Span] = []  # get-next waits
         self.sync: list[Span] = []  # collectives, waiting for peers
         self.compile: list[Span] = []  # tracing

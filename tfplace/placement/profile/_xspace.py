@@ -68,7 +68,7 @@ from tfplace.placement.ops import _kernels
 from tfplace.placement.profile import _gpu_planes
 from tfplace.placement.profile._model import Allocation, CallRun, Move, OpRun, OpTime, Timing, TransferTime
 from tfplace.placement.profile._planes import StatValue, stats
-from tfplace.placement.profile._step_events import HostCopy, StepEvents
+from tfplace.placement.profile._step_events import HostCopy, SessionRun, StepEvents
 
 __all__ = ["read_xspace"]
 
@@ -171,7 +171,7 @@ _MEMORY_EVENTS = {"MemoryAllocation": False, "MemoryDeallocation": True}
 _PIPELINE_ONLY = frozenset({"launch", "executor"})  # step events read on tf.data's lines only
 _STEP_EVENTS = {"IteratorGetNextOp::DoCompute": "input", "tf.function-graph_building": "compile",
                 "SessionRun": "session", "InstantiatedCapturedFunction::Run": "function", "tfplace_host_read": "read",
-                "FunctionRun": "launch", "ExecutorState::Process": "executor"}
+                "FunctionRun": "launch", "ExecutorState::Process": "executor", "tfplace_session_run": "session_of"}
 
 
 def _kind(name: str) -> _Kind:
@@ -306,6 +306,10 @@ def _step_event(plane: Any, event: Any, kind: _Kind, start: float, duration: flo
             steps.function_run(line, start)
         elif what == "read":
             steps.reads.append((start, duration, str(stats(plane, event).get("source", ""))))
+        elif what == "session_of":  # tfplace's own event around a Session.run: its Session and line
+            said = stats(plane, event)
+            steps.session_runs.append(SessionRun(start, duration, str(said.get("source", "")),
+                                                 _integer(said.get("session", 0))))
         elif what == "launch":  # an asynchronous stage's function, run on tf.data's threads (`executor`)
             steps.function_launch(line, start, _integer(stats(plane, event).get("_p", 0)))
         elif what == "executor":

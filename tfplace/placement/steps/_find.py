@@ -215,11 +215,25 @@ def find(records: Sequence[PlacementRecord], events: Optional[Any],
                                               loop.total))
         others = tuple((loop.kind, loop.source, loop.total) for loop in loops if loop is not chosen)
         return chosen._replace(others=others)
-    if events is not None and len(events.sessions) >= 2:
-        runs = sorted(events.sessions)
-        return Found("session", "Session.run", "", _spans([s for s, _ in runs], runs[-1][0] + runs[-1][1]),
-                     len(runs), 1)
-    return _eager_loop(records, events, eager_spans)
+    session = _session_runs(events) if events is not None else None
+    return session if session is not None else _eager_loop(records, events, eager_spans)
+
+
+def _session_runs(events: Any) -> Optional[Found]:
+    """`Session.run` loops: one Session's runs from one line (the capture names both), the loop of most runs;
+    where no capture named them (a kept profile), every `SessionRun` is one loop. None without two such runs."""
+    groups: dict[tuple[int, str], list[tuple[float, float]]] = {}
+    for run in events.session_runs:
+        groups.setdefault((run.session, run.source), []).append((run.start, run.duration))
+    if not events.session_runs:
+        groups = {(0, ""): list(events.sessions)}
+    loops = sorted(((sorted(runs), source) for (_, source), runs in groups.items() if len(runs) >= 2),
+                   key=lambda loop: -len(loop[0]))
+    if not loops:
+        return None
+    (runs, source), others = loops[0], loops[1:]
+    return Found("session", "Session.run", source, _spans([s for s, _ in runs], runs[-1][0] + runs[-1][1]),
+                 len(runs), 1, others=tuple(("session", line, len(more)) for more, line in others))
 
 
 def _marked(events: Any, calls: dict[str, list[PlacementRecord]]) -> Optional[Found]:

@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections import Counter
 from typing import Any, Iterable, NamedTuple, Optional, Sequence
@@ -48,9 +49,10 @@ from tfplace.placement.taking import _events
 from tfplace.placement.taking._callback import thread_hooks
 
 __all__ = ["Ran", "made", "disagreements", "Run", "needed", "SESSION_GRAPH", "run", "init", "unasked_run",
-           "unasked_partial_run", "unasked_callable"]
+           "unasked_partial_run", "unasked_callable", "SESSION_EVENT"]
 
 SESSION_GRAPH = "a tf.compat.v1.Session's graph"  # what a transfer's `function` says
+SESSION_EVENT = "tfplace_session_run"  # a run's event in a timed block's profile: stats `source`, `session`
 _KNOWN = 256  # (graph version, fetches, feeds) combinations kept per Session
 
 
@@ -65,6 +67,9 @@ class Ran(NamedTuple):
     unseen: str = ""
 
 
+_NUMBERS = itertools.count(1)
+
+
 class _State:
     """What tfplace knows of one Session: the graph version it last placed (-1: none yet; None: unknown,
     the Session was made or ran while nothing listened), what each combination it ran executes, and in
@@ -74,6 +79,7 @@ class _State:
         self.placed = placed
         self.known: dict[tuple, Ran] = {}
         self.seen = _session.runtime().listening
+        self.number = next(_NUMBERS)  # the Session's, for a profile's runs (an `id()` is reused once freed)
 
 
 def made(session: Any) -> None:
@@ -296,8 +302,11 @@ def run(session: Any, fetches: Any, feed_dict: Any = None, options: Any = None, 
     asked = Run(session, fetches, feed_dict, options, run_metadata)
     thread = hooks[0].session.thread  # while set, the run records itself: `unasked_run` stays quiet
     thread.session_run = True
-    try:
-        result = _tensorflow.SESSION_PUBLIC_RUN.original(session, fetches, feed_dict, asked.options, asked.metadata)
+    line = user_line()
+    try:  # in a timed block's profile, the run names its Session and line: one loop is one Session's runs of a line
+        with _tensorflow.trace_me(SESSION_EVENT, source=line or "", session=asked.state.number):
+            result = _tensorflow.SESSION_PUBLIC_RUN.original(session, fetches, feed_dict, asked.options,
+                                                             asked.metadata)
     except Exception as error:
         if asked.placing:  # TensorFlow may have placed the graph before the run failed: unknown, so said,
             asked.state.placed = asked.version  # and not taken as placed again by the next run
@@ -306,7 +315,7 @@ def run(session: Any, fetches: Any, feed_dict: Any = None, options: Any = None, 
         raise
     finally:
         thread.session_run = False
-    _tell(hooks, asked.finish(user_line()))
+    _tell(hooks, asked.finish(line))
     return result
 
 
