@@ -1,5 +1,16 @@
 """The GPU planes of a profile: kernels and copies per device (`tfplace.placement.profile._xspace` reads
-the host plane and each `/device:GPU:<n>` plane with `gpu_plane`; its docstring says what CUPTI writes).
+the host plane and each `/device:GPU:<n>` plane with `gpu_plane`).
+
+On a GPU, TensorFlow's device tracer (CUPTI) adds a `/device:GPU:<n>` plane per GPU with a
+`Stream #<id>(...)` line per stream. Names as openxla/xla writes them
+(`xla/tsl/profiler/utils/xplane_schema.cc`: `kGpuPlanePrefix`, the stats `kernel_details`,
+`memcpy_details`, `tf_op`; `xla/backends/profiler/gpu/cupti_buffer_events.cc`: events
+`MemcpyH2D`, `MemcpyD2H`, `MemcpyD2D`, `MemcpyP2P`, `MemcpyOther`, a peer copy on its source
+GPU's plane; `xla/backends/profiler/gpu/cupti_collector.cc`: `kernel_details` on every kernel,
+`memcpy_details` reading `kind_src:pageable kind_dst:device size:<bytes> dest:<device id>
+async:1`, both as references to stat metadata, and `tf_op`, the launching op's `<node>:<type>`).
+That reading is checked on XSpace protos the tests write in that schema and on a real H200 profile (the
+GPU fixtures' `h200_jax_steps.xplane.pb`).
 
 Example:
     >>> _details("kind_src:pageable kind_dst:device size:64 dest:0")["size"]

@@ -14,11 +14,12 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple, Optional
+from array import array
+from typing import Iterator, NamedTuple, Optional, Sequence, overload
 
 from tfplace.placement.profile._step_events import StepEvents
 
-__all__ = ["Allocation", "CallRun", "Move", "OpRun", "OpTime", "Timing", "TransferTime"]
+__all__ = ["Allocation", "CallRun", "Move", "OpRun", "OpTime", "Runs", "Timing", "TransferTime"]
 
 
 class OpTime(NamedTuple):
@@ -47,6 +48,66 @@ class OpRun(NamedTuple):
     duration_us: float
     line: int
     eager_index: int
+
+
+class Runs(Sequence[OpRun]):
+    """Every counted run, held as columns and read as `OpRun`s (a long profile has hundreds of thousands: as
+    columns they are a few objects, which Python's garbage collector does not walk one by one).
+
+    >>> runs = Runs()
+    >>> runs.append(OpRun("/device:CPU:0", "MatMul", 10.0, 2.5, 0, -1))
+    >>> len(runs), runs[0].op, [run.duration_us for run in runs]
+    (1, 'MatMul', [2.5])
+    """
+
+    def __init__(self) -> None:
+        self._devices: list[str] = []
+        self._ops: list[str] = []
+        self._starts, self._durations = array("d"), array("d")
+        self._lines, self._eager = array("q"), array("q")
+
+    def append(self, run: OpRun) -> None:
+        self._devices.append(run.device)
+        self._ops.append(run.op)
+        self._starts.append(run.start_us)
+        self._durations.append(run.duration_us)
+        self._lines.append(run.line)
+        self._eager.append(run.eager_index)
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    @overload
+    def __getitem__(self, index: int) -> OpRun: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[OpRun]: ...
+
+    def __getitem__(self, index: "int | slice") -> "OpRun | Sequence[OpRun]":
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return OpRun(self._devices[index], self._ops[index], self._starts[index], self._durations[index],
+                     self._lines[index], self._eager[index])
+
+    def __iter__(self) -> Iterator[OpRun]:
+        return map(OpRun._make, zip(self._devices, self._ops, self._starts, self._durations, self._lines,
+                                    self._eager))
+
+    def spans(self) -> list[tuple[float, float]]:
+        """Each run's (start, µs), in order."""
+        return list(zip(self._starts, self._durations))
+
+    def per_device(self) -> dict[str, list[tuple[float, float]]]:
+        """Device -> its runs' (start, µs)."""
+        found: dict[str, list[tuple[float, float]]] = {}
+        for device, start, duration in zip(self._devices, self._starts, self._durations):
+            found.setdefault(device, []).append((start, duration))
+        return found
+
+    def of_eager(self) -> dict[int, tuple[float, float]]:
+        """An eager op's index among the capture's eager records -> its run's (start, µs), where one ran."""
+        return {index: (start, duration) for index, start, duration in zip(self._eager, self._starts,
+                                                                           self._durations) if index >= 0}
 
 
 class Move(NamedTuple):
@@ -134,7 +195,7 @@ class Timing:
     threads: int
     eager: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
     unattributed: int = 0
-    runs: tuple[OpRun, ...] = ()
+    runs: Runs = dataclasses.field(default_factory=Runs)
     moves: tuple[Move, ...] = ()
     calls: tuple[CallRun, ...] = ()
     steps: StepEvents = dataclasses.field(default_factory=StepEvents)

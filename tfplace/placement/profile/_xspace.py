@@ -30,15 +30,7 @@ profiler's own schema, `xplane_pb2`), checked on CPU with two logical devices, o
   `tf.summary.trace_on(profiler=True)`) or one TensorFlow's profiler server started; a `stop`
   without one raises `UnavailableError`.
 
-On a GPU, TensorFlow's device tracer (CUPTI) adds a `/device:GPU:<n>` plane per GPU with a
-`Stream #<id>(...)` line per stream. Names as openxla/xla writes them
-(`xla/tsl/profiler/utils/xplane_schema.cc`: `kGpuPlanePrefix`, the stats `kernel_details`,
-`memcpy_details`, `tf_op`; `xla/backends/profiler/gpu/cupti_buffer_events.cc`: events
-`MemcpyH2D`, `MemcpyD2H`, `MemcpyD2D`, `MemcpyP2P`, `MemcpyOther`, a peer copy on its source
-GPU's plane; `xla/backends/profiler/gpu/cupti_collector.cc`: `kernel_details` on every kernel,
-`memcpy_details` reading `kind_src:pageable kind_dst:device size:<bytes> dest:<device id>
-async:1`, both as references to stat metadata, and `tf_op`, the launching op's `<node>:<type>`).
-That reading is checked on XSpace protos the tests write in that schema, not on GPU hardware.
+GPU planes are read by `tfplace.placement.profile._gpu_planes` (its docstring says what CUPTI writes).
 
 Busy time counts leaf work once: eager ops' kernel runs, function nodes' events (not the call
 around them, nor `_Send`/`_Recv`, which are transfers), GPU kernels; a device with its own plane
@@ -58,6 +50,7 @@ Example:
 
 from __future__ import annotations
 
+import gc
 import re
 from collections import Counter, deque
 from typing import Any, Iterable, Mapping
@@ -66,8 +59,8 @@ from tfplace import _names, _tensorflow
 from tfplace._devices import canonical_name
 from tfplace.placement.ops import _kernels
 from tfplace.placement.profile import _gpu_planes
-from tfplace.placement.profile._model import Allocation, CallRun, Move, OpRun, OpTime, Timing, TransferTime
-from tfplace.placement.profile._planes import StatValue, stats
+from tfplace.placement.profile._model import Allocation, CallRun, Move, OpRun, OpTime, Runs, Timing, TransferTime
+from tfplace.placement.profile._planes import allocation, integer, stats
 from tfplace.placement.profile._step_events import HostCopy, SessionRun, StepEvents
 
 __all__ = ["read_xspace"]
@@ -134,14 +127,16 @@ class _Tally:
         self.sends[(producer, consumer)] = OpTime(count + 1, us + duration_us)
 
     def timing(self) -> Timing:
-        runs = []
+        runs = Runs()
         ops: dict[tuple[str, str], list[Any]] = {}  # [executions, µs]
         for number, events in enumerate(self.work.values()):
             covered = float("-inf")
             events.sort()
             for start, duration, device, op, eager in events:
                 runs.append(OpRun(device, op, start, duration, number, eager))
-                entry = ops.setdefault((device, op), [0, 0.0])
+                entry = ops.get((device, op))
+                if entry is None:
+                    entry = ops[(device, op)] = [0, 0.0]
                 end = start + duration
                 entry[0] += 1
                 entry[1] += (end - covered if end > covered else 0.0) if covered > start else duration
@@ -161,7 +156,7 @@ class _Tally:
         return Timing({d: OpTime(int(n), t) for d, (n, t) in sorted(devices.items())},
                       {k: OpTime(int(n), t) for k, (n, t) in sorted(ops.items())},
                       dict(self.transfers), dict(self.nodes), dict(self.sends), wall, len(self.work),
-                      dict(self.eager), self.unattributed, tuple(runs), tuple(self.moves), tuple(sorted(self.calls)),
+                      dict(self.eager), self.unattributed, runs, tuple(self.moves), tuple(sorted(self.calls)),
                       self.steps, tuple(sorted(self.allocations, key=lambda a: a.start_us)))
 
 
@@ -243,7 +238,7 @@ def _host_plane(plane: Any, tally: _Tally, node_devices: Mapping[str, str], pend
                 kinds[event.metadata_id] = _step_event(plane, event, kind, start, duration, (plane.name, line.id),
                                                        tally.steps)
             elif what == _MEMORY:
-                tally.allocations.append(_allocation(stats(plane, event), start, kind[1]))
+                tally.allocations.append(allocation(stats(plane, event), start, kind[1]))
             elif what == _EAGER_OP:
                 eager.append([start, duration, kind[1]])
             elif what == _CALL:
@@ -275,20 +270,6 @@ def _host_plane(plane: Any, tally: _Tally, node_devices: Mapping[str, str], pend
         pending.extend((start, duration, op, (plane.name, line.id)) for start, duration, op in eager)
 
 
-def _integer(value: StatValue) -> int:
-    return int(value) if isinstance(value, (int, float)) else 0
-
-
-def _allocation(said: Mapping[str, StatValue], start: float, freed: bool) -> Allocation:
-    """A `MemoryAllocation`/`MemoryDeallocation` event's stats as an `Allocation`."""
-    dtype = said.get("data_type")
-    return Allocation(str(said.get("allocator_name", "")), start, freed, _integer(said.get("bytes_allocated", 0)),
-                      _integer(said.get("bytes_reserved", 0)), _integer(said.get("peak_bytes_in_use", 0)),
-                      _integer(said.get("requested_bytes", 0)), _integer(said.get("allocation_bytes", 0)),
-                      _integer(said.get("addr", 0)), str(said.get("tf_op", "")), str(said.get("region_type", "")),
-                      dtype if isinstance(dtype, int) else None, str(said.get("shape", "")))
-
-
 def _step_event(plane: Any, event: Any, kind: _Kind, start: float, duration: float, line: tuple[str, int],
                 steps: StepEvents) -> _Kind:
     """Gives `steps` an event of a step's kind; returns the kind of its name from now on (a name that is
@@ -309,11 +290,11 @@ def _step_event(plane: Any, event: Any, kind: _Kind, start: float, duration: flo
         elif what == "session_of":  # tfplace's own event around a Session.run: its Session and line
             said = stats(plane, event)
             steps.session_runs.append(SessionRun(start, duration, str(said.get("source", "")),
-                                                 _integer(said.get("session", 0))))
+                                                 integer(said.get("session", 0))))
         elif what == "launch":  # an asynchronous stage's function, run on tf.data's threads (`executor`)
-            steps.function_launch(line, start, _integer(stats(plane, event).get("_p", 0)))
+            steps.function_launch(line, start, integer(stats(plane, event).get("_p", 0)))
         elif what == "executor":
-            steps.executor_run(_integer(stats(plane, event).get("_c", 0)), duration)
+            steps.executor_run(integer(stats(plane, event).get("_c", 0)), duration)
         else:
             steps.stage(line, name, start, duration, stats(plane, event))
         return kind
@@ -355,7 +336,21 @@ def read_xspace(space: Any, node_devices: Mapping[str, str] = {},
         or the NodeDefs of the placed graphs).
       eager: (op type, device) of the block's eager ops, in the order they ran (the capture's
         "execute" records): the k-th event of an op type ran on the k-th such device.
-    """
+
+    Python's cyclic garbage collector pauses meanwhile: a long profile makes hundreds of thousands of records,
+    instances of tuple subclasses that the collector would walk again at every pass (they hold no cycle), which
+    doubled the time of a 10,000-step profile's reading."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _read(space, node_devices, eager)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _read(space: Any, node_devices: Mapping[str, str], eager: Iterable[tuple[str, str]]) -> Timing:
+    """`read_xspace`'s reading."""
     queues: dict[str, deque[tuple[str, int]]] = {}
     for index, (op, device) in enumerate(eager):
         queues.setdefault(op, deque()).append((device, index))

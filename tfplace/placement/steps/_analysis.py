@@ -35,9 +35,9 @@ def _percentile(values: Sequence[float], fraction: float) -> float:
 def _eager_spans(records: Sequence[PlacementRecord], timing: Timing) -> list[Span]:
     count = sum(1 for r in records if r.kind == Kind.EXECUTE and not is_function_call(r.op))
     spans = [(math.nan, 0.0)] * count
-    for run in timing.runs:
-        if 0 <= run.eager_index < count:
-            spans[run.eager_index] = (run.start_us, run.duration_us)
+    for index, span in timing.runs.of_eager().items():
+        if index < count:
+            spans[index] = span
     return spans
 
 
@@ -56,7 +56,7 @@ def steps(records: Sequence[PlacementRecord], timing: Optional[Timing], missing:
                                           "tfplace trace --timing)")
         return Steps(count, found.warmup, found.kind, found.source, reason=why, name=found.name,
                      steps=tuple(Step(i, None, None, None) for i in range(found.total)), others=found.others)
-    layers = {"compute": [(run.start_us, run.duration_us) for run in timing.runs],
+    layers = {"compute": timing.runs.spans(),
               "input": events.input, "sync": list(events.sync) + [(start, us) for start, us, _ in events.reads],
               "transfer": [(move.start_us, move.duration_us) for move in timing.moves],
               "compile": list(events.compile) + [(c.start, c.duration) for c in events.calls if c.traced]}
@@ -77,9 +77,7 @@ def steps(records: Sequence[PlacementRecord], timing: Optional[Timing], missing:
     total = sum(wall for i, wall in enumerate(walls) if i not in unusual)
     shares = {phase: (sum(split[phase] for split in splits) / total if total else 0.0) for phase in PHASES}
     outliers = tuple(every[found.warmup + i] for i in sorted(unusual))
-    work: dict[str, list[Span]] = {}
-    for run in timing.runs:
-        work.setdefault(run.device, []).append((run.start_us, run.duration_us))
+    work = timing.runs.per_device()
     spans = found.spans[found.warmup:]
     usual = [span for i, span in enumerate(spans) if i not in unusual]
     per_device = {device: (busy, busy / total if total else 0.0)
