@@ -54,7 +54,7 @@ from tfplace._tensorflow._cluster import (
     store_get, VariableAccess, variable_accesses, served_here)
 from tfplace._tensorflow._profiler import (
     reset_allocator_peak, allocator_figures, live_tensor_objects, variable_creator_scope, OutOfMemory,
-    ProfilerBusy, ProfilerError, profiler_start, profiler_stop, read_xspaces, trace_me)
+    ProfilerBusy, ProfilerError, profiler_start, profiler_stop, read_xspaces, trace_me, collection_paused)
 
 __all__ = [
     # runtime state and configuration (tf.config)
@@ -81,6 +81,7 @@ __all__ = [
     "reset_allocator_peak", "allocator_figures", "live_tensor_objects", "variable_creator_scope", "OutOfMemory",
     # the profiler
     "ProfilerBusy", "ProfilerError", "profiler_start", "profiler_stop", "read_xspaces", "trace_me",
+    "collection_paused",
     # tf.data
     "variant_tensor_of", "dataset_functions", "unreadable_functions", "dataset_inputs", "is_map_dataset",
     "is_generator_dataset",

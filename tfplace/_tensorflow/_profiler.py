@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 import tensorflow as tf
 from tensorflow.python.framework import ops as _ops
@@ -86,3 +87,16 @@ def read_xspaces(paths: Iterable[str]) -> Optional[Any]:
         else:
             space.planes.extend(read.planes)
     return space
+
+
+@contextlib.contextmanager
+def collection_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused in the block (as it was before, after it): reading a long profile
+    makes hundreds of thousands of records that hold no cycle, which the collector would walk at every pass."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

@@ -50,7 +50,6 @@ Example:
 
 from __future__ import annotations
 
-import gc
 import re
 from collections import Counter, deque
 from typing import Any, Iterable, Mapping
@@ -340,13 +339,8 @@ def read_xspace(space: Any, node_devices: Mapping[str, str] = {},
     Python's cyclic garbage collector pauses meanwhile: a long profile makes hundreds of thousands of records,
     instances of tuple subclasses that the collector would walk again at every pass (they hold no cycle), which
     doubled the time of a 10,000-step profile's reading."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with _tensorflow.collection_paused():
         return _read(space, node_devices, eager)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _read(space: Any, node_devices: Mapping[str, str], eager: Iterable[tuple[str, str]]) -> Timing:
