@@ -1,9 +1,9 @@
 """The input pipeline's stage that made the steps wait, and the user's line that built it.
 
-A stage's time is its own: its events less its input's, and an asynchronous stage's waits on its
-producers left out (`tfplace.placement.steps._events`). The profile names the dataset each stage
-iterates (`MapDataset:1`: the pipeline's dataset ops counted from its source); the capture's eager
-records of dataset ops, in the order the program made them, carry the user's line.
+A stage's time is its own: its events less its input's, an asynchronous stage's waits on its producers left
+out and its function's runs on tf.data's threads counted (`tfplace.placement.profile._step_events`). The
+profile names the dataset each stage iterates (`MapDataset:1`: the pipeline's dataset ops counted from its
+source); the capture's eager records of dataset ops, in the order the program made them, carry the user's line.
 
 Example:
     >>> from tfplace.placement.profile._step_events import Stage
