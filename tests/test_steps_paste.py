@@ -48,14 +48,19 @@ def _pasted(tmp_path, program, number, fix, *, replace):
     return fixed
 
 
+def _traced_again(tmp_path, fixed, status):
+    """The program with its fix pasted, traced: it exits as the program did (0); its JSON."""
+    status_after, after = _trace(tmp_path, fixed, "after")
+    assert status_after == status == 0
+    return after
+
+
 def test_the_host_sync_fix_pasted_over_its_read_reads_no_longer_every_step(tmp_path):
     program = PROGRAMS / "host_sync.py"
     status, data = _trace(tmp_path, program, "before")
     advice, = _fired(data, "host-sync")
     assert advice["fix"].startswith("if i % 100 == 0: losses.append(float(loss))"), advice["fix"]
-    status_after, after = _trace(tmp_path, _pasted(tmp_path, program, _number(advice), advice["fix"], replace=True),
-                                 "after")
-    assert status_after == status == 0
+    after = _traced_again(tmp_path, _pasted(tmp_path, program, _number(advice), advice["fix"], replace=True), status)
     steps = after["steps"]
     assert steps["count"] + steps["warmup"] == 20 and "host-sync" not in [a["rule"] for a in after["advice"]]
     # the rule's threshold: a read in (nearly) every steady step; the read now runs once in 100 steps
@@ -70,8 +75,7 @@ def test_the_eager_loop_fix_pasted_before_the_loop_makes_its_body_one_call(tmp_p
     advice, = _fired(data, "eager-loop")
     assert advice["fix"].startswith("body = tf.function(body)  #") and data["steps"]["kind"] == "eager-loop"
     loop = next(i for i, line in enumerate(program.read_text().splitlines(), 1) if line.startswith("for "))
-    status_after, after = _trace(tmp_path, _pasted(tmp_path, program, loop, advice["fix"], replace=False), "after")
-    assert status_after == status == 0
+    after = _traced_again(tmp_path, _pasted(tmp_path, program, loop, advice["fix"], replace=False), status)
     steps = after["steps"]
     assert (steps["kind"], steps["count"] + steps["warmup"]) == ("function", 60), steps
     assert [a["rule"] for a in after["advice"] if a["rule"] in ("eager-loop", "host-bound")] == []
@@ -88,8 +92,7 @@ def test_the_host_bound_fix_is_a_comment_and_done_as_it_says_takes_host_time_bel
     assert advice["fix"].startswith("# keep per-step Python") and "every N steps" in advice["fix"], advice["fix"]
     number = next(i for i, line in enumerate(program.read_text().splitlines(), 1) if line == "    bookkeeping(i)")
     fixed = _pasted(tmp_path, program, number, "if i % 100 == 0: bookkeeping(i)", replace=True)
-    status_after, after = _trace(tmp_path, fixed, "after")
-    assert status_after == status == 0
+    after = _traced_again(tmp_path, fixed, status)
     steps = after["steps"]
     assert steps["count"] + steps["warmup"] == 16 and "host-bound" not in [a["rule"] for a in after["advice"]]
     assert steps["shares"]["host"] < HOST_BOUND or steps["shares"]["host"] * steps["median_us"] < HOST_US, steps
@@ -100,9 +103,7 @@ def test_the_compile_every_step_fix_pasted_over_its_call_traces_once(tmp_path):
     status, data = _trace(tmp_path, program, "before")
     advice, = _fired(data, "compile-every-step")
     assert advice["fix"].startswith("loss = step(x, tf.constant(1e-6 * i, tf.float32))"), advice["fix"]
-    status_after, after = _trace(tmp_path, _pasted(tmp_path, program, _number(advice), advice["fix"], replace=True),
-                                 "after")
-    assert status_after == status == 0
+    after = _traced_again(tmp_path, _pasted(tmp_path, program, _number(advice), advice["fix"], replace=True), status)
     steps = after["steps"]
     assert [a["rule"] for a in after["advice"] if a["rule"] in ("retracing", "compile-every-step")] == []
     # the rule's threshold: RETRACED steady steps that compile; none do now

@@ -29,7 +29,7 @@ from tfplace import _tensorflow
 from tfplace._errors import Error
 from tfplace.placement.profile._model import Allocation, Timing
 from tfplace.placement.profile._session import profile_files
-from tfplace.placement.records._memory_figures import DeviceMemory, Memory, allocator_devices, allocator_peaks
+from tfplace.placement.records._memory_figures import DeviceMemory, Memory, allocator_peaks
 from tfplace.placement.steps import _analysis
 from tfplace.placement.steps._model import Steps
 
@@ -75,14 +75,11 @@ class Profile:
                                    "writes few or none: TF_CPU_ALLOCATOR_USE_BFC=1 before TensorFlow starts)")
         peaks = allocator_peaks(self.timing.allocations)
         devices: dict[str, DeviceMemory] = {}
-        for name, found in sorted(events.items()):
-            for device in allocator_devices(name)[:1] if len(allocator_devices(name)) == 1 else ():
-                before = devices.get(device, DeviceMemory(0, 0, (), 0, 0))
-                devices[device] = DeviceMemory(max(before.peak_bytes, max(e.bytes_allocated for e in found)),
-                                               before.live_bytes + found[-1].bytes_allocated, (),
-                                               (before.allocator_current_bytes or 0) + found[-1].bytes_allocated,
-                                               max(before.allocator_peak_bytes or 0,
-                                                   max(e.bytes_allocated + e.bytes_reserved for e in found)))
+        for peak in peaks:  # an allocator that serves one device alone (GPU_<n>_bfc, a lone CPU's)
+            if len(peak.devices) == 1 and peak.devices[0] not in devices:
+                found = events[peak.allocator]
+                most, last = max(e.bytes_allocated for e in found), found[-1].bytes_allocated
+                devices[peak.devices[0]] = DeviceMemory(most, last, (), last, peak.peak_bytes)
         return Memory(dict(sorted(devices.items())), sum(1 for a in self.timing.allocations if not a.freed),
                       "bytes in use as the allocators report them (requested bytes rounded to their chunks); "
                       f"{NO_RECORDS}", peaks)
