@@ -39,11 +39,11 @@ def test_peak_and_live_bytes_per_device_with_their_lines(python):
     out = python(TWO_DEVICES)
     third, a, b = (line_of(TWO_DEVICES, marker) for marker in ("# the third", "# 4 MB", "# 8 MB"))
     assert out["devices"]["/device:CPU:0"] == [4_000_000, 4_000_000, [[a, 4_000_000]]]
-    assert out["devices"]["/device:CPU:1"] == [8_000_000, 8_000_000, [[b, 8_000_000], [third, 1_000_000]]]
+    assert out["devices"]["/device:CPU:1"] == [8_000_000, 8_000_000, [[b, 8_000_000]]]  # the third freed by then
     assert out["tracked"] == 3
     assert out["failed"].startswith("expected the block's memory on /device:CPU:1 to stay below 1.0 MiB (1048576 "
                                     "bytes), but it peaked at 7.6 MiB (8000000 bytes; 7.6 MiB still live at the end)")
-    assert f"       7.6 MiB  {b}\n     976.6 KiB  {third}" in out["failed"]
+    assert f"       7.6 MiB  {b}\n" in out["failed"] and third not in out["failed"]
     assert [d["device"] for d in out["json"]] == ["/device:CPU:0", "/device:CPU:1"]
 
 
@@ -80,10 +80,10 @@ def test_out_of_memory_error_names_the_largest_live_tensor_and_its_line(python):
     """
     [note] = python(code)
     lines = note.splitlines()
-    assert lines[0].startswith("tfplace (memory=True): the largest tensors of the block alive on /device:CPU:0 when it "
-                               "ran out of memory")
-    assert lines[1].split() == ["3.8", "MiB", "float32[1000,1000]", "tensor,", "made", "at",
-                                line_of(code, "# the largest")]
+    assert lines[0].startswith("tfplace (memory=True): out of memory on /device:CPU:0: 4096.0 GiB requested for "
+                               f"float32[1099511627776] by Fill at {line_of(code, 'tf.zeros((2**40,))')}"), note
+    assert lines[0].endswith("the device held 3.8 MiB, largest first:"), note
+    assert lines[1].split()[:4] == ["3.8", "MiB", line_of(code, "# the largest"), "returned"], note
 
 
 def test_an_out_of_memory_error_raised_in_the_block_gets_the_note_of_the_device_it_names(python):
@@ -104,10 +104,10 @@ def test_an_out_of_memory_error_raised_in_the_block_gets_the_note_of_the_device_
     """
     [note] = python(code)
     lines = note.splitlines()
-    assert lines[0].startswith("tfplace (memory=True): the largest tensors of the block alive on /device:CPU:1 when it "
-                               "ran out of memory"), note
-    assert lines[1].split() == ["39.1", "KiB", "float32[100,100]", "tensor,", "made", "at",
-                                line_of(code, "# the largest")], note
+    assert lines[0] == ("tfplace (memory=True): out of memory on /device:CPU:1: 4096.0 GiB requested for "
+                        "float32[1099511627776] by an op at an unknown line (allocator cpu); the device held 39.1 KiB, "
+                        "largest first:"), note
+    assert lines[1].split() == ["39.1", "KiB", line_of(code, "# the largest"), "returned", "float32"], note
     assert len(lines) == 2, note  # the small tensor is on another device
 
 
@@ -155,10 +155,13 @@ def test_trace_memory_prints_peak_and_live_per_device(tmp_path):
                           capture_output=True, text=True, cwd=tmp_path, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
-    start = lines.index("memory per device (peak and live at the end of the tensors and variables the script made; "
-                        "the lines holding most):")
-    assert lines[start + 1] == "  /device:CPU:0: peak 1.0 MiB, live at the end 0 B"  # the script's globals are gone
-    assert lines[start + 2:start + 4] == ["      grow.py:3  1.0 MiB", "      grow.py:4  48.0 KiB"]
+    start = lines.index("memory per device (each device's peak, what it held then by line, what grew step after step, "
+                        "what was not seen):")
+    # the script's globals are gone at the end
+    assert lines[start + 1] == "  /device:CPU:0: peak 1.0 MiB (reached by Fill at grow.py:4), held at the end 0 B"
+    assert lines[start + 2:start + 5] == ["    held at the peak:",
+                                          "       1.0 MiB  grow.py:3  returned Fill float32[512,512]",
+                                          "      48.0 KiB  grow.py:4  returned Fill float32[64,64] x3"]
     memory = json.loads((tmp_path / "t.json").read_text())["memory"]
     # the tensors the script kept, and (every CPU allocation reported under --memory's BFC allocator) the few bytes
     # of the ops' own small allocations (a shape, a scalar) at that moment
@@ -187,46 +190,6 @@ def test_threads_making_and_freeing_tensors_at_once_leave_exact_live_and_peak_by
     live, peak, tracked = out
     assert live == 4 * 100 * 256  # what the threads kept
     assert 300 * 256 <= peak <= 4 * 301 * 256 and tracked == 4 * 600
-
-
-INSIDE = """
-    import os
-    import tensorflow as tf, tfplace
-
-    @tf.function
-    def f(x):
-        big = tf.tile(x, [4, 1])                       # 64 MiB inside the function, freed before it returns
-        return tf.reduce_sum(big) + tf.reduce_sum(x)
-
-    x = tf.ones((4096, 1024))                          # 16 MiB, alive before the block
-    with tfplace.capture_placement(memory=True, sources=True) as log:
-        y = f(x)
-    found = log.memory()
-    report({"peak": found.devices["/device:CPU:0"].peak_bytes, "note": found.note,
-            "allocators": {a.allocator: [a.peak_bytes, list(a.devices)] for a in found.allocators},
-            "json": found.to_json()["allocators"]})
-"""
-
-
-@pytest.mark.parametrize("bfc", ["1", ""])
-def test_what_a_function_allocates_inside_counts_in_the_peak(python, bfc):
-    """The profiler's allocator events give what a function holds inside it: a CPU's BFC allocator reports every
-    allocation, oneDNN's default one those of 256 KiB and more; the allocator's own peak counts what was alive
-    before the block too (16 MiB + 64 MiB), as XProf's memory profile does."""
-    import os
-
-    env = {k: v for k, v in os.environ.items() if k != "TF_CPU_ALLOCATOR_USE_BFC"}
-    found = python(INSIDE, env={**env, "TF_CPU_ALLOCATOR_USE_BFC": bfc} if bfc else env)
-    onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0"  # CI runs both; this machine's default is on
-    if not bfc and not onednn:  # the default CPU allocator writes no events: said, not guessed
-        assert found["peak"] < 2 ** 20 and "wrote no events" in found["note"] and found["allocators"] == {}
-        return
-    assert 64 * 2 ** 20 <= found["peak"] < 65 * 2 ** 20  # the tile's 64 MiB, made and freed inside the call
-    assert "inside functions too" in found["note"]
-    (name, (peak, devices)), = found["allocators"].items()
-    assert name == ("bfc_cpu_allocator_for_gpu" if bfc else "mklcpu") and devices == ["/device:CPU:0"]
-    assert 80 * 2 ** 20 <= peak < 81 * 2 ** 20
-    assert found["json"] == [{"allocator": name, "peak_bytes": peak, "devices": ["/device:CPU:0"]}]
 
 
 def test_trace_memory_counts_every_cpu_allocation_with_a_bfc_allocator(tmp_path):

@@ -19,7 +19,8 @@ def test_every_rule_the_code_gives_is_declared_and_every_declared_rule_is_given(
     from tfplace.placement.steps._thresholds import RULES
 
     declared = [rule.name for rule in RULES]
-    given = _named_in("tfplace/placement/steps/_rules.py") | _named_in("tfplace/cluster/_steps.py")
+    given = (_named_in("tfplace/placement/steps/_rules.py") | _named_in("tfplace/cluster/_steps.py")
+             | _named_in("tfplace/placement/steps/_memory_advice.py"))
     assert len(declared) == len(set(declared))
     assert given == set(declared)
 

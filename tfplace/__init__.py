@@ -43,8 +43,9 @@ if TYPE_CHECKING:
     from tfplace.placement.steps._model import Advice, InputStage, Step, Steps
     from tfplace.placement.api._guards import device_guard, transfer_guard
     from tfplace.placement.api._log import PlacementLog
-    from tfplace.placement.records._memory_figures import AllocatorPeak, DeviceMemory, Memory
-    from tfplace.placement.taking._memory import LiveTensor, live_tensors
+    from tfplace.placement.records._memory_figures import (AllocatorPeak, DeviceMemory, Growth, Held, Memory,
+                                                           OutOfMemory)
+    from tfplace.placement.taking._live import LiveTensor, live_tensors
     from tfplace.placement.records._records import CopyRecord, PlacementRecord
 
 __version__ = "0.1.0"
@@ -63,9 +64,10 @@ _LAZY = {
     **dict.fromkeys(("Explanation", "Readiness"), "tfplace.placement.shown._explain"),
     **dict.fromkeys(("Steps", "Step", "InputStage", "Advice"), "tfplace.placement.steps._model"),
     **dict.fromkeys(("PlacementLog",), "tfplace.placement.api._log"),
-    **dict.fromkeys(("Memory", "DeviceMemory", "AllocatorPeak"), "tfplace.placement.records._memory_figures"),
+    **dict.fromkeys(("Memory", "DeviceMemory", "AllocatorPeak", "Held", "Growth", "OutOfMemory"),
+                   "tfplace.placement.records._memory_figures"),
     **dict.fromkeys(("Profile", "read_profile"), "tfplace.placement.api._kept"),
-    **dict.fromkeys(("LiveTensor", "live_tensors"), "tfplace.placement.taking._memory"),
+    **dict.fromkeys(("LiveTensor", "live_tensors"), "tfplace.placement.taking._live"),
     **dict.fromkeys(("PlacementRecord", "CopyRecord"), "tfplace.placement.records._records"),
     **dict.fromkeys(("split_batch", "replicate", "reduce_on", "strategy"), "tfplace._replication"),
     **dict.fromkeys(("cluster_guard",), "tfplace.cluster._guard"),
@@ -100,6 +102,9 @@ __all__ = [
     "Memory",
     "DeviceMemory",
     "AllocatorPeak",
+    "Held",
+    "Growth",
+    "OutOfMemory",
     "Profile",
     "read_profile",
     "LiveTensor",

@@ -214,8 +214,8 @@ def report(log: PlacementLog, found: Findings, *, top: int = _report.ROWS) -> st
                          "machine: not listed)")
     counted = log.memory()
     if counted.note != NOT_COUNTED:
-        lines.append("memory per device (peak and live at the end of the tensors and variables the script made; "
-                     "the lines holding most):")
+        lines.append("memory per device (each device's peak, what it held then by line, what grew step after step, "
+                     "what was not seen):")
         lines += counted.lines()
     return "\n".join(line for line in lines if line)
 

@@ -174,7 +174,7 @@ def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool 
     if memory:
         from tfplace.placement.taking import _memory  # the census loads only when memory is asked for
 
-        census = _memory.Census(timed=timing, clock=log.counter())
+        census = _memory.Census(timed=timing, clock=log.counter(), records=lambda: log.records)
         log.set_memory(census)
     recorder = _Recorder(log, sources, all_threads, census)
     with _session.hold():  # the capture session: hooks, graph collection, caches (tfplace.placement.session._session)
@@ -189,6 +189,18 @@ def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool 
             warnings.warn(f"tfplace: capture_placement({asked}) has no {'times' if timing else 'allocator events'}: "
                           f"{profiling.missing}; executions and "
                           "bytes are still counted", RuntimeWarning, stacklevel=user_stacklevel())
+        finished: list[bool] = []
+
+        def finish() -> None:
+            """Closes the census and reads the block's profile, once (an out-of-memory note needs both)."""
+            if not finished:
+                finished.append(True)
+                if census is not None:
+                    census.close()
+                _graphs.detach(log)
+                if profiling is not None:
+                    _timed(log, profiling, timing, census)
+
         try:
             with contextlib.ExitStack() as stack:
                 stack.enter_context(_contained.reporting(log.mark_incomplete))  # tfplace's own failures in the block
@@ -203,16 +215,15 @@ def capture_into(log: PlacementLog, *, sources: bool = False, all_threads: bool 
                 try:
                     yield log
                 except _tensorflow.OutOfMemory as error:
-                    note = log.memory_note(error)
-                    if note:
-                        add_note(error, note)
+                    if census is not None:
+                        stack.close()
+                        finish()
+                        note = log.memory_note(error)
+                        if note:
+                            add_note(error, note)
                     raise
         finally:
-            if census is not None:
-                census.close()
-            _graphs.detach(log)
-            if profiling is not None:
-                _timed(log, profiling, timing, census)
+            finish()
 
 
 def _timed(log: PlacementLog, profiling: Any, timing: bool, census: Any) -> None:
@@ -232,4 +243,4 @@ def _timed(log: PlacementLog, profiling: Any, timing: bool, census: Any) -> None
     if timing:
         log.set_timing(read)
     if census is not None:
-        census.profiled(read.allocations)
+        census.profiled(read, records)

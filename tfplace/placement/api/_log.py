@@ -61,11 +61,9 @@ class PlacementLog(Recorder):
         self._census = census
 
     def memory(self) -> _memory_figures.Memory:
-        """Memory per device: for each canonical device name, the peak of the bytes the block's
-        counted tensors and variables held at once, the bytes still live at its end, and the lines
-        holding most (`top`, `(source, bytes)` pairs; lines with `sources=True`), and on GPUs
-        TensorFlow's allocator figures beside them. Empty (its `note` says why) unless the capture
-        had `memory=True`; while the block runs, the figures so far.
+        """Memory per device: each device's peak inside the block (inside functions too), what it held then by
+        line (`at_peak`), growth per step, coverage; each allocator's peak; `oom`. Empty (its `note` says why)
+        unless the capture had `memory=True`; while the block runs, the figures so far.
 
         >>> import tensorflow as tf, tfplace
         >>> with tfplace.capture_placement(memory=True) as log:
@@ -78,13 +76,14 @@ class PlacementLog(Recorder):
         return _memory_figures.renamed(self._census.figures(), self._rename)
 
     def memory_note(self, error: BaseException) -> str:
-        """The note an out-of-memory error (`ResourceExhaustedError`) raised in a `memory=True` block gets:
-        the largest live tensors on its device, with their lines ("" for other errors or without memory)."""
-        from tfplace import _tensorflow
+        """The note an out-of-memory error raised in a `memory=True` block gets: the request that failed and what its
+        device held, by line (`Memory.oom`; "" for other errors or without memory)."""
+        from tfplace._tensorflow import OutOfMemory
 
-        if self._census is None or not isinstance(error, _tensorflow.OutOfMemory):
+        if self._census is None or not isinstance(error, OutOfMemory):
             return ""
-        return self._census.oom_note(error)
+        self._census.failed(error)
+        return "tfplace (memory=True): " + "\n".join(self.memory().oom.lines())  # type: ignore[union-attr]
 
     def assert_memory_below(self, device: str, limit: Union[int, float, str]) -> None:
         """Raises AssertionError, with the lines holding most bytes, unless the block's peak on `device`
@@ -335,10 +334,11 @@ class PlacementLog(Recorder):
         """What to change, most costly first: an `Advice` per rule the run shows, at the user's line, with a fix
         (`placement.steps._rules`); none on a healthy program, none about code the user did not write."""
         from tfplace.placement.functions._function_sources import traced_parameters
-        from tfplace.placement.steps import _rules
+        from tfplace.placement.steps import _memory_advice, _rules
 
         ops = self._timing.ops if self._timing is not None else {}
-        return _rules.advice(self.steps(), self.transfers(), ops, self.records, traced_parameters())
+        grown = _memory_advice.memory_advice(self.memory()) if self._census is not None else []
+        return _rules.advice(self.steps(), self.transfers(), ops, self.records, traced_parameters()) + grown
 
     def _repr_html_(self) -> str:
         """The log as compact HTML for notebooks (`tfplace.placement.shown._display`); `str(log)` stays text."""

@@ -130,7 +130,7 @@ class Advice(NamedTuple):
 
     Attributes:
       rule: "input-bound", "host-sync", "host-bound", "eager-loop", "retracing", "copies-per-step",
-        "replica-skew", "ps-hotspot" or "compile-every-step".
+        "replica-skew", "ps-hotspot", "compile-every-step" or "memory-growth".
       severity: "high" (it costs >= 50 % of the step), "medium" (>= 20 %) or "low".
       message: what the figures show.
       source: the user's line to change.

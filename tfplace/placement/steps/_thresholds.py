@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from tfplace.placement.records._memory_held import GROWTH_MIN_STEPS
+
 __all__ = ["Rule", "RULES", "SEVERITIES", "severity", "table", "INPUT_BOUND", "INPUT_US", "EXPLAINS", "HOST_BOUND",
            "HOST_US", "HOST_KERAS_US", "HOST_REPLICAS_US", "SKEW", "REPLICAS", "COPY_BYTES", "LAUNCH_US",
            "SHARES_FROM", "RETRACED", "EVERY_STEP", "OUTLIER", "OUTLIER_US", "HOT", "HOT_BYTES"]
@@ -94,6 +96,10 @@ RULES = (
          "make it on the device that reads it, or run the op where it lives"),
     Rule("replica-skew", f"one replica computes {SKEW:g} x the others' median or more, in a line of yours",
          "give every replica the same work"),
+    Rule("memory-growth", f"bytes a line of yours allocated stay allocated step after step (rising over at least "
+                          f"{GROWTH_MIN_STEPS} steps, never falling), with `memory=True`",
+         "keep only what the loop needs: a Python number (`float(loss)` every N steps) or the last value instead of "
+         "a list of tensors; a cache with a bound"),
     Rule("ps-hotspot", f"in a cluster, one ps task serves {HOT:g} x its fair share of the variable bytes per step, "
                        f"and {HOT_BYTES // 2 ** 20} MiB or more",
          "shard large variables over the ps tasks"),

@@ -1,18 +1,12 @@
-"""Memory per device: the tensors a block made, on the device that holds them, until they are freed.
+"""Memory per device: what the block's tensors, variables and allocations held, on the device that holds them.
 
-A `Census` (one per `capture_placement(memory=True)`) counts every tensor the block's eager ops
-and function calls return and every variable it creates, on the device holding its memory
-(`backing_device`; a variable's own device), with its bytes and the user's line that made it,
-and drops it when Python frees it (a weak reference's callback). Each change is one row of a flat array
-(an append, whatever thread makes it: no lock on an op's path); read, the rows give per device the live
-bytes and their peak, and per line the most bytes that line held at once. Allocations inside functions (their
-intermediate tensors) never reach Python: on a GPU, TensorFlow's allocator figures
-(`tf.config.experimental.get_memory_info`, reset at the block's start) are kept beside tfplace's;
-logical CPUs share one allocator, whose figures cannot tell CPU:0 from CPU:1, so none are kept
-for CPUs.
-
-`live_tensors()` lists the eager tensors and variables alive now (like `jax.live_arrays()`), with
-the line that made them where a memory capture saw it.
+A `Census` (one per `capture_placement(memory=True)`) counts every tensor the block's eager ops and function calls
+return and every variable it creates, on the device holding its memory (`backing_device`; a variable's own
+device), with its bytes and the user's line that made it, and drops it when Python frees it (a weak reference's
+callback). Each change is one row of a flat array (an append, whatever thread makes it: no lock on an op's
+path). The block's profile adds the allocators' events (every allocation inside functions too, as far as the
+allocator in force reports them); read, the census and the events replayed give per device its peak, what it
+held then by line (`Held`), growth per step and coverage.
 
 Example:
     >>> import tensorflow as tf, tfplace
@@ -32,22 +26,28 @@ import re
 import threading
 import time
 import weakref
-from typing import Any, Callable, Iterable, NamedTuple, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Sequence
 
 from tfplace import _tensorflow
 from tfplace._devices import canonical_name, parse_device
-from tfplace._names import size_text
-from tfplace.placement.profile._model import Allocation
-from tfplace.placement.records._memory_figures import DeviceMemory, Memory, allocated_peaks, allocator_peaks
+from tfplace._names import is_function_call
+from tfplace.placement.functions import _function_sources
+from tfplace.placement.profile._model import Allocation, Timing
+from tfplace.placement.records._memory_figures import (DeviceMemory, Held, Memory, OutOfMemory, allocator_peaks,
+                                                       by_line)
+from tfplace.placement.records._memory_held import DeviceHeld, Places, allocator_devices, grown, replay
+from tfplace.placement.taking._memory_places import coverage, places
+from tfplace.placement.records._oom import OomRequest, parse_oom
+from tfplace.placement.records._records import Kind, PlacementRecord
 from tfplace.placement.session import _session
 
 _dtype_enum, _elements = _tensorflow.dtype_enum, _tensorflow.eager_elements
 
-__all__ = ["Census", "LiveTensor", "live_tensors"]
+__all__ = ["Census", "sized"]
 
-_TOP = 5
-_WHAT = ("tfplace counts the tensors the block's eager ops and function calls returned and the variables it "
-         "created, on the device holding their memory, until Python freed them")
+_WHAT = ("peaks count what the device held at once: what was alive when the block opened, the tensors eager ops and "
+         "function calls returned and the variables created (by the user's line), and every allocation the "
+         "allocators reported inside functions (by node and line), as requested bytes")
 
 
 class _Entry(NamedTuple):
@@ -56,16 +56,11 @@ class _Entry(NamedTuple):
     source: str
     kind: str  # "tensor" or "variable"
     dtype: str
-    dims: str  # "1000,1000"; "?" for an unknown dimension or rank; "" for a tensor (its own, read when listed)
-
-    @property
-    def what(self) -> str:
-        """How a note names it: "float32[1000,1000] tensor"."""
-        return f"{self.dtype}[{self.dims}] {self.kind}"
+    dims: str  # "1000,1000"; "?" for an unknown dimension or rank; "" for a tensor
 
 
 @functools.lru_cache(maxsize=4096)
-def _sized(dtype: Any, shape: Optional[tuple]) -> tuple[int, str, str]:
+def sized(dtype: Any, shape: Optional[tuple]) -> tuple[int, str, str]:
     """(bytes, dtype name, dimensions text) of a value of `dtype` and dimensions `shape` (None: unknown
     rank); cached, shapes repeat."""
     each = _tensorflow.dtype_size(dtype.name)
@@ -98,10 +93,12 @@ class Census:
     does at once whatever thread makes it (no lock on the op's path); live bytes, peaks and the
     lines' figures are the changes replayed when they are read."""
 
-    def __init__(self, timed: bool = False, clock: Optional[Callable[[], int]] = None) -> None:
+    def __init__(self, timed: bool = False, clock: Optional[Callable[[], int]] = None,
+                 records: Callable[[], Sequence[PlacementRecord]] = tuple) -> None:
         self._lock = threading.Lock()  # held by readers, and to close
         self._timed = timed
         self.clock: Callable[[], int] = clock or (lambda: 0)  # where the block is (its log's length), for `series()`
+        self._records = records  # the block's placement records so far (the steps' starts, the failed op's line)
         self._entries: dict[int, _Counted] = {}  # id of a counted object alive -> its reference, with its code
         # (device, dtype, elements, line) -> the code of such tensors (0: not counted)
         self._made: dict[tuple, int] = {}
@@ -112,7 +109,9 @@ class Census:
         self._closed_at: Optional[int] = None  # changes that count, once closed (those appended later are not read)
         self._allocator: dict[str, Optional[tuple[int, int]]] = {}  # GPUs' allocator figures at the block's end
         self._final: Optional[Memory] = None  # the figures once closed, made when first read
-        self._allocations: Optional[Sequence[Allocation]] = None  # the allocators' events, where profiled
+        self._allocations: Sequence[Allocation] = ()  # the allocators' events, where profiled
+        self._places, self._boundaries = Places(), list[float]()  # what tells each event its line; steps' starts
+        self._failure = ""  # the text of an out-of-memory error raised in the block
         self._gpus = [d for d in _tensorflow.logical_device_names() if parse_device(d).device_type == "GPU"] \
             if _tensorflow.runtime_started() else []
         for gpu in self._gpus:
@@ -154,7 +153,7 @@ class Census:
                 key = (tensor.backing_device, _dtype_enum(tensor), _elements(tensor), source)
                 code = made.get(key)
                 if code is None:  # codes are shared by the tensors of one device, dtype, size and line
-                    size, dtype, _ = _sized(tensor.dtype, (key[2],))
+                    size, dtype, _ = sized(tensor.dtype, (key[2],))
                     code = census._code(canonical_name(key[0]), size, source, "tensor", dtype, "") if size else 0
                     if len(made) > 100_000:
                         made.clear()
@@ -174,7 +173,7 @@ class Census:
     def add_variable(self, variable: Any, source: str) -> None:
         """Counts a variable the block created (each replica's, for a distributed one)."""
         for part in getattr(variable, "values", None) or (variable,):
-            size, dtype, dims = _sized(part.dtype, _tensorflow.shape_tuple(part))
+            size, dtype, dims = sized(part.dtype, _tensorflow.shape_tuple(part))
             if size and self._closed_at is None:
                 code = self._code(canonical_name(part.device), size, source, "variable", dtype, dims)
                 key = id(part)
@@ -197,16 +196,14 @@ class Census:
             self._table.append(_Entry(device, size, source, kind, dtype, dims))
         return index << _INDEX | (_LINED if source else 0)
 
-    def _replay(self, series: Optional[list] = None) -> tuple[dict, dict, dict, int]:
-        """(live and peak bytes per device, peak per (device, line), tensors counted) from the changes so
-        far, read in place; each change's (clock, device, live bytes, epoch ns) appended to `series` when
-        given (the caller holds the lock)."""
+    def _replay(self, series: Optional[list] = None) -> tuple[dict[str, int], dict[str, tuple[int, int]], int]:
+        """(live bytes per device, (peak bytes, index of the change that reached it) per device, tensors counted)
+        from the changes so far, read in place; each change's (clock, device, live bytes, epoch ns) appended to
+        `series` when given (the caller holds the lock)."""
         changes, table, times = self._changes, self._table, self._times
         end = len(changes) if self._closed_at is None else self._closed_at
         live: dict[str, int] = {}
-        peak: dict[str, int] = {}
-        line_live: dict[tuple[str, str], int] = {}
-        line_peak: dict[tuple[str, str], int] = {}
+        peak: dict[str, tuple[int, int]] = {}
         counted = 0
         mask = (1 << _CLOCK) - 1
         for i in range(end):
@@ -216,17 +213,54 @@ class Census:
             device = entry.device
             size = -entry.size if code & _FREED else entry.size
             now = live[device] = live.get(device, 0) + size
-            where = (device, entry.source)
-            held = line_live[where] = line_live.get(where, 0) + size
             if size > 0:
                 counted += 1
-                if now > peak.get(device, 0):
-                    peak[device] = now
-                if held > line_peak.get(where, 0):
-                    line_peak[where] = held
+                if now > peak.get(device, (0, 0))[0]:
+                    peak[device] = (now, i)
             if series is not None:
                 series.append((change >> _CLOCK, device, now, times[i] if self._timed else 0))
-        return live, peak, line_peak, counted
+        return live, peak, counted
+
+    def _held(self, peak: Mapping[str, tuple[int, int]], marks: Sequence[int],
+              ) -> tuple[dict[str, tuple[Held, ...]], dict[str, list[dict[str, int]]], dict[str, tuple[Held, ...]]]:
+        """What each device held at its peak, by line at each of `marks` (clocks: the steps' starts), and at the
+        end (the caller holds the lock)."""
+        changes, table = self._changes, self._table
+        end = len(changes) if self._closed_at is None else self._closed_at
+        moments = {index: device for device, (_, index) in peak.items()}
+        alive: dict[str, dict[int, int]] = {}  # device -> entry index -> how many alive
+        at_peak: dict[str, tuple[Held, ...]] = {}
+        samples: dict[str, list[dict[str, int]]] = {device: [] for device in peak}
+        mask, mark = (1 << _CLOCK) - 1, 0
+        for i in range(end):
+            change = changes[i]
+            while mark < len(marks) and change >> _CLOCK >= marks[mark]:
+                for device in samples:
+                    samples[device].append(dict(by_line(self._rows(alive.get(device, {})))))
+                mark += 1
+            code = change & mask
+            index = (code >> _INDEX) - 1
+            counts = alive.setdefault(table[index].device, {})
+            counts[index] = counts.get(index, 0) + (-1 if code & _FREED else 1)
+            if i in moments:
+                at_peak[moments[i]] = self._rows(counts)
+        return at_peak, samples, {device: self._rows(counts) for device, counts in alive.items()}
+
+    def _rows(self, counts: Mapping[int, int]) -> tuple[Held, ...]:
+        """`Held` rows of the entries alive (`counts`: entry index -> how many), by line and kind."""
+        rows: dict[tuple[str, str], list] = {}
+        for index, count in counts.items():
+            if count > 0:
+                entry = self._table[index]
+                kind = "variable" if entry.kind == "variable" else "returned"
+                row = rows.setdefault((entry.source, kind), [0, 0, entry])
+                row[0] += entry.size * count
+                row[1] += count
+                if entry.size > row[2].size:
+                    row[2] = entry
+        found = [Held(source, size, kind, "", "", largest.dtype, _dims(largest.dims), count)
+                 for (source, kind), (size, count, largest) in rows.items()]
+        return tuple(sorted(found, key=lambda row: (-row.bytes, row.source)))
 
     def series(self) -> list[tuple[int, str, int, int]]:
         """(clock, device, live bytes, epoch ns: 0 unless the block was timed) at every change while the block ran,
@@ -236,35 +270,6 @@ class Census:
             self._replay(found)
         return found
 
-    def largest(self, device: str, count: int = _TOP) -> list[_Entry]:
-        """The largest counted tensors and variables alive now on `device`, with their dimensions."""
-        with self._lock:
-            table = self._table
-            found = [(table[(ref.code >> _INDEX) - 1], ref) for ref in list(self._entries.values())]
-        found = sorted(((entry, ref) for entry, ref in found if entry.device == device), key=lambda pair: -pair[0].size)
-        largest = []
-        for entry, ref in found:
-            obj = ref()
-            if obj is not None:  # (a tensor's entry names its size alone: its dimensions are read here)
-                largest.append(entry._replace(dims=entry.dims or _sized(obj.dtype, _tensorflow.shape_tuple(obj))[2]))
-                if len(largest) == count:
-                    break
-        return largest
-
-    def oom_note(self, error: BaseException) -> str:
-        """What an out-of-memory error's device held: the largest live tensors with their lines."""
-        match = re.search(r" on (/job:\S+?/device:[A-Za-z_]+:\d+)", str(error))
-        with self._lock:
-            live = self._replay()[0]
-        device = canonical_name(match[1]) if match else max(live, key=live.__getitem__, default="")
-        largest = self.largest(device)
-        if not largest:
-            return f"tfplace (memory=True): no tensor of the block was alive on {device or 'that device'}"
-        rows = "\n".join(f"  {size_text(e.size):>10}  {e.what}, made at {e.source or 'an unknown line'}"
-                         for e in largest)
-        return (f"tfplace (memory=True): the largest tensors of the block alive on {device} when it ran out of "
-                f"memory ({size_text(live.get(device, 0))} in all):\n{rows}")
-
     def close(self) -> None:
         """Freezes the figures at the block's end: later frees change nothing (they are made when first read)."""
         with self._lock:
@@ -272,10 +277,25 @@ class Census:
                 self._closed_at = len(self._changes)
                 self._allocator = {gpu: _tensorflow.allocator_figures(gpu) for gpu in self._gpus}
 
-    def profiled(self, allocations: Sequence[Allocation]) -> None:
-        """Gives the census the allocators' events of the block's profile (inside functions too)."""
+    def failed(self, error: BaseException) -> None:
+        """Keeps the out-of-memory error raised in the block (`Memory.oom`); the lines of the nodes of the
+        functions it names, which ran no further than the failure (no placement records of theirs)."""
+        text = str(error)
         with self._lock:
-            self._allocations, self._final = tuple(allocations), None
+            self._failure, self._final = text, None
+            nodes = dict(self._places.nodes)
+            for function in set(re.findall(r"__inference_\w+", text)):
+                for node, line in _function_sources.lines(function).items():
+                    nodes.setdefault(node, ("", line, re.sub(r"_\d+$", "", node.rpartition("/")[2])))
+            self._places = self._places._replace(nodes=nodes)
+
+    def profiled(self, timing: Timing, records: Sequence[PlacementRecord]) -> None:
+        """Gives the census the block's profile: the allocators' events (inside functions too) and what tells
+        each its line (the placement records, the runs of eager ops and calls)."""
+        with self._lock:
+            variables = frozenset((e.device, e.source, e.size) for e in self._table if e.kind == "variable")
+            self._allocations, self._final = timing.allocations, None
+            self._places, self._boundaries = places(timing, records, self._cpus(), variables)
 
     def figures(self) -> Memory:
         """The figures: frozen at the block's end, else so far."""
@@ -286,76 +306,66 @@ class Census:
                 self._final = self._figures(final=True)
             return self._final
 
+    def _cpus(self) -> tuple[str, ...]:
+        return tuple(canonical_name(d) for d in _tensorflow.logical_device_names()
+                     if parse_device(d).device_type == "CPU") or ("/device:CPU:0",)
+
     def _figures(self, final: bool) -> Memory:
-        """The figures (the caller holds the lock)."""
-        live, peak, line_peak, counted = self._replay()
-        cpus = [d for d in _tensorflow.logical_device_names() if parse_device(d).device_type == "CPU"] \
-            if self._allocations else []
-        allocated = allocated_peaks(self._allocations or (), cpus)
-        for device, most in allocated.items():  # what functions allocated inside, beyond their outputs
-            peak[device] = max(peak.get(device, 0), most)
-            live.setdefault(device, 0)
+        """The figures (the caller holds the lock): per device the allocators' replay where it saw more than the
+        census, else the census's."""
+        live, peak, counted = self._replay()
+        records = self._records()
+        at_peak, samples, at_end = self._held(peak, _most_called(records))
+        events = replay(self._allocations, self._places, self._boundaries) if self._allocations else {}
+        seen = {device for allocator in {a.allocator for a in self._allocations}
+                for device in allocator_devices(allocator, self._places.cpus)}
+        compiled = {r.device for r in records if r.kind == Kind.COMPILED}
         devices = {}
-        for device in sorted(peak):
-            top = sorted(((source, size) for (where, source), size in line_peak.items() if where == device),
-                         key=lambda item: (-item[1], item[0]))[:_TOP]
+        for device in sorted(set(peak) | set(events)):
             figures = (self._allocator.get(device) if final else
                        _tensorflow.allocator_figures(device) if device in self._gpus else None)
-            devices[device] = DeviceMemory(peak[device], live[device], tuple(top), *(figures or (None, None)))
-        note = _WHAT + ("; TensorFlow's allocator figures beside them count everything on the GPU"
-                        if self._gpus else "") + _seen(self._allocations, bool(allocated)) + ("" if final else
-                                                                               "; the block is still running")
-        return Memory(devices, counted, note, allocator_peaks(self._allocations or (), cpus))
+            current, most = figures or (None, None)
+            held = events.get(device)
+            if held is not None and held.peak_bytes >= peak.get(device, (0, 0))[0]:
+                found = DeviceMemory(held.peak_bytes, held.live_bytes, by_line(held.at_peak), current, most,
+                                     held.at_peak, held.growth, peak_node=held.peak_node)
+            else:
+                rows, kept = at_peak.get(device, ()), samples.get(device, [])
+                found = DeviceMemory(peak[device][0], live.get(device, 0), by_line(rows), current, most, rows,
+                                     grown(kept, [1] * (len(kept) - 1)))
+            devices[device] = found._replace(coverage=coverage(device, self._allocations, device in seen,
+                                                               len(self._places.cpus), device in compiled))
+        oom = self._oom(events, at_end, records) if self._failure else None
+        note = _WHAT + ("" if final else "; the block is still running")
+        return Memory(devices, counted, note,
+                      allocator_peaks(self._allocations, self._places.cpus), oom)
+
+    def _oom(self, events: Mapping[str, DeviceHeld], at_end: Mapping[str, tuple[Held, ...]],
+             records: Sequence[PlacementRecord]) -> OutOfMemory:
+        """Where an allocation failed, and what its device held then."""
+        request = parse_oom(self._failure) or OomRequest("", 0, "", (), "", "", "")
+        device = request.device or max(events, key=lambda d: events[d].peak_bytes, default="")
+        # the node's op type from its record, else from its name as TensorFlow makes it ("scope/Tile_1": Tile)
+        _, line, op = self._places.nodes.get(request.op, ("", "", re.sub(r"_\d+$", "", request.op.rpartition("/")[2])))
+        source = request.source or line or next(
+            (r.source for r in reversed(records) if r.kind == Kind.FAILED and r.op == request.op), "")
+        held = events[device].at_last if device in events else at_end.get(device, ())
+        return OutOfMemory(device, request.requested_bytes, request.dtype, request.shape, op, source,
+                           request.allocator, held)
 
 
-def _seen(allocations: Optional[Sequence[Allocation]], attributed: bool) -> str:
-    """What the allocators' events covered (`attributed`: some to one device), for the figures' note."""
-    if allocations is None:
-        return "; tensors inside functions are TensorFlow's allocator's to count"
-    if not allocations:
-        return ("; the allocators wrote no events, so allocations inside functions are not counted (a CPU's "
-                "allocator writes them only as a BFC allocator: TF_CPU_ALLOCATOR_USE_BFC=1 before TensorFlow "
-                "starts; oneDNN's mklcpu writes those of 256 KiB and more)")
-    if not attributed:
-        return ("; the allocators' own peaks (`allocators`) count what functions allocated inside too; logical "
-                "devices sharing one allocator are not told apart by it")
-    return ("; the peaks count what the block allocated inside functions too, as the allocators reported it "
-            "(requested bytes)")
+def _dims(text: str) -> tuple[int, ...]:
+    """"1000,1000" as (1000, 1000); () where a dimension is unknown or none is written."""
+    try:
+        return tuple(int(d) for d in text.split(",")) if text else ()
+    except ValueError:
+        return ()
 
 
-class LiveTensor(NamedTuple):
-    """An eager tensor or variable alive now: `kind` ("tensor" or "variable"), `device` holding its
-    memory, `bytes`, `dtype`, `shape` and `source`, the line that made it where a memory capture saw it."""
-
-    kind: str
-    device: str
-    bytes: int
-    dtype: str
-    shape: tuple
-    source: str
-
-
-def live_tensors(device: Union[str, Any, None] = None) -> list[LiveTensor]:
-    """The eager tensors and variables alive in this process now, most bytes first (`device`: only
-    those whose memory is there, written any accepted way).
-
-    It reads Python's garbage collector (the objects it tracks), as `jax.live_arrays()` reads JAX's
-    own list: tensors TensorFlow holds below Python (inside functions, in datasets) are not listed.
-    Imports TensorFlow.
-
-    >>> import tensorflow as tf, tfplace
-    >>> x = tf.zeros((64, 64))
-    >>> any(t.bytes == 16384 and t.shape == (64, 64) for t in tfplace.live_tensors("CPU:0"))
-    True
-    """
-    wanted = parse_device(device, origin="tfplace.live_tensors's argument device").name if device is not None else None
-    found = []
-    made = _session.runtime().made
-    for kind, obj in _tensorflow.live_tensor_objects():
-        where = canonical_name(obj.backing_device if kind == "tensor" else obj.device)
-        if wanted is not None and where != wanted:
-            continue
-        shape = _tensorflow.shape_tuple(obj)
-        size, dtype, _ = _sized(obj.dtype, shape)
-        found.append(LiveTensor(kind, where, size, dtype, shape or (), made.get(id(obj), "")))
-    return sorted(found, key=lambda t: (-t.bytes, t.device))
+def _most_called(records: Sequence[PlacementRecord]) -> list[int]:
+    """The positions in the log of the calls of the function called most (the steps' starts), else none."""
+    calls: dict[str, list[int]] = {}
+    for position, record in enumerate(records):
+        if record.kind == Kind.EXECUTE and is_function_call(record.op):
+            calls.setdefault(record.op, []).append(position)
+    return max(calls.values(), key=len, default=[])
