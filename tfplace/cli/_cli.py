@@ -85,9 +85,9 @@ def _trace(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: li
     """
     check_script(parser, args, "trace", ("--json", "--plot", "--perfetto", "--profile_dir", "--top", "--quiet"))
     if args.profile_dir is not None:
-        if not args.timing:
-            parser.error(f"--profile_dir={args.profile_dir!r} (from option --profile_dir) needs --timing: allowed is "
-                         f"tfplace trace --timing --profile_dir={args.profile_dir} ...")
+        if not args.timing and not args.memory:
+            parser.error(f"--profile_dir={args.profile_dir!r} (from option --profile_dir) needs --timing or --memory: "
+                         f"allowed is tfplace trace --timing --profile_dir={args.profile_dir} ...")
         if os.path.exists(args.profile_dir) and not os.path.isdir(args.profile_dir) or \
                 not os.path.isdir(os.path.dirname(os.path.abspath(args.profile_dir))):
             parser.error(f"--profile_dir={args.profile_dir!r} (from option --profile_dir) cannot hold a profile: "

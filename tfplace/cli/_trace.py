@@ -58,8 +58,8 @@ class Tracing(NamedTuple):
 @contextlib.contextmanager
 def tracing(*, timing: bool = False, memory: bool = False, profile_dir: Optional[str] = None) -> Iterator[Tracing]:
     """What `tfplace trace` runs a script under: a capture with sources and all threads (and
-    TensorFlow's profiler, with `timing`, its profile kept in `profile_dir` where given; counting tensors per
-    device, with `memory`); in a task of a
+    TensorFlow's profiler, with `timing` or `memory`, its profile kept in `profile_dir` where given; counting
+    tensors per device, with `memory`); in a task of a
     cluster, its checks' publishing and the variables it makes on other tasks. Close it after the
     script's non-daemon threads ended, so that their ops are in the log.
 

@@ -27,11 +27,13 @@ from typing import Any
 
 from tfplace import _tensorflow
 from tfplace._errors import Error
-from tfplace.placement.profile._model import Allocation, Timing
+from tfplace.placement.profile._model import Timing
 from tfplace.placement.profile._session import profile_files
-from tfplace.placement.records._memory_figures import DeviceMemory, Memory, allocator_peaks
+from tfplace.placement.records._memory_figures import DeviceMemory, Memory, allocator_peaks, by_line
+from tfplace.placement.records._memory_held import Places, replay
 from tfplace.placement.steps import _analysis
 from tfplace.placement.steps._model import Steps
+from tfplace.placement.taking._memory_places import coverage
 
 __all__ = ["Profile", "ProfileError", "read_profile"]
 
@@ -65,24 +67,26 @@ class Profile:
         return found
 
     def memory(self) -> Memory:
-        """Per allocator its own peak (the largest `bytes_allocated + bytes_reserved` of its events), and per
-        device, as far as the allocators tell devices apart, the most bytes in use and those in use at the end."""
-        events: dict[str, list[Allocation]] = {}
-        for allocation in self.timing.allocations:
-            events.setdefault(allocation.allocator, []).append(allocation)
-        if not events:
+        """Per allocator its own peak (the largest `bytes_allocated + bytes_reserved` of its events, as XProf's
+        memory profile gives it), and per device its peak with what was there before the profile, what it held
+        then by node (`at_peak`; no lines: a kept profile holds no placement records) and what was not seen."""
+        allocations = self.timing.allocations
+        if not allocations:
             return Memory({}, note="memory: the profile holds no allocator events (a CPU's default allocator "
                                    "writes few or none: TF_CPU_ALLOCATOR_USE_BFC=1 before TensorFlow starts)")
-        peaks = allocator_peaks(self.timing.allocations)
+        calls = tuple((c.start_us, c.start_us + c.duration_us, c.function, "") for c in sorted(self.timing.calls))
+        peaks = allocator_peaks(allocations)
+        last = {a.allocator: a.bytes_allocated for a in allocations}
         devices: dict[str, DeviceMemory] = {}
-        for peak in peaks:  # an allocator that serves one device alone (GPU_<n>_bfc, a lone CPU's)
-            if len(peak.devices) == 1 and peak.devices[0] not in devices:
-                found = events[peak.allocator]
-                most, last = max(e.bytes_allocated for e in found), found[-1].bytes_allocated
-                devices[peak.devices[0]] = DeviceMemory(most, last, (), last, peak.peak_bytes)
-        return Memory(dict(sorted(devices.items())), sum(1 for a in self.timing.allocations if not a.freed),
-                      "bytes in use as the allocators report them (requested bytes rounded to their chunks); "
-                      f"{NO_RECORDS}", peaks)
+        for device, held in replay(allocations, Places(calls=calls)).items():
+            mine = [p for p in peaks if device in p.devices]
+            devices[device] = DeviceMemory(
+                held.peak_bytes, held.live_bytes, by_line(held.at_peak),
+                sum(last[p.allocator] for p in mine), max((p.peak_bytes for p in mine), default=None), held.at_peak,
+                held.growth, coverage(device, allocations, True, 1, False), held.peak_node)
+        return Memory(dict(sorted(devices.items())), 0, "what each device held, by node, from the allocators' "
+                      f"events (requested bytes; before the profile: what the allocator held then); {NO_RECORDS}",
+                      peaks)
 
     def to_json(self) -> dict[str, Any]:
         """`{"steps": Steps.to_json(), "memory": Memory.to_json()}`, what `tfplace profile --json` writes."""

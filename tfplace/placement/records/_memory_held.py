@@ -300,7 +300,8 @@ def _held(allocations: Sequence[Allocation], places: Places, attribution: _Attri
         event = allocations[index]
         node = attribution.key(event, device, event.start_us)
         steps = _steps_between(boundaries, marks)
-        reached = f"{event.node or node[2]} at {node[1] or 'an unknown line'}"
+        name, line = event.node or node[2], node[1] or "an unknown line"
+        reached = f"{name} at {line}" if name else f"an allocation no node names, at {line}"
         found[device] = DeviceHeld(size, snapshots[device], reached, live[device], grown(samples[device], steps),
                                    finals[device])
     return found

@@ -40,6 +40,7 @@ from tfplace.placement.taking._memory_places import coverage, places
 from tfplace.placement.records._oom import OomRequest, parse_oom
 from tfplace.placement.records._records import Kind, PlacementRecord
 from tfplace.placement.session import _session
+from tfplace.placement.session._sources import shown_path
 
 _dtype_enum, _elements = _tensorflow.dtype_enum, _tensorflow.eager_elements
 
@@ -286,7 +287,7 @@ class Census:
             nodes = dict(self._places.nodes)
             for function in set(re.findall(r"__inference_\w+", text)):
                 for node, line in _function_sources.lines(function).items():
-                    nodes.setdefault(node, ("", line, re.sub(r"_\d+$", "", node.rpartition("/")[2])))
+                    nodes.setdefault(node, ("", line, _op_of(node)))
             self._places = self._places._replace(nodes=nodes)
 
     def profiled(self, timing: Timing, records: Sequence[PlacementRecord]) -> None:
@@ -345,13 +346,20 @@ class Census:
         """Where an allocation failed, and what its device held then."""
         request = parse_oom(self._failure) or OomRequest("", 0, "", (), "", "", "")
         device = request.device or max(events, key=lambda d: events[d].peak_bytes, default="")
-        # the node's op type from its record, else from its name as TensorFlow makes it ("scope/Tile_1": Tile)
-        _, line, op = self._places.nodes.get(request.op, ("", "", re.sub(r"_\d+$", "", request.op.rpartition("/")[2])))
-        source = request.source or line or next(
+        _, line, op = self._places.nodes.get(request.op, ("", "", _op_of(request.op)))
+        file, _, number = request.source.rpartition(":")
+        source = line or (f"{shown_path(file)}:{number}" if file else "") or next(
             (r.source for r in reversed(records) if r.kind == Kind.FAILED and r.op == request.op), "")
         held = events[device].at_last if device in events else at_end.get(device, ())
         return OutOfMemory(device, request.requested_bytes, request.dtype, request.shape, op, source,
                            request.allocator, held)
+
+
+def _op_of(node: str) -> str:
+    """The op type a node's name says, as TensorFlow names nodes by default ("scope/Tile_1": "Tile"), where it
+    is an op type ("" else: "Tile/multiples")."""
+    base = re.sub(r"_\d+$", "", node.rpartition("/")[2])
+    return base if base and _tensorflow.op_def(base) is not None else ""
 
 
 def _dims(text: str) -> tuple[int, ...]:
