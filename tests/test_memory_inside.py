@@ -151,3 +151,43 @@ def test_an_out_of_memory_error_on_a_capped_allocator_names_the_request_and_what
     first = found["note"].splitlines()[0]
     assert first.startswith("tfplace (memory=True): out of memory on /device:CPU:0: 96.0 MiB requested for "
                             "float32[24576,1024] by Tile at "), first
+
+
+GATHER = REPORT + """
+    import sys
+    import tensorflow as tf, tfplace
+    table = tf.Variable(tf.ones((4096, 1024)))        # 16 MiB
+    ids = tf.constant([1, 5, 9, 4000])                # (a captured constant: its nodes keep their lines)
+
+    @tf.function
+    def step(dense):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.gather(table, ids))
+        grad = tape.gradient(loss, table)
+        if dense:
+            grad = tf.convert_to_tensor(grad)         # the dense twin
+            table.assign_sub(grad * 0.1)
+        else:
+            table.scatter_sub(tf.IndexedSlices(grad.values * 0.1, grad.indices))
+        return loss
+
+    found = {}
+    for dense in (False, True):
+        with tfplace.capture_placement(memory=True, sources=True) as log:
+            step(dense)
+        found[str(dense)] = rows(log.memory())
+    report(found)
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_dense_gradient_of_a_gathered_table_holds_the_table_its_sparse_twin_does_not(python, mode):
+    found = python(GATHER, env=_env(mode))
+    if not _seen(mode):
+        return  # (nothing inside functions is seen: the coverage test above says so)
+    sparse = [row for row in found["False"]["rows"] if row[2] == "intermediate"]
+    dense = [row for row in found["True"]["rows"] if row[2] == "intermediate"]
+    assert all(row[1] < MiB for row in sparse), sparse  # the rows gathered and their gradient: 16 KiB each
+    densified = [row for row in dense if row[0] == line_of(GATHER, "# the dense twin")]
+    assert densified and densified[0][1] == 16 * MiB, dense  # the whole table's shape
+    assert found["True"]["peak"] - found["False"]["peak"] >= 16 * MiB

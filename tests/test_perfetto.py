@@ -3,6 +3,7 @@ that Perfetto's UI and chrome://tracing open, checked against the format's rules
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import subprocess
@@ -156,6 +157,76 @@ def test_profile_dir_needs_timing(tmp_path):
     done = subprocess.run([sys.executable, "-m", "tfplace", "trace", "--profile_dir=p", "ran.py"], capture_output=True,
                           text=True, cwd=tmp_path, timeout=60)
     assert done.returncode == 2 and done.stderr.splitlines()[-1] == (
-        "tfplace trace: error: --profile_dir='p' (from option --profile_dir) needs --timing: allowed is "
+        "tfplace trace: error: --profile_dir='p' (from option --profile_dir) needs --timing or --memory: allowed is "
         "tfplace trace --timing --profile_dir=p ...")
     assert not (tmp_path / "ran.txt").exists()
+
+
+@pytest.mark.placement
+def test_a_memory_capture_draws_bytes_in_use_per_device_on_the_profilers_clock(python, tmp_path):
+    path = tmp_path / "memory.json"
+    peak = python(f"""
+        import json, tensorflow as tf, tfplace
+
+        @tf.function
+        def step(x):
+            return tf.reduce_sum(tf.tile(x, [4, 1]))  # a 64 MiB intermediate
+
+        with tfplace.capture_placement(memory=True, timing=True) as log:
+            x = tf.ones((4096, 1024))  # 16 MiB
+            total = step(x)
+        log.to_perfetto({str(path)!r})
+        report(log.memory().devices["/device:CPU:0"].peak_bytes)
+    """, env={"TF_CPU_ALLOCATOR_USE_BFC": "1"})
+    trace = json.loads(path.read_text())
+    tracks = check_format(trace)
+    device = {name: pid for pid, name in names(trace).items()}
+    counters = [e for e in trace["traceEvents"] if e["ph"] == "C" and e["pid"] == device["/device:CPU:0"]]
+    in_use = [(e["ts"], e["args"]["bytes"]) for e in counters if e["name"] == "bytes in use"]
+    assert in_use and not [e for e in counters if e["name"] == "live bytes"]  # replaced: the allocators saw all
+    assert 64 * 2**20 <= max(level for _, level in in_use) <= (64 + 20) * 2**20 + 64 * 2**10
+    assert max(level for _, level in in_use) == peak  # the level log.memory() reads its peak from
+    times = [at for at, _ in in_use]
+    assert times == sorted(times) and len(set(times)) == len(times)  # one point per time, in order
+    slices = [s for found in tracks.values() for s in found]
+    assert min(s[0] for s in slices) <= times[0] and times[-1] <= max(s[1] for s in slices)  # the slices' clock
+
+
+def test_bytes_in_use_replays_the_allocators_events_to_the_byte():
+    from tfplace.placement.profile._model import Allocation, OpRun, Runs, Timing
+    from tfplace.placement.records._memory_figures import AllocatorPeak
+    from tfplace.placement.shown._perfetto import trace_events
+
+    def event(allocator, at, freed, requested, chunk, address, in_use):
+        return Allocation(allocator, at, freed, in_use, 0, 0, requested, chunk, address, "MatMul", "output", 1, "[4]")
+
+    runs = Runs()
+    runs.append(OpRun("/device:GPU:0", "MatMul", 100.0, 50.0, 0, -1))  # the slices: 0 to 50 µs
+    allocations = (event("GPU_0_bfc", 90.0, False, 100, 256, 0xA, 1280),  # 1024 held before; drawn at 0
+                   event("GPU_0_bfc", 110.0, False, 4000, 4096, 0xB, 5376),
+                   event("GPU_0_bfc", 110.0, True, 0, 256, 0xA, 5120),  # the same µs: one point, the level after
+                   event("GPU_0_bfc", 120.0, True, 0, 512, 0xC, 4608),  # allocated before the block
+                   event("mklcpu", 125.0, False, 3000, 3072, 0xB, 3072),  # another allocator: its own 0xB
+                   event("GPU_0_bfc", 130.0, False, 64, 256, 0xD, 4864),
+                   event("unknown_allocator", 135.0, False, 8, 256, 0xE, 256),  # no device: not drawn
+                   event("mklcpu", 140.0, True, 0, 3072, 0xB, 0),
+                   event("GPU_0_bfc", 200.0, True, 0, 4096, 0xB, 768))  # after the last slice: at its end
+    timing = dataclasses.replace(Timing.empty(), runs=runs, allocations=allocations)
+    cpus = ("/device:CPU:0", "/device:CPU:1")
+    census = [(0, "/device:GPU:0", 4096, 0), (0, "/device:CPU:1", 512, 0), (0, "/device:CPU:0", 9000, 0)]
+    trace = trace_events([], [], [], census, timing, allocators=[AllocatorPeak("mklcpu", 3072, cpus)])
+    check_format(trace)
+    process = names(trace)
+    counters = defaultdict(list)
+    for e in trace["traceEvents"]:
+        if e["ph"] == "C":
+            counters[(process[e["pid"]], e["name"])].append((e["ts"], e["args"]["bytes"]))
+    assert counters[("/device:GPU:0", "bytes in use")] == [(0.0, 1124), (10.0, 5024), (20.0, 4512), (30.0, 4576),
+                                                          (50.0, 576)]
+    assert counters[("/device:CPU:0", "bytes in use")] == [(25.0, 3000), (40.0, 0)]  # on the first CPU
+    assert ("/device:CPU:1", "bytes in use") not in counters and "/device:CPU:1" in process.values()
+    assert ("/device:GPU:0", "live bytes") not in counters  # replaced: the allocators reached the census's peak
+    assert counters[("/device:CPU:0", "live bytes")] == [(0.0, 9000)]  # kept: the allocators saw less
+    assert counters[("/device:CPU:1", "live bytes")] == [(0.0, 512)]
+    without = trace_events([], [], [], census, timing)  # no memory capture: no allocator counter
+    assert {e["name"] for e in without["traceEvents"] if e["ph"] == "C"} == {"live bytes"}

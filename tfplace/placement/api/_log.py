@@ -363,7 +363,7 @@ class PlacementLog(Recorder):
         Chrome's Trace Event Format, gzipped for a path ending `.gz`. One process per device, a slice per op
         execution and function call (with `timing=True` at the profiler's times, else sequence numbers, as the
         file says), `args` with op, kind, origin, requester and the user's line, each implicit transfer an arrow
-        with its bytes; with `memory=True` live bytes per device; with timing, a steps track (`shown._perfetto`).
+        with its bytes; with `memory=True` bytes per device (with timing, in use); with timing, a steps track.
 
         >>> import os, tempfile, tensorflow as tf, tfplace
         >>> with tfplace.capture_placement() as log:
@@ -376,9 +376,9 @@ class PlacementLog(Recorder):
         from tfplace.placement.shown import _perfetto
 
         self._settle()
-        _perfetto.write(path, _perfetto.trace_events(self._records, self._copies, self._copy_slots,
-                                                     self._census.series() if self._census is not None else (),
-                                                     self._timing, self.steps() if self._timing else None))
+        series, peaks = (self._census.series(), self.memory().allocators) if self._census is not None else ((), None)
+        _perfetto.write(path, _perfetto.trace_events(self._records, self._copies, self._copy_slots, series,
+                                                     self._timing, self.steps() if self._timing else None, peaks))
 
     def __len__(self) -> int:
         self._settle()

@@ -261,10 +261,12 @@ def lines(function: str) -> dict[str, str]:
 
 def notes_of_graph(node_names: Sequence[str], called: str = "") -> Mapping[str, Note]:
     """`notes()` of the watched function whose nodes (arguments and results left out) are `node_names`:
-    the function `called` (the function call that placed the graph) when it has those nodes, else the
-    one traced last with them."""
+    the function `called` (the function call that placed the graph) when it has those nodes or no watched
+    function has them, else the one traced last with them."""
     runtime = _session.runtime()
     names = runtime.by_nodes.get(tuple(sorted(node_names)), [])
+    if not names and called in runtime.lines:  # the placed graph's nodes differ from the traced ones' (a captured
+        return runtime.lines[called]  # constant the runtime lifted into an argument: `Gather/indices`)
     name = called if called in names else names[-1] if names else ""
     return runtime.lines.get(name, {}) if name else {}
 

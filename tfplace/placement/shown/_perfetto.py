@@ -13,8 +13,11 @@ are dictionaries, documented by Chrome ("Trace Event Format", the `X`, `s`/`f`, 
 * With timing, a process "steps" first: a slice per step found (`log.steps()`, warm-up steps named so) with
   its phases in µs, and below it the step's phases laid end to end (their lengths, not their order in time).
 * Each implicit transfer is a flow arrow (`s` then `f`, one id) from a "send" slice on the producing
-  device to a "receive" slice on the consuming one, with its bytes; with `memory=True`, a counter
-  "live bytes" per device at every change.
+  device to a "receive" slice on the consuming one, with its bytes.
+* With `memory=True`, a counter "live bytes" per device (the census's eager tensors and variables); with a profile
+  too, "bytes in use" per device on the profiler's clock: the allocators' events replayed as `log.memory()` does
+  (requested bytes, from what each allocator held before; the logical CPUs' shared allocators counted on the
+  first CPU), one value per time. It replaces "live bytes" on a device where it reached the census's peak.
 
 Example:
     >>> from tfplace.placement.records._records import CopyRecord, PlacementRecord
@@ -36,7 +39,8 @@ from typing import Any, Iterable, Optional, Sequence
 from tfplace import _files
 from tfplace.placement.records._records import Kind, input_label
 from tfplace._names import is_function_call
-from tfplace.placement.profile._model import Move, Timing
+from tfplace.placement.profile._model import Allocation, Move, Timing
+from tfplace.placement.records._memory_held import allocator_devices
 
 __all__ = ["trace_events", "merge_tasks", "write", "STEP"]
 
@@ -211,10 +215,45 @@ def _steps(timeline: _Timeline, steps: Any, origin: float) -> None:
             at += us
 
 
+def _in_use(allocations: Sequence[Allocation], allocators: Iterable[Any], origin: float, end: float) -> dict:
+    """Per device, (µs from `origin` clamped to [0, `end`], bytes in use after the last event then): the allocators'
+    events replayed as `_memory_held.replay` does (a free matches by allocator and address; each allocator starts
+    from what it held before its first event), requested bytes on the first device the allocator serves (as
+    `allocators`, `AllocatorPeak`s, or else `allocator_devices` says): all logical CPUs' on the first."""
+    served = {a.allocator: a.devices for a in allocators}
+    device_of: dict[str, str] = {}
+    before: dict[str, int] = {}  # per allocator, what it held before the block, as far as not freed since
+    alive: dict[tuple[str, int], int] = {}  # (allocator, address) -> requested bytes
+    level: dict[str, int] = {}
+    series: dict[str, list[tuple[float, int]]] = {}
+    for event in allocations:
+        name = event.allocator
+        if name not in device_of:  # its first event
+            device_of[name] = next(iter(served.get(name, allocator_devices(name))), "")  # "": skipped
+            before[name] = max(event.bytes_allocated + (1 if event.freed else -1) * event.allocation_bytes, 0)
+            level[device_of[name]] = level.get(device_of[name], 0) + before[name]
+        device, key = device_of[name], (name, event.address)
+        if not device:
+            continue
+        if not event.freed:
+            change = alive[key] = event.requested_bytes
+        elif key in alive:
+            change = -alive.pop(key)
+        else:  # allocated before the block
+            change = -min(event.allocation_bytes, before[name])
+            before[name] += change
+        now = level[device] = level[device] + change
+        at, points = min(max(event.start_us - origin, 0.0), end), series.setdefault(device, [])
+        if points and points[-1][0] == at:
+            points.pop()
+        points.append((at, now))
+    return series
+
+
 def _timed(timeline: _Timeline, records: Sequence[Any], copies: Sequence[Any], copy_slots: Sequence[int],
-           memory: Iterable[tuple], timing: Timing, steps: Any = None) -> None:
+           memory: Iterable[tuple], timing: Timing, steps: Any = None, allocators: Any = None) -> None:
     """Slices at the profiler's times (µs from the block's first event), a lane per overlap on a device; every
-    event on that one clock (memory counters at the end of the op after which they changed)."""
+    event on that one clock ("live bytes" at the end of the op after which they changed; "bytes in use": `_in_use`)."""
     eager = [r for r in records if r.kind == Kind.EXECUTE and not is_function_call(r.op)]
     memory = list(memory)
     begins = [s.start_us for s in steps.steps if s.start_us is not None] if steps is not None else []
@@ -257,20 +296,29 @@ def _timed(timeline: _Timeline, records: Sequence[Any], copies: Sequence[Any], c
     latest = [0.0]  # per count of records, where the last timed one of them ended
     for at in times:
         latest.append(max(latest[-1], at[1]) if at is not None else latest[-1])
+    end = max((e["ts"] + e["dur"] for e in timeline.events if e["ph"] == "X"), default=0.0)
+    in_use = _in_use(timing.allocations, allocators, origin, end) if allocators is not None else {}
+    for device, points in sorted(in_use.items()):
+        timeline.events += [{"ph": "C", "name": "bytes in use", "pid": timeline.pid(device), "ts": at,
+                             "args": {"bytes": level}} for at, level in points]
+    peaks = {device: max(level for _, level in points) for device, points in in_use.items()}
+    kept = {device for _, device, live, _ in memory if live > peaks.get(device, -1)}  # the census saw more
     for position, device, live, _ in memory:  # at the end of the last timed record before the change
-        timeline.events.append({"ph": "C", "name": "live bytes", "pid": timeline.pid(device),
-                                "ts": latest[min(max(position, 0), len(records))], "args": {"bytes": live}})
+        if device in kept:
+            timeline.events.append({"ph": "C", "name": "live bytes", "pid": timeline.pid(device),
+                                    "ts": latest[min(max(position, 0), len(records))], "args": {"bytes": live}})
 
 
 def trace_events(records: Sequence[Any], copies: Sequence[Any], copy_slots: Sequence[int],
-                 memory: Iterable[tuple] = (), timing: Optional[Timing] = None, steps: Any = None) -> dict[str, Any]:
+                 memory: Iterable[tuple] = (), timing: Optional[Timing] = None, steps: Any = None,
+                 allocators: Optional[Iterable[Any]] = None) -> dict[str, Any]:
     """The trace (a JSON-ready dict) of a block's records in order, its copies with the index of the
     record each came with (`copy_slots`), its memory series ((log length, device, live bytes, epoch ns))
-    and, where it was timed, its profile (`Timing`: slices at the profiler's times) and its
-    `Steps` (a steps track)."""
+    and, where it was timed, its profile (`Timing`: slices at the profiler's times), its `Steps` (a steps
+    track) and, with `memory=True`, `Memory.allocators` (a "bytes in use" counter per device; None: none)."""
     timeline = _Timeline()
     if timing is not None and timing.runs:
-        _timed(timeline, records, copies, copy_slots, memory, timing, steps)
+        _timed(timeline, records, copies, copy_slots, memory, timing, steps, allocators)
         return {"traceEvents": timeline.metadata() + timeline.events, "displayTimeUnit": "ms",
                 "otherData": {"producer": "tfplace", "clock": _TIMED,
                               "devices": sorted((p for p in timeline.pids if p != _STEPS), key=_device_key)}}
@@ -316,7 +364,6 @@ def trace_events(records: Sequence[Any], copies: Sequence[Any], copy_slots: Sequ
                                 "ts": step_at * STEP + (STEP - 1 if at else 0), "args": {"bytes": live}})
     return {"traceEvents": timeline.metadata() + timeline.events, "displayTimeUnit": "ns",
             "otherData": {"producer": "tfplace", "clock": _CLOCK, "devices": sorted(timeline.pids, key=_device_key)}}
-
 
 
 def merge_tasks(timelines: dict[str, str]) -> dict[str, Any]:
