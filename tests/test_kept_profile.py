@@ -109,3 +109,58 @@ def test_a_gpu_plane_in_a_cluster_task_names_the_tasks_gpu(python, tmp_path):
     """, env={**os.environ, "TF_CONFIG": json.dumps(config)})
     gpu, cpu = "/job:worker/replica:0/task:1/device:GPU:0", "/job:worker/replica:0/task:1/device:CPU:0"
     assert found == {"devices": [gpu], "transfers": [[cpu, gpu]], "copies": [gpu]}
+
+
+def test_the_h200_profile_gives_each_devices_peak_and_what_it_held():
+    import tfplace
+
+    memory = tfplace.read_profile(H200).memory()
+    gpu = memory.devices["/device:GPU:0"]
+    # requested bytes: the allocator's own peak counts its chunks (requests rounded up)
+    assert 288 * 2 ** 20 <= gpu.peak_bytes <= XPROF_PEAKS["GPU_0_bfc"]
+    assert sum(row.bytes for row in gpu.at_peak) == gpu.peak_bytes
+    assert gpu.allocator_peak_bytes == XPROF_PEAKS["GPU_0_bfc"] and gpu.coverage == ""
+    assert {row.kind for row in gpu.at_peak} <= {"before", "returned", "intermediate"}
+    assert memory.devices["/device:CPU:0"].peak_bytes == 64 * 2 ** 20  # pinned host memory, on the host
+
+
+def test_a_tensorflow_gpu_profile_names_the_nodes_held_at_the_peak(tmp_path):
+    """XSpace in TensorFlow's GPU schema: `GPU_0_bfc` events on the host plane naming their node (`tf_op`),
+    frees by address; one step's function call holds an activation and its gradient at the peak."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    from xspace import Plane
+    import tfplace
+
+    space = xplane_pb2.XSpace()
+    host = Plane(space, "/host:CPU")
+    python, compute = host.line("python"), host.line("tf_Compute/1")
+    host.event(python, "EagerLocalExecute: __inference_train_step_9", 100, 800)
+    in_use = 2 ** 20  # what the allocator held before
+
+    def allocate(at, node, size, address, shape):
+        nonlocal in_use
+        in_use += size
+        host.event(compute, "MemoryAllocation", at, 0, allocator_name="GPU_0_bfc", bytes_allocated=in_use,
+                   bytes_reserved=0, peak_bytes_in_use=in_use, requested_bytes=size, allocation_bytes=size,
+                   addr=address, tf_op=node, region_type="output", data_type=1, shape=shape)
+
+    def free(at, size, address):
+        nonlocal in_use
+        in_use -= size
+        host.event(compute, "MemoryDeallocation", at, 0, allocator_name="GPU_0_bfc", bytes_allocated=in_use,
+                   bytes_reserved=0, peak_bytes_in_use=in_use, requested_bytes=size, allocation_bytes=size,
+                   addr=address)
+
+    allocate(200, "model/wide/Relu", 8 * 2 ** 20, 0x10, "[512,4096]")
+    allocate(300, "gradient_tape/model/wide/ReluGrad", 8 * 2 ** 20, 0x20, "[512,4096]")
+    free(400, 8 * 2 ** 20, 0x20)
+    free(500, 8 * 2 ** 20, 0x10)
+    (tmp_path / "gpu.xplane.pb").write_bytes(space.SerializeToString())
+    gpu = tfplace.read_profile(str(tmp_path / "gpu.xplane.pb")).memory().devices["/device:GPU:0"]
+    assert gpu.peak_bytes == 17 * 2 ** 20 and gpu.live_bytes == 2 ** 20
+    assert [(row.kind, row.node, row.bytes, row.dtype, row.shape) for row in gpu.at_peak] == [
+        ("intermediate", "gradient_tape/model/wide/ReluGrad", 8 * 2 ** 20, "float32", (512, 4096)),
+        ("intermediate", "model/wide/Relu", 8 * 2 ** 20, "float32", (512, 4096)),
+        ("before", "", 2 ** 20, "", ())]
+    assert gpu.peak_node == "gradient_tape/model/wide/ReluGrad at an unknown line"
