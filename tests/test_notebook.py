@@ -28,6 +28,8 @@ pytestmark = pytest.mark.slow  # slow tier: notebooks: a Jupyter kernel per note
 KERNEL = "tfplace-test-python"
 TIMEOUT = 300  # seconds per cell; each kernel imports TensorFlow
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+ONEDNN = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0"  # kernels inherit it; without it no CPU allocator reports
+HELD = ("device", "line", "bytes", "kind", "op (node)", "tensor", "count")  # the display's tables of held bytes
 
 
 @pytest.fixture(scope="module")
@@ -474,12 +476,81 @@ def test_d2l_multi_gpu_notebook_shows_time_and_transfers_per_device(kernel_dir):
     assert moved and all(count > 0 for _, _, _, count, _ in moved)
 
 
-def test_memory_option_shows_each_devices_peak_and_the_cells_lines(magic):
+def test_memory_option_shows_each_devices_peak_and_what_it_held_with_the_cells_lines(magic):
     page, text = shown(magic["memory"])
     cell = f"In[{magic['memory'].execution_count}]"
-    assert "Memory per device" in page and f"{cell}:3 256.0 KiB" in page
-    assert "  memory per device:" in text and "    /device:CPU:1: peak 256.0 KiB, live at the end 256.0 KiB" in text
-    [error] = outputs(magic["oom"], "error")
+    reached = f"Fill at {cell}:3" if ONEDNN else "–"  # without oneDNN no CPU allocator reports its allocations
+    assert ["CPU:1", "256.0 KiB", reached, "256.0 KiB", "–"] in table_with(page, "device", "peak", "reached by")
+    held = table_with(page, *HELD)
+    assert ["CPU:1", f"{cell}:3", "256.0 KiB", "returned"] in [row[:4] for row in held]
+    assert not ONEDNN or ["CPU:1", f"{cell}:3", "256.0 KiB", "returned", "Fill", "float32[256,256]", "1"] in held
+    assert "not seen on CPU:1: " in page and "TF_CPU_ALLOCATOR_USE_BFC=1" in page  # what a CPU's allocator hides
+    assert "Out of memory" not in page
+    reached = f" (reached by Fill at {cell}:3)" if ONEDNN else ""
+    assert f"  memory per device:\n    /device:CPU:1: peak 256.0 KiB{reached}, held at the end 256.0 KiB\n" \
+           "      held at the peak:\n" in text
+    row = f"256.0 KiB  {cell}:3  returned " + ("Fill float32[256,256]" if ONEDNN else "")
+    assert any(line.strip().startswith(row) for line in text.splitlines()), text
+    assert "      not seen: " in text
+
+
+def test_an_out_of_memory_error_names_the_request_and_the_cells_line_of_the_largest_held_tensor(magic):
+    cell = magic["oom"]
+    oom = f"In[{cell.execution_count}]"
+    [error] = outputs(cell, "error")
     assert error.ename == "ResourceExhaustedError"
-    oom = f"In[{magic['oom'].execution_count}]"
-    assert any(f"float32[512,512] tensor, made at {oom}:2" in line for line in error.traceback)
+    traceback = ANSI.sub("", "\n".join(error.traceback))
+    request = (f"out of memory on /device:CPU:0: 4096.0 GiB requested for float32[1099511627776] by Fill at {oom}:3 "
+               f"(allocator {'mklcpu' if ONEDNN else 'cpu'}); the device held ")
+    head, largest = traceback[traceback.index("tfplace (memory=True): "):].splitlines()[:2]
+    assert head.startswith(f"tfplace (memory=True): {request}") and head.endswith(", largest first:")
+    held = f"1.0 MiB  {oom}:2  returned " + ("Fill float32[512,512]" if ONEDNN else "")
+    assert largest.strip().startswith(held), largest  # the tensor the cell's line 2 keeps
+    page, text = shown(cell)  # the display says the same, before the error
+    assert f"<b>Out of memory</b> on /device:CPU:0: 4096.0 GiB requested for float32[1099511627776] by Fill at " \
+           f"{oom}:3" in page
+    first = table_with(page, *HELD)[1]  # the device's rows at the failure come before its peak's
+    assert first[:4] == ["CPU:0", f"{oom}:2", "1.0 MiB", "returned"]
+    assert f"\n    {request}" in text
+
+
+def memory_log(figures):
+    """A log whose `memory()` is `figures`, as a capture with `memory=True` gives it."""
+    from types import SimpleNamespace
+
+    log = PlacementLog([PlacementRecord("Fill", "", "/device:GPU:0", "execute")])
+    log.set_memory(SimpleNamespace(figures=lambda: figures))
+    return log
+
+
+def test_the_memory_view_shows_the_largest_held_rows_growth_coverage_and_the_failed_request():
+    from tfplace.placement.records._memory_figures import DeviceMemory, Growth, Held, Memory, OutOfMemory
+    from tfplace.placement.shown import _display
+
+    rows = tuple(Held(f"train.py:{10 + i}", (12 - i) * 2**20, "intermediate", "MatMul", f"model/<d{i}>&mm",
+                      "float32", (512, 512 + i), 1 + i) for i in range(10))
+    unseen = "allocations under 256 KiB (oneDNN's allocator mklcpu reports larger ones only)"
+    figures = Memory(
+        {"/device:GPU:0": DeviceMemory(sum(r.bytes for r in rows), 2**20, (), 3 * 2**20, 90 * 2**20, rows,
+                                       (Growth("train.py:30", 2**20, 5),), "", "MatMul at train.py:10"),
+         **{f"/device:CPU:{i}": DeviceMemory(0, 0, (), coverage=unseen) for i in (0, 1)}},
+        note="peaks count what the device held at once",
+        oom=OutOfMemory("/device:GPU:0", 2**30, "float32", (16384, 16384), "MatMul", "train.py:12", "GPU_0_bfc",
+                        rows[:1]))
+    log = memory_log(figures)
+    page = log._repr_html_()
+    assert ["GPU:0", "75.0 MiB", "MatMul at train.py:10", "1.0 MiB", "3.0 MiB / 90.0 MiB"] in \
+        table_with(page, "device", "peak", "reached by")
+    oom, held = [table for table in tables(page) if table[0] == list(HELD)]
+    assert oom[1:] == [["GPU:0", "train.py:10", "12.0 MiB", "intermediate", "MatMul model/<d0>&mm", "float32[512,512]",
+                        "1"]]
+    assert [row[:3] for row in held[1:9]] == [["GPU:0", "train.py:10", "12.0 MiB"]] + [
+        ["", f"train.py:{10 + i}", f"{12 - i}.0 MiB"] for i in range(1, 8)]  # the largest 8, most bytes first
+    assert held[9] == ["… and 2 rows more (7.0 MiB; all of them: log.memory())"]
+    assert "model/&lt;d0&gt;&amp;mm" in page and "<d0>" not in page
+    assert "<b>Out of memory</b> on /device:GPU:0: 1.0 GiB requested for float32[16384,16384] by MatMul at " \
+           "train.py:12 (allocator GPU_0_bfc); the device held 12.0 MiB, largest first:" in page
+    assert "Grows step after step: GPU:0: train.py:30 keeps 1.0 MiB more per step over 5 steps" in page
+    assert "not seen on CPU:0, CPU:1: allocations under 256 KiB (oneDNN&#x27;s allocator mklcpu reports" in page
+    text = _display.text(log, [])
+    assert "\n".join(f"  {line}" for line in figures.lines()) in text  # the text is the report's

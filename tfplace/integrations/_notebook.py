@@ -24,9 +24,12 @@ Options:
 * `--sources`: each record carries the line of the cell that ran it (`In[3]:2`).
 * `--timing`: the cell runs under TensorFlow's profiler; the display leads with each
   device's busy time and share.
-* `--memory`: the tensors and variables the cell makes are counted per device
-  (`capture_placement(memory=True)`): the display shows each device's peak and live bytes and
-  the lines holding most, and an out-of-memory error gets a note listing the largest live tensors.
+* `--memory`: the cell's memory is counted per device (`capture_placement(memory=True)`): the
+  display shows each device's peak and the node that reached it, what the device held at the
+  peak (most bytes first, by the cell's line, with op, dtype and shape), the lines whose bytes
+  grow step after step, and what the allocators did not report; an out-of-memory error gets a
+  note naming the request that failed and what its device held, largest first, with the cell's
+  lines.
 * `--perfetto=FILE`: the cell's timeline is written to FILE (`.json` or `.json.gz`) for
   ui.perfetto.dev or chrome://tracing (`PlacementLog.to_perfetto`), with the cell's lines.
 * `--transfer-guard=LEVEL`: `tfplace.transfer_guard(LEVEL)` around the cell, LEVEL one of

@@ -186,7 +186,7 @@ class _Attribution:
         eager = self._eager(event.start_us)
         if eager is not None:
             kind = "variable" if (device, eager[1], event.requested_bytes) in self.places.variables else "returned"
-            return kind, eager[1], eager[2], node or eager[2]
+            return kind, eager[1], eager[2], eager[2]  # (the op its record names, not a kernel: `_MklMatMul`)
         return ("intermediate" if running else "returned"), "", node, node
 
 
@@ -300,7 +300,7 @@ def _held(allocations: Sequence[Allocation], places: Places, attribution: _Attri
         event = allocations[index]
         node = attribution.key(event, device, event.start_us)
         steps = _steps_between(boundaries, marks)
-        name, line = event.node or node[2], node[1] or "an unknown line"
+        name, line = node[3] or node[2], node[1] or "an unknown line"
         reached = f"{name} at {line}" if name else f"an allocation no node names, at {line}"
         found[device] = DeviceHeld(size, snapshots[device], reached, live[device], grown(samples[device], steps),
                                    finals[device])

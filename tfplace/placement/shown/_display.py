@@ -1,13 +1,13 @@
 """How a `PlacementLog` looks in a notebook: a compact HTML view, and the same as text.
 
-`html(log, explanations)` and `text(log, explanations)` are pure functions of a log and its
-`log.explain()`: a summary line (records, implicit copies, complete or INCOMPLETE with the
-reason), the user's compute ops per device (TensorFlow's and Keras' own ops, the input pipeline
-and plumbing counted in a line each, as `log.table()` does), the implicit copies with their
-lines, the failed ops, why the user's ops ran elsewhere than they asked (grouped by line and
-op), and what TensorFlow's own code placed, one line per cause. Every text of the log is
-escaped: op and node names can hold `<` and `&`. `PlacementLog._repr_html_` is `html(log,
-log.explain())`; the `%%placement` cell magic (`tfplace.integrations._notebook`) shows both.
+`html(log, explanations)` and `text(log, explanations)` are pure functions of a log and its `log.explain()`: a
+summary line (records, implicit copies, complete or INCOMPLETE with the reason), the user's compute ops per device
+(TensorFlow's and Keras' own ops, the input pipeline and plumbing counted in a line each, as `log.table()` does),
+the implicit copies with their lines, the failed ops, why the user's ops ran elsewhere than they asked (grouped by
+line and op), what TensorFlow's own code placed, one line per cause, and when memory was counted, each device's peak
+and what it held then (an out-of-memory error's request first). Every text of the log is escaped: op and node names
+can hold `<` and `&`. `PlacementLog._repr_html_` is `html(log, log.explain())`; the `%%placement` cell magic
+(`tfplace.integrations._notebook`) shows both.
 
 Example:
     >>> from tfplace.placement.shown._display import html, text
@@ -38,7 +38,7 @@ from tfplace.placement.shown._report import ROWS, size
 
 if TYPE_CHECKING:
     from tfplace.placement.records._cost import Cost, Transfer
-    from tfplace.placement.records._memory_figures import Memory
+    from tfplace.placement.records._memory_figures import Held, Memory
     from tfplace.placement.shown._explain import Explanation
     from tfplace.placement.steps._model import Advice, Steps
 
@@ -50,24 +50,16 @@ class Log(Protocol):
 
     @property
     def records(self) -> Sequence[PlacementRecord]: ...
-
     @property
     def copies(self) -> Sequence[CopyRecord]: ...
-
     @property
     def complete(self) -> bool: ...
-
     @property
     def incomplete_reason(self) -> str: ...
-
     def cost(self) -> "Cost": ...
-
     def transfers(self) -> list["Transfer"]: ...
-
     def memory(self) -> "Memory": ...
-
     def steps(self) -> "Steps": ...
-
     def advice(self) -> list["Advice"]: ...
 
 
@@ -88,6 +80,9 @@ _COUNT6 = (False,) * 5 + (True,)
 _TITLE = "font-weight:600;margin:6px 0 0 0"
 _OK = "color:#1a7f37;font-weight:600"
 _BAD = "color:#b35900;font-weight:600"
+_PEAK_NUMERIC = (False, True, False, True, True)
+_HELD_HEAD = ("device", "line", "bytes", "kind", "op (node)", "tensor", "count")  # a table of `Held` rows
+_HELD_NUMERIC = (False, False, True, False, False, False, True)
 _WARN = "background:rgba(255,193,7,.18);border-left:4px solid #d39e00;padding:4px 8px;margin:4px 0 6px 0"
 
 
@@ -123,9 +118,9 @@ def _table(head: Sequence[str], rows: Sequence[str], numeric: Sequence[bool] = (
     return f'<table style="{_TABLE}"><thead><tr>{heads}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
-def _more(hidden: int, what: str, width: int) -> str:
+def _more(hidden: int, what: str, width: int, note: str = "all of them: log.summary(), log.to_dataframe()") -> str:
     return (f'<tr><td colspan="{width}" style="{_CELL};{_MUTED}">… and {_plural(hidden, what)} more '
-            "(all of them: log.summary(), log.to_dataframe())</td></tr>") if hidden > 0 else ""
+            f"({_e(note)})</td></tr>") if hidden > 0 else ""
 
 
 def _ops_table(records: Sequence[PlacementRecord]) -> str:
@@ -190,23 +185,48 @@ def _cost_html(log: Log) -> list[str]:
             *([f'<div style="{_MUTED}">{_e(note)}</div>'] if note else [])]
 
 
+def _held_rows(rows: Sequence["Held"], device: str) -> list[str]:
+    """`Held` rows, the largest 8 then how many more, the first naming `device`."""
+    found = [_row([device if i == 0 else "", _e(h.source or "(unknown line)"), _e(size(h.bytes)), _e(h.kind),
+                   _e(h.op) + (f' <span style="{_MUTED}">{_e(h.node)}</span>' if h.node not in ("", h.op) else ""),
+                   _e(f"{h.dtype}{list(h.shape) if h.shape else ''}".replace(" ", "")), str(h.count or "")],
+                  _HELD_NUMERIC) for i, h in enumerate(rows[:8])]
+    hidden = f"{size(sum(h.bytes for h in rows[8:]))}; all of them: log.memory()"
+    return found + [_more(len(rows) - 8, "row", 7, hidden)]
+
+
 def _memory_html(log: Log) -> list[str]:
-    """Memory per device, when the log counted it: peak and live bytes, the lines holding most, and
-    TensorFlow's allocator figures where it keeps them."""
+    """Memory per device, when the log counted it: an out-of-memory error first (the request, what the device held),
+    each device's peak and the node that reached it, what it held then (most bytes first), the lines that grow step
+    after step, and what the allocators did not report."""
     counted = log.memory()
     if counted.note == NOT_COUNTED:
         return []
-    rows = []
+    parts, rows, held, growth = [], [], [], []
+    unseen: dict[str, list[str]] = {}  # coverage -> the devices it describes
+    if counted.oom is not None:  # "out of memory on DEVICE: N requested for ... by OP at LINE ...; the device held"
+        parts += [f'<div style="{_WARN}"><b>Out of memory</b>{_e(counted.oom.lines()[0][len("out of memory"):])}'
+                  "</div>", _table(_HELD_HEAD, _held_rows(counted.oom.held, _e(short_device(counted.oom.device))),
+                                   _HELD_NUMERIC)]
     for device, m in counted.devices.items():
-        allocator = (f"{size(m.allocator_current_bytes)} / {size(m.allocator_peak_bytes)}"
-                     if m.allocator_peak_bytes is not None else "–")
-        lines = ", ".join(f"{source or '(unknown line)'} {size(held)}" for source, held in m.top)
-        rows.append(_row([_e(short_device(device)), _e(size(m.peak_bytes)), _e(size(m.live_bytes)), _e(allocator),
-                          _e(lines)], (False, True, True, True, False)))
-    return [f'<div style="{_TITLE}">Memory per device</div>',
-            _table(["device", "peak", "live at the end", "TensorFlow's allocator (now / peak)", "lines holding most"],
-                   rows, (False, True, True, True, False)),
-            f'<div style="{_MUTED}">{_e(counted.note)}</div>']
+        name = _e(short_device(device))
+        rows.append(_row([name, _e(size(m.peak_bytes)), _e(m.peak_node or "–"), _e(size(m.live_bytes)),
+                          _e(f"{size(m.allocator_current_bytes)} / {size(m.allocator_peak_bytes)}"
+                             if m.allocator_peak_bytes is not None else "–")], _PEAK_NUMERIC))
+        held += _held_rows(m.at_peak, name)
+        growth += [f"{short_device(device)}: {g.source or '(unknown line)'} keeps {size(g.bytes_per_step)} more per "
+                   f"step over {g.steps} steps" for g in m.growth]
+        unseen.setdefault(m.coverage, []).append(short_device(device))
+    head = ["device", "peak", "reached by", "held at the end", "TensorFlow's allocator (now / peak)"]
+    parts += [f'<div style="{_TITLE}">Memory per device</div>', _table(head, rows, _PEAK_NUMERIC)]
+    if held:
+        parts += [f'<div style="{_TITLE}">Held at each device\'s peak, most bytes first</div>',
+                  _table(_HELD_HEAD, held, _HELD_NUMERIC)]
+    parts += [f'<div style="{_WARN}">Grows step after step: {_e(line)}</div>' for line in growth]
+    notes = [f"not seen on {', '.join(devices)}: {coverage}" for coverage, devices in unseen.items() if coverage]
+    notes += [f"allocator {a.allocator} ({', '.join(map(short_device, a.devices)) or 'its devices unknown'}): peak "
+              f"{size(a.peak_bytes)}" for a in counted.allocators]
+    return parts + [f'<div style="{_MUTED}">{_e(note)}</div>' for note in [*notes, counted.note]]
 
 
 def _failed_table(groups: Sequence[_report.Group]) -> str:
@@ -247,15 +267,13 @@ def html(log: Log, explanations: Sequence["Explanation"]) -> str:
     yours = [e for e in explanations if _explain.user_can_act(e.record)]
     failed = _report.failed(records)
     devices = {r.device for r in records if r.device and not is_plumbing(r)}
-    state = (f'<span style="{_OK}">complete</span>' if log.complete
-             else f'<span style="{_BAD}">INCOMPLETE</span>')
+    state = f'<span style="{_OK}">complete</span>' if log.complete else f'<span style="{_BAD}">INCOMPLETE</span>'
     summary = " · ".join([
         f"<b>Placement</b>: {_plural(len(records), 'record')} on {_plural(len(devices), 'device')}",
         _plural(len(log.copies), "implicit copy", "implicit copies"),
         *([_plural(sum(g.count for g in failed), "failed op")] if failed else []),
         *([_plural(len(yours), "op of yours not where asked", "ops of yours not where asked")] if yours else []),
-        state,
-    ])
+        state])
     parts = [f'<div class="tfplace-placement" style="{_BOX}">', f'<div style="margin:2px 0 4px 0">{summary}</div>']
     if not log.complete:
         parts.append(f'<div style="{_WARN}"><b>Incomplete log</b>: {_e(log.incomplete_reason)}</div>')
@@ -264,10 +282,7 @@ def html(log: Log, explanations: Sequence["Explanation"]) -> str:
         parts.append(_steps_view.html(log.steps(), log.advice()))
     parts += _cost_html(log)
     parts += _memory_html(log)
-    if records:
-        parts.append(_ops_table(records))
-    else:
-        parts.append(f'<div style="{_MUTED}">(no placement events were recorded)</div>')
+    parts.append(_ops_table(records) if records else f'<div style="{_MUTED}">(no placement events were recorded)</div>')
     if log.copies:
         parts += [f'<div style="{_TITLE}">Implicit transfers, most bytes first</div>', _transfers_table(log)]
     if failed:
@@ -280,8 +295,7 @@ def html(log: Log, explanations: Sequence["Explanation"]) -> str:
         parts += [f'<div style="{_TITLE}">Placed by TensorFlow\'s and Keras\' own code '
                   "(nothing to change in yours)</div>",
                   *(f'<div style="{_MUTED}">{_e(cause)}</div>' for cause in causes[:ROWS])]
-    parts.append("</div>")
-    return "".join(parts)
+    return "".join(parts) + "</div>"
 
 
 def text(log: Log, explanations: Sequence["Explanation"]) -> str:
@@ -329,8 +343,7 @@ def cost_lines(log: Log, *, top: int = 10) -> list[str]:
         lines.append(f"  {short_device(device)}: {figures.executions} op execution(s){timed}")
     if not cost.devices:
         lines.append("  (no ops ran)" if log.complete else "  (none recorded: the log is incomplete)")
-    if cost.missing:
-        lines.append(f"  (no times: {cost.missing})")
+    lines += [f"  (no times: {cost.missing})"] if cost.missing else []
     if cost.devices:
         lines.append("  (an op execution: an eager op run, or a function node run once per call of its function"
                      + ("" if cost.timed or cost.missing else "; timing measures busy time per device") + ")")
@@ -338,19 +351,16 @@ def cost_lines(log: Log, *, top: int = 10) -> list[str]:
         timed = f", {moved.time_us / 1000:.2f} ms" if moved.time_us is not None else ""
         lines.append(f"  transfers {short_device(source)} -> {short_device(target)}: {moved.count} "
                      f"({size(moved.bytes)}{timed})")
-    if not cost.directions:
-        lines.append("  transfers: none")
+    lines += [] if cost.directions else ["  transfers: none"]
     rows = log.transfers()
-    if rows:
-        lines.append("  top transfers by bytes:")
+    lines += ["  top transfers by bytes:"] if rows else []
     for row in rows[:top]:
         what = input_label(row.op, row.input_index) + (f" (node {row.node} of {row.function})" if row.node else "")
         count = f"x{row.count}" + ("+ (in a loop body: at least)" if row.lower_bound else "")
         where = row.source or (f"(call at {row.call})" if row.call else "an unknown line")
         lines.append(f"    {where}  {count}  {size(row.total_bytes)}  {what} "
                      f"{short_device(row.from_device)} -> {short_device(row.to_device)}, {size(row.bytes)} each")
-    if len(rows) > top:
-        lines.append(f"    ... and {len(rows) - top} more")
+    lines += [f"    ... and {len(rows) - top} more"] if len(rows) > top else []
     return lines
 
 
@@ -365,8 +375,7 @@ def table(rows: Sequence[tuple[tuple[str, str, str], int]], others: dict[str, Co
     place = max([6] + [len(d) for (_, d, _), _ in shown])
     lines = [f"  {'op':<{width}}  {'device':<{place}}  {'kind':<8}  count"]
     lines += [f"  {o:<{width}}  {d:<{place}}  {k:<8}  {n}" for (o, d, k), n in shown]
-    if hidden:
-        lines.append(f"  ... and {hidden} more rows")
+    lines += [f"  ... and {hidden} more rows"] if hidden else []
     lines += [f"  (+{_groups.other_line(name, others[name])})" for name in _groups.CATEGORIES[1:] if name in others]
     return "\n".join(lines) + note
 
