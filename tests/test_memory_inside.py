@@ -11,6 +11,8 @@ import pytest
 
 from conftest import line_of
 
+pytestmark = pytest.mark.placement  # (run again with oneDNN off: what the allocators report differs)
+
 MiB = 2 ** 20
 ONEDNN = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0"  # CI runs both; this machine's default is on
 MODES = ["bfc", "default"]

@@ -13,6 +13,8 @@ import textwrap
 
 import pytest
 
+pytestmark = pytest.mark.placement  # (run again with oneDNN off: what the allocators report differs)
+
 MiB = 2 ** 20
 ONEDNN = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0"
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import bisect
 from typing import Mapping, NamedTuple, Optional, Sequence
 
-from tfplace._devices import canonical_name
 from tfplace._names import is_function_call
 from tfplace.placement.profile._model import Allocation
 
@@ -119,6 +118,8 @@ def allocator_devices(allocator: str, cpus: Sequence[str] = ("/device:CPU:0",)) 
     >>> allocator_devices("GPU_1_bfc"), allocator_devices("mklcpu", ("/device:CPU:0", "/device:CPU:1"))
     (('/device:GPU:1',), ('/device:CPU:0', '/device:CPU:1'))
     """
+    from tfplace._devices import canonical_name  # (which loads TensorFlow: the steps' thresholds import this module)
+
     head, _, rest = allocator.partition("_")
     if head == "GPU" and rest.partition("_")[0].isdigit():
         return (canonical_name(f"/device:GPU:{rest.partition('_')[0]}"),)
