@@ -235,7 +235,7 @@ class Census:
         mask, mark = (1 << _CLOCK) - 1, 0
         for i in range(end):
             change = changes[i]
-            while mark < len(marks) and change >> _CLOCK >= marks[mark]:
+            while mark < len(marks) and change >> _CLOCK > marks[mark]:  # (a call's outputs come after its record)
                 for device in samples:
                     samples[device].append(dict(by_line(self._rows(alive.get(device, {})))))
                 mark += 1
