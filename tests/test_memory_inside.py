@@ -92,7 +92,10 @@ def test_a_list_the_loop_keeps_grows_by_its_line(python, mode):
     line = line_of(LEAK, "# 4 MiB kept")
     [growth] = found["growth"]
     assert growth[0] == line and abs(growth[1] - 4 * MiB) < 1024 and growth[2] >= 3
-    assert 36 * MiB <= found["peak"] < 37 * MiB  # 8 kept, and x before the block
+    if _seen(mode):
+        assert 36 * MiB <= found["peak"] < 37 * MiB  # 8 kept, and x before the block
+    else:  # only the census: what the block's calls returned (what was alive before is not seen)
+        assert found["peak"] == 32 * MiB and "allocations inside functions" in found["coverage"]
     assert found["top"][0][0] == line and found["top"][0][1] >= 28 * MiB
     [advice] = found["advice"]
     assert advice[1] == line and "4.0 MiB per step" in advice[2]
