@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from conftest import PRELUDE, result_of
-from tfplace.placement.records._oom import OomRequest, parse_oom
+from tfplace.placement.records._memory_figures import OutOfMemory
+from tfplace.placement.records._oom import parse_oom
 
 HINT = ("Hint: If you want to see a list of allocated tensors when OOM happens, add report_tensor_allocations_upon_oom"
         " to RunOptions for current allocation info.")
@@ -23,7 +24,7 @@ REAL = {
     "tensorflow/tensorflow#47820": (
         "OOM when allocating tensor with shape[3,3,512,1024] and type float on "
         "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc [Op:Mul]",
-        OomRequest("/device:GPU:0", 3 * 3 * 512 * 1024 * 4, "float32", (3, 3, 512, 1024), "Mul", "", "GPU_0_bfc")),
+        OutOfMemory("/device:GPU:0", 3 * 3 * 512 * 1024 * 4, "float32", (3, 3, 512, 1024), "Mul", "", "GPU_0_bfc")),
     # hotosm/fAIr#59 (TF 2.9+, Keras fit): a Python traceback (library and user frames) before the message
     "hotosm/fAIr#59": (
         'Traceback (most recent call last):\n'
@@ -34,7 +35,7 @@ REAL = {
         "tensorflow.python.framework.errors_impl.ResourceExhaustedError: Graph execution error:\n\n"
         "OOM when allocating tensor with shape[16,64,64,64] and type float on "
         "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n",
-        OomRequest("/device:GPU:0", 16 * 64 * 64 * 64 * 4, "float32", (16, 64, 64, 64), "", "", "GPU_0_bfc")),
+        OutOfMemory("/device:GPU:0", 16 * 64 * 64 * 64 * 4, "float32", (16, 64, 64, 64), "", "", "GPU_0_bfc")),
     # Azure/MachineLearningNotebooks#880 (TF 1.x session): two root errors, the node of the first
     "Azure/MachineLearningNotebooks#880": (
         "ResourceExhaustedError: 2 root error(s) found.\n"
@@ -43,21 +44,21 @@ REAL = {
         f"\t [[{{{{node resnet_v1_50/conv1/ExtractImagePatches}}}}]]\n{HINT}\n\n\t [[Mean_1/_1047]]\n{HINT}\n\n"
         "  (1) Resource exhausted: OOM when allocating tensor with shape[16,112,112,147] and type float on "
         "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n",
-        OomRequest("/device:GPU:0", 16 * 112 * 112 * 147 * 4, "float32", (16, 112, 112, 147),
+        OutOfMemory("/device:GPU:0", 16 * 112 * 112 * 147 * 4, "float32", (16, 112, 112, 147),
                    "resnet_v1_50/conv1/ExtractImagePatches", "", "GPU_0_bfc")),
     # byaman14/SSDU#3 (TF 1.15): complex64
     "byaman14/SSDU#3": (
         "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with "
         "shape[2,320,160] and type complex64 on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n"
         "\t [[{{node SSDUModel/Weights/mapCG_8/while/CGloop/CGIters/EhE/strided_slice_3}}]]\n" + HINT,
-        OomRequest("/device:GPU:0", 2 * 320 * 160 * 8, "complex64", (2, 320, 160),
+        OutOfMemory("/device:GPU:0", 2 * 320 * 160 * 8, "complex64", (2, 320, 160),
                    "SSDUModel/Weights/mapCG_8/while/CGloop/CGIters/EhE/strided_slice_3", "", "GPU_0_bfc")),
     # mozilla/DeepSpeech#1940 (TF 1.12): `[[node N (defined at FILE:LINE)  = Op[...]`
     "mozilla/DeepSpeech#1940": (
         "ResourceExhaustedError (see above for traceback): OOM when allocating tensor with shape[2048,436631] and "
         "type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n"
         '\t [[node h6/Adam_1/Assign (defined at ./DeepSpeech.py:451)  = Assign[T=DT_FLOAT, _class=["lo',
-        OomRequest("/device:GPU:0", 2048 * 436631 * 4, "float32", (2048, 436631), "h6/Adam_1/Assign",
+        OutOfMemory("/device:GPU:0", 2048 * 436631 * 4, "float32", (2048, 436631), "h6/Adam_1/Assign",
                    "./DeepSpeech.py:451", "GPU_0_bfc")),
     # tensorflow/tensorflow#136 (a 2020 comment, TF 1.14 on Windows)
     "tensorflow/tensorflow#136": (
@@ -65,25 +66,25 @@ REAL = {
         "and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n"
         "         [[node GPU0/D_loss/G/G_synthesis/cond/cond_1/Upscale2D_2/Tile (defined at "
         "D:\\jiateng\\project\\stylegan\\stylegan\\training\\networks_stylegan.py:66) ]]\n" + HINT,
-        OomRequest("/device:GPU:0", 128 * 3 * 8 * 128 * 8 * 128 * 4, "float32", (128, 3, 8, 128, 8, 128),
+        OutOfMemory("/device:GPU:0", 128 * 3 * 8 * 128 * 8 * 128 * 4, "float32", (128, 3, 8, 128, 8, 128),
                    "GPU0/D_loss/G/G_synthesis/cond/cond_1/Upscale2D_2/Tile",
                    "D:\\jiateng\\project\\stylegan\\stylegan\\training\\networks_stylegan.py:66", "GPU_0_bfc")),
     # GKalliatakis/Keras-VGG16-places365#19 (eager, CPU): `[Op:Add] name: ...`, allocator "cpu"
     "GKalliatakis/Keras-VGG16-places365#19": (
         "OOM when allocating tensor with shape[25088,4096] and type float on "
         "/job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu [Op:Add] name: fc1_233/random_uniform/",
-        OomRequest("/device:CPU:0", 25088 * 4096 * 4, "float32", (25088, 4096), "Add", "", "cpu")),
+        OutOfMemory("/device:CPU:0", 25088 * 4096 * 4, "float32", (25088, 4096), "Add", "", "cpu")),
     # kamalkraj/BERT-NER-TF#20 (eager)
     "kamalkraj/BERT-NER-TF#20": (
         "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with "
         "shape[128,768] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc "
         "[Op:StridedSliceGrad]",
-        OomRequest("/device:GPU:0", 128 * 768 * 4, "float32", (128, 768), "StridedSliceGrad", "", "GPU_0_bfc")),
+        OutOfMemory("/device:GPU:0", 128 * 768 * 4, "float32", (128, 768), "StridedSliceGrad", "", "GPU_0_bfc")),
     # IndicoDataSolutions/finetune#339: the third GPU
     "IndicoDataSolutions/finetune#339": (
         "ResourceExhaustedError: OOM when allocating tensor with shape[16,12,512,512] and type float on "
         "/job:localhost/replica:0/task:0/device:GPU:2 by allocator GPU_2_bfc",
-        OomRequest("/device:GPU:2", 16 * 12 * 512 * 512 * 4, "float32", (16, 12, 512, 512), "", "", "GPU_2_bfc")),
+        OutOfMemory("/device:GPU:2", 16 * 12 * 512 * 512 * 4, "float32", (16, 12, 512, 512), "", "", "GPU_2_bfc")),
     # dBeker/Faster-RCNN-TensorFlow-Python3#110 (TF 1.x): `[[Node: N = Op[...]`
     "dBeker/Faster-RCNN-TensorFlow-Python3#110": (
         "ResourceExhaustedError: OOM when allocating tensor with shape[25088,4096] and type float on "
@@ -92,33 +93,33 @@ REAL = {
         '_class=["loc:@vgg_16/fc6/weights/Assign"], dtype=DT_FLOAT, seed=3, seed2=466, '
         '_device="/job:localhost/replica:0/task:0/device:GPU:0"](vgg_16/fc6/weights/Initializer/random_uniform/'
         "shape)]]\n" + HINT,
-        OomRequest("/device:GPU:0", 25088 * 4096 * 4, "float32", (25088, 4096),
+        OutOfMemory("/device:GPU:0", 25088 * 4096 * 4, "float32", (25088, 4096),
                    "vgg_16/fc6/weights/Initializer/random_uniform/RandomUniform", "", "GPU_0_bfc")),
     # lc222/seq2seq_chatbot_new#19 (older TF): `tensor of shape [4096]`, no device
     "lc222/seq2seq_chatbot_new#19": (
         "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor of shape [4096] "
         "and type float",
-        OomRequest("", 4096 * 4, "float32", (4096,), "", "", "")),
+        OutOfMemory("", 4096 * 4, "float32", (4096,), "", "", "")),
     # tensorflow/tensorflow#1355 (TF 0.x): no shape at all
     "tensorflow/tensorflow#1355": (
         "W tensorflow/core/common_runtime/executor.cc:1076] 0x18ef02bb0 Compute status: Resource exhausted: "
         "OOM when allocating tensor with shape\n"
         '\t [[Node: sub_2518 = Sub[T=DT_FLOAT, _device="/job:localhost/replica:0/task:0/gpu:0"](sub_2518/x, '
         "Variable_1955/read)]]",
-        OomRequest("", 0, "", (), "sub_2518", "", "")),
+        OutOfMemory("", 0, "", (), "sub_2518", "", "")),
     # NVIDIA/DeepLearningExamples#405: an XLA cluster's allocation
     "NVIDIA/DeepLearningExamples#405": (
         "tensorflow.python.framework.errors_impl.ResourceExhaustedError: 2 root error(s) found.\n"
         "  (0) Resource exhausted: Out of memory while trying to allocate 68852648264 bytes.\n"
         "         [[{{node cluster_0_1/xla_run}}]]\n" + HINT,
-        OomRequest("", 68852648264, "", (), "cluster_0_1/xla_run", "", "")),
+        OutOfMemory("", 68852648264, "", (), "cluster_0_1/xla_run", "", "")),
     # qurator-spk/eynollah#80: the second root error is the OOM
     "qurator-spk/eynollah#80": (
         f"{HINT}\n\n     [[activation_56_5/truediv/_17093]]\n{HINT}\n\n"
         "  (1) Resource exhausted: OOM when allocating tensor with shape[1,896,896,67] and type float on "
         "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n"
         f"     [[{{{{node concatenate_5_5/concat}}}}]]\n{HINT}\n\n0 successful operations.\n0 derived errors ignored.",
-        OomRequest("/device:GPU:0", 896 * 896 * 67 * 4, "float32", (1, 896, 896, 67), "concatenate_5_5/concat", "",
+        OutOfMemory("/device:GPU:0", 896 * 896 * 67 * 4, "float32", (1, 896, 896, 67), "concatenate_5_5/concat", "",
                    "GPU_0_bfc")),
 }
 
@@ -132,7 +133,7 @@ def test_messages_from_github_threads(thread):
 def test_the_cpu_bfc_allocators_sentence_alone():
     oom = parse_oom("OOM when allocating tensor with shape[65536,1024] and type float on "
                     "/job:localhost/replica:0/task:0/device:CPU:0 by allocator bfc_cpu_allocator_for_gpu")
-    assert oom == OomRequest("/device:CPU:0", 65536 * 1024 * 4, "float32", (65536, 1024), "", "",
+    assert oom == OutOfMemory("/device:CPU:0", 65536 * 1024 * 4, "float32", (65536, 1024), "", "",
                              "bfc_cpu_allocator_for_gpu")
 
 
@@ -140,7 +141,7 @@ def test_tf2_function_form_names_the_node_not_the_function():
     oom = parse_oom("{{function_node __inference_train_function_1234}} OOM when allocating tensor with "
                     "shape[32,64,256,256] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator "
                     f"GPU_0_bfc\n\t [[{{{{node model/conv2d/Conv2D}}}}]]\n{HINT} [Op:__inference_train_function_1234]")
-    assert oom == OomRequest("/device:GPU:0", 32 * 64 * 256 * 256 * 4, "float32", (32, 64, 256, 256),
+    assert oom == OutOfMemory("/device:GPU:0", 32 * 64 * 256 * 256 * 4, "float32", (32, 64, 256, 256),
                              "model/conv2d/Conv2D", "", "GPU_0_bfc")
 
 
@@ -163,7 +164,7 @@ OOM when allocating tensor with shape[512,64,128,128] and type half on \
 
 def test_tf_2_9_form_reads_the_users_frame_of_the_quoted_node():
     oom = parse_oom(TF_2_9)
-    assert oom == OomRequest("/device:GPU:1", 512 * 64 * 128 * 128 * 2, "float16", (512, 64, 128, 128),
+    assert oom == OutOfMemory("/device:GPU:1", 512 * 64 * 128 * 128 * 2, "float16", (512, 64, 128, 128),
                              "model/conv/Relu", "train.py:15", "GPU_1_bfc")
 
 
@@ -186,7 +187,7 @@ RunOptions for current allocation info. This isn't available when running in Eag
 
 def test_tf_2_16_form_has_no_quotes_and_the_last_frame_is_the_users():
     oom = parse_oom(TF_2_21)
-    assert oom == OomRequest("/device:CPU:0", 65536 * 1024 * 4, "float32", (65536, 1024), "Tile",
+    assert oom == OutOfMemory("/device:CPU:0", 65536 * 1024 * 4, "float32", (65536, 1024), "Tile",
                              "/tmp/oomx/real.py:5", "bfc_cpu_allocator_for_gpu")
 
 
@@ -212,7 +213,7 @@ def test_eager_ops(op, tail):
     oom = parse_oom("{{function_node __wrapped__" + op + "_device_/job:localhost/replica:0/task:0/device:GPU:0}} "
                     "OOM when allocating tensor with shape[1024,1024,1024] and type float on "
                     "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc" + tail)
-    assert oom == OomRequest("/device:GPU:0", 1024 ** 3 * 4, "float32", (1024, 1024, 1024), op, "", "GPU_0_bfc")
+    assert oom == OutOfMemory("/device:GPU:0", 1024 ** 3 * 4, "float32", (1024, 1024, 1024), op, "", "GPU_0_bfc")
 
 
 @pytest.mark.parametrize("word, dtype, size", [
@@ -232,11 +233,11 @@ def test_a_scalar_and_a_temporary_and_an_unreadable_device():
                        "/job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu [Op:Const]")
     assert (scalar.shape, scalar.requested_bytes, scalar.op) == ((), 8, "Const")
     temporary = parse_oom("OOM when allocating temporary tensor with shape[4096,1024]")
-    assert temporary == OomRequest("", 0, "", (4096, 1024), "", "", "")
+    assert temporary == OutOfMemory("", 0, "", (4096, 1024), "", "", "")
     # iperov/DeepFaceLab#683, as its user typed it: the device cut short
     cut = parse_oom("Error: OOM when allocating tensor with shape [3,3,512,2048] and type float on /job:localhost\n"
                     "[[{{node training/adam/mul_73}} Mul[T=DT_float]")
-    assert cut == OomRequest("", 3 * 3 * 512 * 2048 * 4, "float32", (3, 3, 512, 2048), "training/adam/mul_73", "", "")
+    assert cut == OutOfMemory("", 3 * 3 * 512 * 2048 * 4, "float32", (3, 3, 512, 2048), "training/adam/mul_73", "", "")
 
 
 @pytest.mark.parametrize("message", ["", "Incompatible shapes: [2] vs. [3] [Op:AddV2]",
@@ -279,9 +280,9 @@ def test_real_errors_of_the_cpu_bfc_allocator(tmp_path, onednn):
     errors = result_of(done)
     graph, eager = parse_oom(errors["graph"]), parse_oom(errors["eager"])
     assert graph is not None and eager is not None, errors
-    assert graph._replace(source="") == OomRequest("/device:CPU:0", 65536 * 1024 * 4, "float32", (65536, 1024),
+    assert graph._replace(source="") == OutOfMemory("/device:CPU:0", 65536 * 1024 * 4, "float32", (65536, 1024),
                                                    "Tile", "", "bfc_cpu_allocator_for_gpu"), errors["graph"]
     file, _, number = graph.source.rpartition(":")
     assert (Path(file).name, int(number)) == ("oom_program.py", line), errors["graph"]
-    assert eager == OomRequest("/device:CPU:0", 8192 * 4096 * 4, "float32", (8192, 4096), "Fill", "",
+    assert eager == OutOfMemory("/device:CPU:0", 8192 * 4096 * 4, "float32", (8192, 4096), "Fill", "",
                                "bfc_cpu_allocator_for_gpu"), errors["eager"]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 
-from tfplace._devices import parse_device
 from tfplace._names import size_text
 from tfplace.placement.profile._model import Allocation
 from tfplace.placement.records._memory_held import Growth, Held, allocator_devices
@@ -72,8 +71,8 @@ class AllocatorPeak(NamedTuple):
 
 class OutOfMemory(NamedTuple):
     """Where an allocation failed (a `ResourceExhaustedError` raised inside the block): the request (read from
-    TensorFlow's message; `source` the user's line of the node or eager op), the allocator, and what the device
-    held at the failure (`Held` rows, most bytes first)."""
+    TensorFlow's message: bytes, dtype, shape, the node's op type; `source` the user's line of the node or eager
+    op), the allocator, and what the device held at the failure (`Held` rows, most bytes first)."""
 
     device: str
     requested_bytes: int
@@ -82,7 +81,7 @@ class OutOfMemory(NamedTuple):
     op: str
     source: str
     allocator: str
-    held: tuple[Held, ...]
+    held: tuple[Held, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return self._asdict() | {"shape": list(self.shape), "held": [_held_json(h) for h in self.held]}
@@ -212,6 +211,8 @@ def assert_below(found: Memory, device: str, limit: Union[int, float, str]) -> N
     """Raises AssertionError, with the lines holding most bytes, unless the peak of `found` on `device`
     (any accepted spelling) stayed below `limit` (`PlacementLog.assert_memory_below`)."""
     __tracebackhide__ = True
+    from tfplace._devices import parse_device  # (which loads TensorFlow: the out-of-memory parser imports this)
+
     where = parse_device(device, origin="PlacementLog.assert_memory_below's argument device").name
     allowed = parse_size(limit, "PlacementLog.assert_memory_below's argument limit")
     figures = found.devices.get(where)

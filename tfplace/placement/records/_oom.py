@@ -4,7 +4,7 @@ A `ResourceExhaustedError`'s text says `OOM when allocating tensor with shape[..
 allocator A`, then names the node (`[[{{node N}}]]`, TF 1.x `[[Node: N = ...]]`, TF 2.9+ `Detected at node N
 defined at (most recent call last):` with the Python frames that built it) or, for an eager op, `[Op:N]`;
 XLA's clusters say `Out of memory while trying to allocate B bytes.` `parse_oom()` reads any of these, whole
-or pasted from a log, into an `OomRequest`; it imports no TensorFlow until it meets a device name.
+or pasted from a log, into an `OutOfMemory` (what was asked for); it imports no TensorFlow until it meets a device name.
 
 Example:
     >>> from tfplace.placement.records._oom import parse_oom
@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import math
 import re
-from typing import NamedTuple, Optional
+from typing import Optional
 
-__all__ = ["OomRequest", "parse_oom"]
+from tfplace.placement.records._memory_figures import OutOfMemory
+
+__all__ = ["parse_oom"]
 
 # TensorFlow's DataTypeString words: (the dtype's Python name, its size in bytes; 0 where it has none).
 _DTYPES: dict[str, tuple[str, int]] = {
@@ -53,31 +55,14 @@ _LIBRARY = re.compile(r"(?:site|dist)-packages[\\/]|[\\/]lib[\\/]python[\d.]*[\\
                       r"|^<frozen ", re.I)
 
 
-class OomRequest(NamedTuple):
-    """One allocation TensorFlow could not make, as its out-of-memory message tells it.
+def parse_oom(message: str) -> Optional[OutOfMemory]:
+    """What an out-of-memory error's text (`str(error)`, or a log holding it) says was asked for, as an
+    `OutOfMemory` with nothing `held` (the text does not say); None when the text is not one.
 
-    Attributes:
-      device: the canonical device name (`/device:GPU:0`), "" when the message names none.
-      requested_bytes: the shape's element count times the dtype's size; 0 when either is unknown.
-      dtype: TensorFlow's dtype name (`float32` for the message's `float`), "" when unknown.
-      shape: the tensor's shape, () when the message names none (and for a scalar, `shape[]`).
-      op: the node that asked, or the eager op (`[Op:Fill]`); "" when unknown.
-      source: `file.py:LINE`, the last user frame of the node's `defined at` traceback; "" when none.
-      allocator: the allocator that refused (`GPU_0_bfc`, `bfc_cpu_allocator_for_gpu`), "" when unknown.
-    """
-
-    device: str
-    requested_bytes: int
-    dtype: str
-    shape: tuple[int, ...]
-    op: str
-    source: str
-    allocator: str
-
-
-def parse_oom(message: str) -> Optional[OomRequest]:
-    """What an out-of-memory error's text (`str(error)`, or a log holding it) says was asked for; None when
-    the text is not one."""
+    Its fields, as the message gives them ("" or 0 or () where it does not): the device's canonical name, the
+    shape's element count times the dtype's size (`requested_bytes`; the bytes of XLA's message), TensorFlow's
+    dtype name (`float32` for the message's `float`), the shape, the node that asked or the eager op (`op`), the
+    last user frame of the node's `defined at` traceback (`source`, `file.py:LINE`) and the allocator."""
     found = _OOM.search(message) or _XLA.search(message)
     if found is None:
         return None
@@ -100,8 +85,8 @@ def parse_oom(message: str) -> Optional[OomRequest]:
         source = _user_frame(message[start:stop.start() if stop else len(message)])
     elif node and (defined := _DEFINED.match(rest, node.end())):
         source = defined["where"].strip()
-    return OomRequest(_device(groups.get("device") or ""), requested, dtype, shape or (), op, source,
-                      groups.get("allocator") or "")
+    return OutOfMemory(_device(groups.get("device") or ""), requested, dtype, shape or (), op, source,
+                       groups.get("allocator") or "")
 
 
 def _shape(text: Optional[str]) -> Optional[tuple[int, ...]]:

@@ -37,7 +37,7 @@ from tfplace.placement.records._memory_figures import (DeviceMemory, Held, Memor
                                                        by_line)
 from tfplace.placement.records._memory_held import DeviceHeld, Places, allocator_devices, grown, replay
 from tfplace.placement.taking._memory_places import coverage, places
-from tfplace.placement.records._oom import OomRequest, parse_oom
+from tfplace.placement.records._oom import parse_oom
 from tfplace.placement.records._records import Kind, PlacementRecord
 from tfplace.placement.session import _session
 from tfplace.placement.session._sources import shown_path
@@ -344,15 +344,14 @@ class Census:
     def _oom(self, events: Mapping[str, DeviceHeld], at_end: Mapping[str, tuple[Held, ...]],
              records: Sequence[PlacementRecord]) -> OutOfMemory:
         """Where an allocation failed, and what its device held then."""
-        request = parse_oom(self._failure) or OomRequest("", 0, "", (), "", "", "")
+        request = parse_oom(self._failure) or OutOfMemory("", 0, "", (), "", "", "")
         device = request.device or max(events, key=lambda d: events[d].peak_bytes, default="")
         _, line, op = self._places.nodes.get(request.op, ("", "", _op_of(request.op)))
         file, _, number = request.source.rpartition(":")
         source = line or (f"{shown_path(file)}:{number}" if file else "") or next(
             (r.source for r in reversed(records) if r.kind == Kind.FAILED and r.op == request.op), "")
         held = events[device].at_last if device in events else at_end.get(device, ())
-        return OutOfMemory(device, request.requested_bytes, request.dtype, request.shape, op, source,
-                           request.allocator, held)
+        return request._replace(device=device, op=op, source=source, held=held)
 
 
 def _op_of(node: str) -> str:
