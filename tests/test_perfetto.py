@@ -194,7 +194,6 @@ def test_a_memory_capture_draws_bytes_in_use_per_device_on_the_profilers_clock(p
 
 def test_bytes_in_use_replays_the_allocators_events_to_the_byte():
     from tfplace.placement.profile._model import Allocation, OpRun, Runs, Timing
-    from tfplace.placement.records._memory_figures import AllocatorPeak
     from tfplace.placement.shown._perfetto import trace_events
 
     def event(allocator, at, freed, requested, chunk, address, in_use):
@@ -212,9 +211,8 @@ def test_bytes_in_use_replays_the_allocators_events_to_the_byte():
                    event("mklcpu", 140.0, True, 0, 3072, 0xB, 0),
                    event("GPU_0_bfc", 200.0, True, 0, 4096, 0xB, 768))  # after the last slice: at its end
     timing = dataclasses.replace(Timing.empty(), runs=runs, allocations=allocations)
-    cpus = ("/device:CPU:0", "/device:CPU:1")
     census = [(0, "/device:GPU:0", 4096, 0), (0, "/device:CPU:1", 512, 0), (0, "/device:CPU:0", 9000, 0)]
-    trace = trace_events([], [], [], census, timing, allocators=[AllocatorPeak("mklcpu", 3072, cpus)])
+    trace = trace_events([], [], [], census, timing, counted=True)
     check_format(trace)
     process = names(trace)
     counters = defaultdict(list)

@@ -78,11 +78,8 @@ class PlacementLog(Recorder):
     def memory_note(self, error: BaseException) -> str:
         """The note an out-of-memory error raised in a `memory=True` block gets: the request that failed and what its
         device held, by line (`Memory.oom`; "" for other errors or without memory)."""
-        from tfplace._tensorflow import OutOfMemory
-
-        if self._census is None or not isinstance(error, OutOfMemory):
+        if self._census is None or not self._census.failed(error):
             return ""
-        self._census.failed(error)
         return "tfplace (memory=True): " + "\n".join(self.memory().oom.lines())  # type: ignore[union-attr]
 
     def assert_memory_below(self, device: str, limit: Union[int, float, str]) -> None:
@@ -376,9 +373,10 @@ class PlacementLog(Recorder):
         from tfplace.placement.shown import _perfetto
 
         self._settle()
-        series, peaks = (self._census.series(), self.memory().allocators) if self._census is not None else ((), None)
-        _perfetto.write(path, _perfetto.trace_events(self._records, self._copies, self._copy_slots, series,
-                                                     self._timing, self.steps() if self._timing else None, peaks))
+        series = self._census.series() if self._census is not None else None  # (None: memory not counted)
+        _perfetto.write(path, _perfetto.trace_events(self._records, self._copies, self._copy_slots, series or (),
+                                                     self._timing, self.steps() if self._timing else None,
+                                                     series is not None))
 
     def __len__(self) -> int:
         self._settle()

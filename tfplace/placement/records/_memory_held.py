@@ -27,12 +27,12 @@ Example:
 from __future__ import annotations
 
 import bisect
-from typing import Mapping, NamedTuple, Optional, Sequence
+from typing import Callable, Iterator, Mapping, NamedTuple, Optional, Sequence
 
 from tfplace._names import is_function_call
 from tfplace.placement.profile._model import Allocation
 
-__all__ = ["Held", "Growth", "Places", "DeviceHeld", "replay", "allocator_devices", "grown", "dtype_name",
+__all__ = ["Held", "Growth", "Places", "DeviceHeld", "replay", "in_use", "allocator_devices", "grown", "dtype_name",
            "GROWTH_MIN_STEPS"]
 
 GROWTH_MIN_STEPS = 3  # a line grows when its bytes rose over at least this many steps, and never fell
@@ -209,51 +209,87 @@ def _rows(alive: Sequence[Allocation], before: int, device: str, now: float, att
     return tuple(sorted(found, key=lambda row: (-row.bytes, row.kind != "before", row.source, row.node)))
 
 
+class _Replay:
+    """The allocators' events applied one at a time (`apply`): the bytes in use on each device (requested bytes,
+    with what each allocator held before the block), and the allocations alive (a free matches by allocator and
+    address). `device_of(event, devices)` says which of the devices its allocator serves an allocation is on."""
+
+    def __init__(self, allocations: Sequence[Allocation], cpus: Sequence[str],
+                 device_of: Callable[[Allocation, tuple[str, ...]], str]) -> None:
+        self.allocations, self._cpus, self._device_of = allocations, cpus, device_of
+        self.live: dict[str, int] = {}
+        self._served: dict[str, tuple[str, ...]] = {}
+        self._before: dict[str, int] = {}  # per allocator, what it held before the block, as far as not freed since
+        self._base: dict[str, str] = {}  # per allocator, the device its "before" is counted on
+        self._alive: dict[tuple[str, int], tuple[str, int]] = {}  # (allocator, address) -> (device, event index)
+
+    def apply(self, index: int) -> str:
+        """Applies event `index`: the device whose bytes it changed ("" for an allocator that serves none)."""
+        event = self.allocations[index]
+        name = event.allocator
+        devices = self._served.get(name)
+        if devices is None:  # its first event: what it held before
+            devices = self._served[name] = allocator_devices(name, self._cpus)
+            if devices:
+                self._before[name] = max(event.bytes_allocated + (1 if event.freed else -1) * event.allocation_bytes, 0)
+                self._base[name] = devices[0]
+                self.live[devices[0]] = self.live.get(devices[0], 0) + self._before[name]
+        if not devices:
+            return ""
+        key = (name, event.address)
+        if not event.freed:
+            device = self._device_of(event, devices)
+            self._alive[key] = (device, index)
+            self.live[device] = self.live.get(device, 0) + event.requested_bytes
+            return device
+        found = self._alive.pop(key, None)
+        if found is not None:
+            self.live[found[0]] -= self.allocations[found[1]].requested_bytes
+            return found[0]
+        size = min(event.allocation_bytes, self._before[name])  # an allocation made before the block
+        self._before[name] -= size
+        self.live[self._base[name]] -= size
+        return self._base[name]
+
+    def held(self, device: str) -> list[Allocation]:
+        """The allocations alive on `device`."""
+        return [self.allocations[index] for where, index in self._alive.values() if where == device]
+
+    def before(self, device: str) -> int:
+        """What the allocators whose "before" is counted on `device` held before the block, as far as not freed."""
+        return sum(size for name, size in self._before.items() if self._base[name] == device)
+
+
+def in_use(allocations: Sequence[Allocation], cpus: Sequence[str] = ("/device:CPU:0",),
+           ) -> Iterator[tuple[Allocation, str, int]]:
+    """Each event of an allocator that serves a device, with that device and its bytes in use after it (logical
+    CPUs sharing an allocator counted on the first), as `replay` counts them."""
+    replayed = _Replay(allocations, cpus, lambda event, devices: devices[0])
+    for index, event in enumerate(allocations):
+        device = replayed.apply(index)
+        if device:
+            yield event, device, replayed.live[device]
+
+
 def replay(allocations: Sequence[Allocation], places: Places = Places(),
            boundaries: Sequence[float] = ()) -> dict[str, DeviceHeld]:
     """Each device's replay of the allocators' events (in order of time); `boundaries`, the starts of the block's
     steps, for growth."""
     attribution = _Attribution(places)
-    served: dict[str, tuple[str, ...]] = {}
-    before: dict[str, int] = {}  # per allocator, what it held before the block, as far as not freed since
-    alive: dict[tuple[str, int], tuple[str, int]] = {}  # (allocator, address) -> (device, event index)
-    live: dict[str, int] = {}
+    first = _Replay(allocations, places.cpus, attribution.device)
     peak: dict[str, tuple[int, int]] = {}  # device -> (bytes, index of the event that reached them)
     last: dict[str, int] = {}  # device -> index of its last allocation
-    base: dict[str, str] = {}  # allocator -> the device "before" is counted on
     for index, event in enumerate(allocations):
-        devices = served.get(event.allocator)
-        if devices is None:
-            devices = served[event.allocator] = allocator_devices(event.allocator, places.cpus)
-            if devices:
-                size = event.allocation_bytes if event.freed else -event.allocation_bytes
-                before[event.allocator] = max(event.bytes_allocated + size, 0)
-                base[event.allocator] = devices[0]
-                live[devices[0]] = live.get(devices[0], 0) + before[event.allocator]
-        if not devices:
-            continue
-        key = (event.allocator, event.address)
-        if event.freed:
-            found = alive.pop(key, None)
-            if found is not None:
-                live[found[0]] -= allocations[found[1]].requested_bytes
-            else:  # allocated before the block
-                size = min(event.allocation_bytes, before[event.allocator])
-                before[event.allocator] -= size
-                live[base[event.allocator]] -= size
-            continue
-        device = attribution.device(event, devices)
-        alive[key] = (device, index)
-        now = live[device] = live.get(device, 0) + event.requested_bytes
-        last[device] = index
-        if now > peak.get(device, (-1, 0))[0]:
-            peak[device] = (now, index)
-    return _held(allocations, places, attribution, served, peak, last, live, boundaries)
+        device = first.apply(index)
+        if device and not event.freed:
+            last[device] = index
+            if first.live[device] > peak.get(device, (-1, 0))[0]:
+                peak[device] = (first.live[device], index)
+    return _held(allocations, attribution, peak, last, first.live, boundaries)
 
 
-def _held(allocations: Sequence[Allocation], places: Places, attribution: _Attribution,
-          served: Mapping[str, tuple[str, ...]], peak: Mapping[str, tuple[int, int]], last: Mapping[str, int],
-          live: Mapping[str, int], boundaries: Sequence[float]) -> dict[str, DeviceHeld]:
+def _held(allocations: Sequence[Allocation], attribution: _Attribution, peak: Mapping[str, tuple[int, int]],
+          last: Mapping[str, int], live: Mapping[str, int], boundaries: Sequence[float]) -> dict[str, DeviceHeld]:
     """The second pass: what each device held at its peak, after its last allocation, and at the steps'
     boundaries."""
     moments = {index: device for device, (_, index) in peak.items()}
@@ -262,40 +298,22 @@ def _held(allocations: Sequence[Allocation], places: Places, attribution: _Attri
     samples: dict[str, list[dict[str, int]]] = {device: [] for device in peak}
     snapshots: dict[str, tuple[Held, ...]] = {}
     finals: dict[str, tuple[Held, ...]] = {}
-    alive: dict[tuple[str, int], tuple[str, int]] = {}
-    before: dict[str, int] = {}
+    second = _Replay(allocations, attribution.places.cpus, attribution.device)
+
+    def rows(device: str, now: float) -> tuple[Held, ...]:
+        return _rows(second.held(device), second.before(device), device, now, attribution)
+
     mark = 0
-
-    def sample(until: float) -> int:
-        """Bytes by line (what no call still running holds) at each mark before `until`."""
-        at = mark
-        while at < len(marks) and until >= marks[at]:
+    for index in range(len(allocations) + 1):  # (the last, past the events: the marks after them)
+        until = allocations[index].start_us if index < len(allocations) else float("inf")
+        while mark < len(marks) and until >= marks[mark]:  # bytes by line at each step's start before it
             for device in samples:
-                rows = _rows(_of(alive, device, allocations), _before(before, served, device), device, marks[at],
-                             attribution)
-                samples[device].append(_by_line(rows))
-            at += 1
-        return at
-
-    for index, event in enumerate(allocations):
-        mark = sample(event.start_us)
-        devices = served.get(event.allocator, ())
-        if not devices:
-            continue
-        if event.allocator not in before:
-            size = event.allocation_bytes if event.freed else -event.allocation_bytes
-            before[event.allocator] = max(event.bytes_allocated + size, 0)
-        key = (event.allocator, event.address)
-        if event.freed:
-            if alive.pop(key, None) is None:
-                before[event.allocator] -= min(event.allocation_bytes, before[event.allocator])
-            continue
-        alive[key] = (attribution.device(event, devices), index)
-        for held, moment in ((snapshots, moments.get(index)), (finals, ends.get(index))):
-            if moment is not None:
-                held[moment] = _rows(_of(alive, moment, allocations), _before(before, served, moment), moment,
-                                     event.start_us, attribution)
-    sample(float("inf"))
+                samples[device].append(_by_line(rows(device, marks[mark])))
+            mark += 1
+        if index < len(allocations) and second.apply(index) and not allocations[index].freed:
+            for held, moment in ((snapshots, moments.get(index)), (finals, ends.get(index))):
+                if moment is not None:
+                    held[moment] = rows(moment, allocations[index].start_us)
     found = {}
     for device, (size, index) in sorted(peak.items()):
         event = allocations[index]
@@ -306,16 +324,6 @@ def _held(allocations: Sequence[Allocation], places: Places, attribution: _Attri
         found[device] = DeviceHeld(size, snapshots[device], reached, live[device], grown(samples[device], steps),
                                    finals[device])
     return found
-
-
-def _of(alive: Mapping[tuple[str, int], tuple[str, int]], device: str,
-        allocations: Sequence[Allocation]) -> list[Allocation]:
-    return [allocations[index] for where, index in alive.values() if where == device]
-
-
-def _before(before: Mapping[str, int], served: Mapping[str, tuple[str, ...]], device: str) -> int:
-    """What the allocators whose "before" is counted on `device` held before the block, as far as not freed."""
-    return sum(size for allocator, size in before.items() if served.get(allocator, ("",))[0] == device)
 
 
 def _by_line(rows: Sequence[Held]) -> dict[str, int]:

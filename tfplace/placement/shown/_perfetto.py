@@ -40,7 +40,7 @@ from tfplace import _files
 from tfplace.placement.records._records import Kind, input_label
 from tfplace._names import is_function_call
 from tfplace.placement.profile._model import Allocation, Move, Timing
-from tfplace.placement.records._memory_held import allocator_devices
+from tfplace.placement.records._memory_held import in_use
 
 __all__ = ["trace_events", "merge_tasks", "write", "STEP"]
 
@@ -215,34 +215,11 @@ def _steps(timeline: _Timeline, steps: Any, origin: float) -> None:
             at += us
 
 
-def _in_use(allocations: Sequence[Allocation], allocators: Iterable[Any], origin: float, end: float) -> dict:
-    """Per device, (µs from `origin` clamped to [0, `end`], bytes in use after the last event then): the allocators'
-    events replayed as `_memory_held.replay` does (a free matches by allocator and address; each allocator starts
-    from what it held before its first event), requested bytes on the first device the allocator serves (as
-    `allocators`, `AllocatorPeak`s, or else `allocator_devices` says): all logical CPUs' on the first."""
-    served = {a.allocator: a.devices for a in allocators}
-    device_of: dict[str, str] = {}
-    before: dict[str, int] = {}  # per allocator, what it held before the block, as far as not freed since
-    alive: dict[tuple[str, int], int] = {}  # (allocator, address) -> requested bytes
-    level: dict[str, int] = {}
+def _in_use(allocations: Sequence[Allocation], origin: float, end: float) -> dict[str, list[tuple[float, int]]]:
+    """Per device, (µs from `origin` clamped to [0, `end`], bytes in use after the last event then), as
+    `log.memory()` counts them (`records._memory_held.in_use`: logical CPUs' shared allocators on the first)."""
     series: dict[str, list[tuple[float, int]]] = {}
-    for event in allocations:
-        name = event.allocator
-        if name not in device_of:  # its first event
-            device_of[name] = next(iter(served.get(name, allocator_devices(name))), "")  # "": skipped
-            before[name] = max(event.bytes_allocated + (1 if event.freed else -1) * event.allocation_bytes, 0)
-            level[device_of[name]] = level.get(device_of[name], 0) + before[name]
-        device, key = device_of[name], (name, event.address)
-        if not device:
-            continue
-        if not event.freed:
-            change = alive[key] = event.requested_bytes
-        elif key in alive:
-            change = -alive.pop(key)
-        else:  # allocated before the block
-            change = -min(event.allocation_bytes, before[name])
-            before[name] += change
-        now = level[device] = level[device] + change
+    for event, device, now in in_use(allocations):
         at, points = min(max(event.start_us - origin, 0.0), end), series.setdefault(device, [])
         if points and points[-1][0] == at:
             points.pop()
@@ -251,7 +228,7 @@ def _in_use(allocations: Sequence[Allocation], allocators: Iterable[Any], origin
 
 
 def _timed(timeline: _Timeline, records: Sequence[Any], copies: Sequence[Any], copy_slots: Sequence[int],
-           memory: Iterable[tuple], timing: Timing, steps: Any = None, allocators: Any = None) -> None:
+           memory: Iterable[tuple], timing: Timing, steps: Any = None, counted: bool = False) -> None:
     """Slices at the profiler's times (µs from the block's first event), a lane per overlap on a device; every
     event on that one clock ("live bytes" at the end of the op after which they changed; "bytes in use": `_in_use`)."""
     eager = [r for r in records if r.kind == Kind.EXECUTE and not is_function_call(r.op)]
@@ -297,7 +274,7 @@ def _timed(timeline: _Timeline, records: Sequence[Any], copies: Sequence[Any], c
     for at in times:
         latest.append(max(latest[-1], at[1]) if at is not None else latest[-1])
     end = max((e["ts"] + e["dur"] for e in timeline.events if e["ph"] == "X"), default=0.0)
-    in_use = _in_use(timing.allocations, allocators, origin, end) if allocators is not None else {}
+    in_use = _in_use(timing.allocations, origin, end) if counted else {}
     for device, points in sorted(in_use.items()):
         timeline.events += [{"ph": "C", "name": "bytes in use", "pid": timeline.pid(device), "ts": at,
                              "args": {"bytes": level}} for at, level in points]
@@ -311,14 +288,14 @@ def _timed(timeline: _Timeline, records: Sequence[Any], copies: Sequence[Any], c
 
 def trace_events(records: Sequence[Any], copies: Sequence[Any], copy_slots: Sequence[int],
                  memory: Iterable[tuple] = (), timing: Optional[Timing] = None, steps: Any = None,
-                 allocators: Optional[Iterable[Any]] = None) -> dict[str, Any]:
+                 counted: bool = False) -> dict[str, Any]:
     """The trace (a JSON-ready dict) of a block's records in order, its copies with the index of the
     record each came with (`copy_slots`), its memory series ((log length, device, live bytes, epoch ns))
     and, where it was timed, its profile (`Timing`: slices at the profiler's times), its `Steps` (a steps
-    track) and, with `memory=True`, `Memory.allocators` (a "bytes in use" counter per device; None: none)."""
+    track) and, `counted` with `memory=True`, a "bytes in use" counter per device from its allocators' events."""
     timeline = _Timeline()
     if timing is not None and timing.runs:
-        _timed(timeline, records, copies, copy_slots, memory, timing, steps, allocators)
+        _timed(timeline, records, copies, copy_slots, memory, timing, steps, counted)
         return {"traceEvents": timeline.metadata() + timeline.events, "displayTimeUnit": "ms",
                 "otherData": {"producer": "tfplace", "clock": _TIMED,
                               "devices": sorted((p for p in timeline.pids if p != _STEPS), key=_device_key)}}

@@ -278,9 +278,12 @@ class Census:
                 self._closed_at = len(self._changes)
                 self._allocator = {gpu: _tensorflow.allocator_figures(gpu) for gpu in self._gpus}
 
-    def failed(self, error: BaseException) -> None:
-        """Keeps the out-of-memory error raised in the block (`Memory.oom`); the lines of the nodes of the
-        functions it names, which ran no further than the failure (no placement records of theirs)."""
+    def failed(self, error: BaseException) -> bool:
+        """Keeps an out-of-memory error raised in the block (`Memory.oom`; False for another error), and the lines
+        of the nodes of the functions it names, which ran no further than the failure (no placement records of
+        theirs)."""
+        if not isinstance(error, _tensorflow.OutOfMemory):
+            return False
         text = str(error)
         with self._lock:
             self._failure, self._final = text, None
@@ -289,6 +292,7 @@ class Census:
                 for node, line in _function_sources.lines(function).items():
                     nodes.setdefault(node, ("", line, _op_of(node)))
             self._places = self._places._replace(nodes=nodes)
+        return True
 
     def profiled(self, timing: Timing, records: Sequence[PlacementRecord]) -> None:
         """Gives the census the block's profile: the allocators' events (inside functions too) and what tells
