@@ -83,7 +83,7 @@ class Profile:
             devices[device] = DeviceMemory(
                 held.peak_bytes, held.live_bytes, by_line(held.at_peak),
                 sum(last[p.allocator] for p in mine), max((p.peak_bytes for p in mine), default=None), held.at_peak,
-                held.growth, coverage(device, allocations, True, 1, False), held.peak_node)
+                held.growth, coverage(device, [p.allocator for p in peaks], ("/device:CPU:0",), False), held.peak_node)
         return Memory(dict(sorted(devices.items())), 0, "what each device held, by node, from the allocators' "
                       f"events (requested bytes; before the profile: what the allocator held then); {NO_RECORDS}",
                       peaks)

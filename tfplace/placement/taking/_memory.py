@@ -35,7 +35,7 @@ from tfplace.placement.functions import _function_sources
 from tfplace.placement.profile._model import Allocation, Timing
 from tfplace.placement.records._memory_figures import (DeviceMemory, Held, Memory, OutOfMemory, allocator_peaks,
                                                        by_line)
-from tfplace.placement.records._memory_held import DeviceHeld, Places, allocator_devices, grown, replay
+from tfplace.placement.records._memory_held import DeviceHeld, Places, grown, replay
 from tfplace.placement.taking._memory_places import coverage, places
 from tfplace.placement.records._oom import parse_oom
 from tfplace.placement.records._records import Kind, PlacementRecord
@@ -322,8 +322,7 @@ class Census:
         records = self._records()
         at_peak, samples, at_end = self._held(peak, _most_called(records))
         events = replay(self._allocations, self._places, self._boundaries) if self._allocations else {}
-        seen = {device for allocator in {a.allocator for a in self._allocations}
-                for device in allocator_devices(allocator, self._places.cpus)}
+        allocators = {a.allocator for a in self._allocations}
         compiled = {r.device for r in records if r.kind == Kind.COMPILED}
         devices = {}
         for device in sorted(set(peak) | set(events)):
@@ -338,8 +337,8 @@ class Census:
                 rows, kept = at_peak.get(device, ()), samples.get(device, [])
                 found = DeviceMemory(peak[device][0], live.get(device, 0), by_line(rows), current, most, rows,
                                      grown(kept, [1] * (len(kept) - 1)))
-            devices[device] = found._replace(coverage=coverage(device, self._allocations, device in seen,
-                                                               len(self._places.cpus), device in compiled))
+            devices[device] = found._replace(coverage=coverage(device, allocators, self._places.cpus,
+                                                               device in compiled))
         oom = self._oom(events, at_end, records) if self._failure else None
         note = _WHAT + ("" if final else "; the block is still running")
         return Memory(devices, counted, note,

@@ -2,18 +2,18 @@
 eager ops and calls), and what the allocators in force leave unseen on a device (`coverage`).
 
 Example:
-    >>> coverage("/device:CPU:0", [], seen=False, cpus=1, compiled=False).split(" (")[0]
+    >>> coverage("/device:CPU:0", allocators=[], cpus=["/device:CPU:0"], compiled=False).split(" (")[0]
     'allocations inside functions'
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Collection, Sequence
 
 from tfplace._devices import parse_device
 from tfplace._names import is_function_call
-from tfplace.placement.profile._model import Allocation, CallRun, Timing
-from tfplace.placement.records._memory_held import Places
+from tfplace.placement.profile._model import CallRun, Timing
+from tfplace.placement.records._memory_held import Places, allocator_devices
 from tfplace.placement.records._records import Kind, PlacementRecord
 
 __all__ = ["places", "coverage"]
@@ -40,20 +40,21 @@ def places(timing: Timing, records: Sequence[PlacementRecord], cpus: tuple[str, 
     return Places(nodes, eager, calls, variables, cpus), [run.start_us for run in most]
 
 
-def coverage(device: str, allocations: Sequence[Allocation], seen: bool, cpus: int, compiled: bool) -> str:
-    """What the allocators in force left unseen on `device` and how to see it ("" when nothing)."""
-    allocators = {a.allocator for a in allocations}
+def coverage(device: str, allocators: Collection[str], cpus: Sequence[str], compiled: bool) -> str:
+    """What the allocators whose events the profile holds (`allocators`) left unseen on `device`, one of the
+    logical CPUs `cpus` or another device, and how to see it ("" when nothing); `compiled`: XLA ran there."""
+    seen = any(device in allocator_devices(allocator, cpus) for allocator in allocators)
     said = []
     bfc = ("set TF_CPU_ALLOCATOR_USE_BFC=1 before TensorFlow starts to see every one (tfplace trace --memory "
            "does; configure(cpu_allocator=\"bfc\"))")
     if parse_device(device).device_type == "CPU":
-        if "mklcpu" in allocators and not allocators & {"bfc_cpu_allocator_for_gpu", "cpu"}:
+        if "mklcpu" in allocators and not {"bfc_cpu_allocator_for_gpu", "cpu"}.intersection(allocators):
             said.append(f"allocations under 256 KiB (oneDNN's allocator mklcpu reports larger ones only): {bfc}")
         elif not seen:
             said.append("allocations inside functions (the CPU allocator in force reports none; with "
                         f"TF_ENABLE_ONEDNN_OPTS=0 only a BFC allocator does): only what eager ops and calls returned "
                         f"is counted; {bfc}")
-        elif cpus > 1:
+        elif len(cpus) > 1:
             said.append("which logical CPU an allocation no node names belongs to (the logical CPUs share one "
                         "allocator): counted on the first")
     elif not seen:
