@@ -1,5 +1,5 @@
 """Kept profiles read as data: `tfplace.read_profile` and `tfplace profile`, checked on a real H200 profile against
-XProf's own reading of it (../shared/fixtures/gpu/README.md) and on profiles TensorFlow writes here."""
+XProf's own reading of it (tests/fixtures/gpu/README.md) and on profiles TensorFlow writes here."""
 
 import json
 import os
@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT
 from xspace import Plane
 
-H200 = os.path.join(os.path.dirname(ROOT), "shared", "fixtures", "gpu", "h200_jax_steps.xplane.pb")
+H200 = os.path.join(ROOT, "tests", "fixtures", "gpu", "h200_jax_steps.xplane.pb")
 # What XProf 2.24.2 reads from it (the fixture's README): its overview page's median step over its 10 steps and its
 # device compute per step; its memory profile's peaks per allocator.
 XPROF_MEDIAN_MS = 37.43
